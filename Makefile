@@ -1,0 +1,53 @@
+# loaderx: build, demo, tests and benchmarks.
+#   make demo   set everything up, convert a built-in sample dataset, stream batches
+#   make test   set everything up and run every test (Go and Python)
+PYTHON ?= python3
+GO ?= go
+LIB := loaderx/lib/libloaderx.so
+GO_SOURCES := $(shell find capi zrecord zsampler internal -name '*.go' -not -name '*_test.go' 2>/dev/null)
+
+.PHONY: all build setup demo test test-go test-race test-py check bench bench-deps clean
+
+all: build
+
+$(LIB): $(GO_SOURCES) go.mod go.sum
+	$(PYTHON) python/build_native.py
+
+## build: compile the Go core into loaderx/lib/
+build: $(LIB)
+
+## setup: Go modules, the Python package in editable mode (builds the library) and test deps
+setup:
+	$(GO) mod download
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+
+## demo: the main job: convert a sample dataset, stream batches, print throughput
+demo: setup
+	$(PYTHON) scripts/demo.py
+
+## test: every test, Go then Python
+test: setup check test-go test-race test-py
+
+check:
+	@out=$$(gofmt -l capi zrecord zsampler internal); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	$(GO) vet ./...
+
+test-go:
+	$(GO) test -count=1 ./...
+
+test-race:
+	$(GO) test -count=1 -race -short ./zrecord/... ./zsampler/...
+
+test-py: $(LIB)
+	$(PYTHON) -m pytest -q tests
+
+## bench: install the contenders and run the three-layer benchmark
+bench-deps:
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[bench]'
+
+bench: bench-deps build
+	$(PYTHON) scripts/bench.py all
+
+clean:
+	rm -rf build dist *.egg-info loaderx/lib/*.so loaderx/lib/*.h
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
