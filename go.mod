@@ -3,8 +3,9 @@ module github.com/loaderx/loaderx
 go 1.26.8
 
 require (
-	github.com/klauspost/compress v1.20.4 // indirect
-	github.com/vmihailenco/msgpack/v5 v5.4.1 // indirect
-	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
+	github.com/klauspost/compress v1.20.4
+	github.com/vmihailenco/msgpack/v5 v5.4.1
+	golang.org/x/sys v0.50.0
 )
+
+require github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect

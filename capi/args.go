@@ -1,0 +1,74 @@
+package main
+
+/*
+#include <stdint.h>
+*/
+import "C"
+
+import "unsafe"
+
+// goString copies a required C string argument.
+func goString(p *C.char, name string) (string, error) {
+	if p == nil {
+		return "", nullArg(name)
+	}
+	return C.GoString(p), nil
+}
+
+// int64s views n int64_t values at p as a Go slice.
+func int64s(p *C.int64_t, n C.int64_t, name string) ([]int64, error) {
+	switch {
+	case n < 0:
+		return nil, invalidf("%s: negative length %d", name, n)
+	case n == 0:
+		return nil, nil
+	case p == nil:
+		return nil, invalidf("%s is NULL with length %d", name, n)
+	}
+	return unsafe.Slice((*int64)(unsafe.Pointer(p)), int(n)), nil
+}
+
+// byteView views n bytes at p as a Go slice.
+func byteView(p unsafe.Pointer, n C.int64_t, name string) ([]byte, error) {
+	switch {
+	case n < 0:
+		return nil, invalidf("%s: negative length %d", name, n)
+	case n == 0:
+		return nil, nil
+	case p == nil:
+		return nil, invalidf("%s is NULL with length %d", name, n)
+	}
+	return unsafe.Slice((*byte)(p), int(n)), nil
+}
+
+// packed views a packed batch of n byte strings: data holds dataLen bytes and
+// offsets n+1 nondecreasing positions in it. Each view's capacity ends where
+// the record does, so nothing can append into the neighbouring record.
+func packed(data unsafe.Pointer, dataLen C.int64_t, offsets *C.int64_t, n C.int64_t, name string) ([][]byte, error) {
+	if n < 0 {
+		return nil, invalidf("%s: negative count %d", name, n)
+	}
+	offs, err := int64s(offsets, n+1, name+" offsets")
+	if err != nil {
+		return nil, err
+	}
+	buf, err := byteView(data, dataLen, name+" data")
+	if err != nil {
+		return nil, err
+	}
+	prev := offs[0]
+	if prev < 0 || prev > int64(dataLen) {
+		return nil, invalidf("%s offsets[0] = %d: outside the %d-byte data buffer", name, prev, dataLen)
+	}
+	recs := make([][]byte, n)
+	for i := range recs {
+		end := offs[i+1]
+		if end < prev || end > int64(dataLen) {
+			return nil, invalidf("%s offsets[%d] = %d: offsets must be nondecreasing and within the %d-byte data buffer (offsets[%d] = %d)",
+				name, i+1, end, dataLen, i, prev)
+		}
+		recs[i] = buf[prev:end:end]
+		prev = end
+	}
+	return recs, nil
+}

@@ -1,0 +1,115 @@
+// Command capi is the C ABI of loaderx: a thin layer of exported functions,
+// built with -buildmode=c-shared into libloaderx.so, that the Python binding
+// (loaderx/_native.py) loads with cffi in ABI mode. It holds no logic of its
+// own: it checks arguments, turns C pointers into Go slices and Go errors into
+// status codes, and calls the zrecord, zsampler and schema packages.
+//
+// # Conventions
+//
+// Every export is named lx_* and returns a C int status (below). Its last two
+// parameters are always (char *err, int64_t errlen): a caller-owned buffer
+// into which a failing call writes a NUL-terminated UTF-8 message, truncated
+// to errlen-1 bytes on a character boundary. A successful call leaves the
+// buffer alone. There is no global "last error", so calls are thread-safe
+// as long as each thread passes its own buffer; err may be NULL (or errlen
+// zero) when the caller does not want the message.
+//
+// Results are written through out-pointers; the status is the only return
+// value. A store is named by an opaque int64_t handle (positive, never
+// reused within a process) that indexes a mutex-guarded table: no Go pointer
+// ever reaches C. Closing a handle is idempotent; any other use of a closed
+// handle fails with LX_CLOSED, and a value that was never a handle with
+// LX_INVALID.
+//
+// Memory is owned by the caller. Buffers are passed as a pointer and a
+// length (in bytes for data, in elements for int64_t arrays); Go views them
+// in place for the duration of the call and keeps no reference after it
+// returns. A pointer may be NULL only with a zero length. A batch of
+// variable-length byte strings (records to append, dictionary-training
+// samples, a packed gather destination) is one data buffer plus n+1
+// nondecreasing int64_t offsets: record i is data[offsets[i]:offsets[i+1]].
+// C strings are NUL-terminated UTF-8 and are copied on entry.
+//
+// Every export recovers a Go panic and reports it as LX_INTERNAL, so a bug
+// never unwinds into C (which would abort the host process). Every export
+// also turns a memory fault on its goroutine into a panic for the duration
+// of the call (runtime/debug.SetPanicOnFault), so a bad pointer becomes an
+// error rather than a crash. Goroutines that an operation starts are the
+// called package's to guard (zrecord does).
+//
+// The library runs the Go runtime, which does not survive fork(): a forked
+// child must not call any export. The Python binding enforces this.
+//
+// # Status codes
+//
+//	0  LX_OK            success
+//	1  LX_INVALID       invalid argument: a bad value, name, length or
+//	                    pointer; a read-only store written to; a buffer too
+//	                    small; a record of the wrong size
+//	2  LX_OUT_OF_RANGE  an index outside [0, len)
+//	3  LX_NOT_FOUND     a path that does not exist
+//	4  LX_CORRUPT       a store or schema file that cannot be read as one:
+//	                    bad magic, unsupported version, damaged data, a
+//	                    missing dictionary
+//	5  LX_CLOSED        a handle (or store) that was closed
+//	6  LX_IO            an operating-system I/O error
+//	7  LX_BUSY          the store is locked by another writer
+//	8  LX_INTERNAL      a recovered panic: a bug in loaderx
+//	9  LX_EXISTS        creating a store where one already exists
+//
+// # Exports
+//
+// Stores:
+//
+//	lx_store_create(path, codec, dict_tier, dict_size, samples, samples_len,
+//	                sample_offsets, n_samples, *handle, err, errlen)
+//	lx_store_open(path, readonly, *handle, err, errlen)
+//	lx_store_close(h, err, errlen)
+//	lx_store_len(h, *len, err, errlen)
+//	lx_store_codec(h, *codec, err, errlen)
+//	lx_store_append(h, data, data_len, offsets, n, *first, err, errlen)
+//	lx_store_gather(h, indices, n, dst, dst_len, stride, err, errlen)
+//	lx_store_sizes(h, indices, n, sizes, err, errlen)
+//	lx_store_gather_packed(h, indices, n, dst, dst_len, offsets, err, errlen)
+//	lx_store_delete(h, indices, n, err, errlen)
+//	lx_store_compact(h, err, errlen)
+//	lx_store_stats(h, out, out_len, err, errlen)
+//	lx_store_sync(h, err, errlen)
+//
+// Codec and tier names (zrecord.ParseCodec, zrecord.ParseDictTier):
+//
+//	lx_codec_code(name, *code, err, errlen)
+//	lx_dict_sample_budget(tier, *bytes, err, errlen)
+//
+// Sampling (zsampler.Fill) and native threads (zrecord.SetThreads):
+//
+//	lx_sampler_mode(name, *mode, err, errlen)
+//	lx_sample(spec, out, err, errlen)
+//	lx_set_threads(n, err, errlen)
+//	lx_get_threads(*n, err, errlen)
+//
+// Schema files (internal/schema):
+//
+//	lx_schema_write(dir, kind, dtype, shape, ndim, err, errlen)
+//	lx_schema_read(dir, kind, kind_len, dtype, dtype_len, shape, shape_cap,
+//	               *ndim, err, errlen)
+//
+// ABI version (ABIVersion):
+//
+//	lx_abi_version(*version, err, errlen)
+//
+// lx_sample takes its scalar arguments in one array, spec, of SampleSpecLen
+// int64_t values: mode, n, batch, seed (the bits of a uint64_t), step, rank,
+// world, out_len. A cffi ABI-mode call costs about 50-70 ns per argument on
+// top of ~200 ns per call (measured here), and sampling is a per-step hot
+// path whose own work is a few hundred nanoseconds, so it takes 4 arguments
+// instead of 11.
+//
+// lx_store_stats writes StatsLen values, in this order: length, live_bytes,
+// chunk_bytes, logical_bytes, codec, dict_bytes, chunks. A codec is its
+// on-disk tag: 0 raw, 1 zstd, 2 zstd with a dictionary.
+//
+// The header that go build emits (libloaderx.h) is the single source of the
+// cffi declarations: python/build_native.py extracts the lx_* prototypes from
+// it, and tests/test_cdef.py checks that the two agree.
+package main

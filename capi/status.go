@@ -1,0 +1,138 @@
+package main
+
+/*
+#include <stdint.h>
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"runtime/debug"
+	"unicode/utf8"
+	"unsafe"
+
+	"github.com/loaderx/loaderx/internal/schema"
+	"github.com/loaderx/loaderx/zrecord"
+	"github.com/loaderx/loaderx/zsampler"
+)
+
+// Status codes returned by every export; see the package documentation.
+const (
+	statusOK         C.int = 0
+	statusInvalid    C.int = 1
+	statusOutOfRange C.int = 2
+	statusNotFound   C.int = 3
+	statusCorrupt    C.int = 4
+	statusClosed     C.int = 5
+	statusIO         C.int = 6
+	statusBusy       C.int = 7
+	statusInternal   C.int = 8
+	statusExists     C.int = 9
+)
+
+// statusError is an error raised by the ABI layer itself (an argument check
+// or a handle lookup) that carries its status.
+type statusError struct {
+	status C.int
+	msg    string
+}
+
+func (e *statusError) Error() string { return e.msg }
+
+// invalidf returns an LX_INVALID error.
+func invalidf(format string, args ...any) error {
+	return &statusError{status: statusInvalid, msg: fmt.Sprintf(format, args...)}
+}
+
+// nullArg reports a NULL pointer where one is required.
+func nullArg(name string) error { return invalidf("%s is NULL", name) }
+
+// statusTable maps package sentinels to statuses. The order matters where
+// one error wraps several sentinels: the first match wins.
+var statusTable = []struct {
+	target error
+	status C.int
+}{
+	{zrecord.ErrClosed, statusClosed},
+	{zrecord.ErrLocked, statusBusy},
+	{zrecord.ErrExists, statusExists},
+	{fs.ErrExist, statusExists},
+	{zrecord.ErrIndexOutOfRange, statusOutOfRange},
+	{fs.ErrNotExist, statusNotFound},
+	{zrecord.ErrNotStore, statusCorrupt},
+	{zrecord.ErrVersion, statusCorrupt},
+	{zrecord.ErrCorrupt, statusCorrupt},
+	{zrecord.ErrMissingDict, statusCorrupt},
+	{zrecord.ErrDecode, statusCorrupt},
+	{schema.ErrCorrupt, statusCorrupt},
+	{zrecord.ErrInvalidArgument, statusInvalid},
+	{zrecord.ErrDuplicateIndex, statusInvalid},
+	{zrecord.ErrSizeMismatch, statusInvalid},
+	{zrecord.ErrBufferTooSmall, statusInvalid},
+	{zrecord.ErrRecordTooLarge, statusInvalid},
+	{zrecord.ErrReadOnly, statusInvalid},
+	{zsampler.ErrInvalid, statusInvalid},
+	{schema.ErrInvalid, statusInvalid},
+}
+
+// statusOf maps an error to its status. An error that matches no sentinel
+// comes from the operating system (or is one the table does not know) and is
+// reported as LX_IO.
+func statusOf(err error) C.int {
+	var se *statusError
+	if errors.As(err, &se) {
+		return se.status
+	}
+	for _, e := range statusTable {
+		if errors.Is(err, e.target) {
+			return e.status
+		}
+	}
+	return statusIO
+}
+
+// fail writes err's message into the caller's buffer and returns its status.
+func fail(errBuf *C.char, errLen C.int64_t, err error) C.int {
+	return report(errBuf, errLen, statusOf(err), err.Error())
+}
+
+// report writes msg, NUL-terminated and truncated on a UTF-8 character
+// boundary, into the caller's buffer, and returns status.
+func report(errBuf *C.char, errLen C.int64_t, status C.int, msg string) C.int {
+	if errBuf != nil && errLen > 0 {
+		writeMessage(unsafe.Slice((*byte)(unsafe.Pointer(errBuf)), int(errLen)), msg)
+	}
+	return status
+}
+
+// writeMessage copies as much of msg as fits in buf, leaving room for the
+// terminating NUL and never cutting a UTF-8 sequence in two.
+func writeMessage(buf []byte, msg string) {
+	if len(buf) == 0 {
+		return
+	}
+	n := len(msg)
+	if n > len(buf)-1 {
+		n = len(buf) - 1
+		for n > 0 && !utf8.RuneStart(msg[n]) {
+			n--
+		}
+	}
+	copy(buf, msg[:n])
+	buf[n] = 0
+}
+
+// guard recovers a panic in the export name and reports it as LX_INTERNAL.
+// Every export defers it first thing.
+func guard(name string, status *C.int, errBuf *C.char, errLen C.int64_t) {
+	if r := recover(); r != nil {
+		*status = report(errBuf, errLen, statusInternal, fmt.Sprintf("internal error: %s: %v", name, r))
+	}
+}
+
+// faultsPanic makes a memory fault on the calling goroutine a recoverable
+// panic rather than a crash, and returns the previous setting for the caller
+// to restore: defer debug.SetPanicOnFault(faultsPanic()).
+func faultsPanic() bool { return debug.SetPanicOnFault(true) }

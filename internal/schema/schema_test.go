@@ -1,0 +1,125 @@
+package schema
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+func TestRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	for _, s := range []Schema{
+		{Kind: KindDense, DType: "<f4", Shape: []int64{3, 32, 32}},
+		{Kind: KindRagged, DType: "<i4", Shape: []int64{}},
+		{Kind: KindDense, DType: "|u1", Shape: nil},
+		{Kind: KindDense, DType: "<M8[ns]", Shape: []int64{0}},
+		{Kind: KindDense, DType: "|S10", Shape: []int64{2}},
+	} {
+		if err := Write(dir, s); err != nil {
+			t.Fatalf("Write(%+v): %v", s, err)
+		}
+		got, err := Read(dir)
+		if err != nil {
+			t.Fatalf("Read: %v", err)
+		}
+		want := s
+		if want.Shape == nil {
+			want.Shape = []int64{}
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("Read = %+v, want %+v", got, want)
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Fatalf("directory holds %d entries, want only %s", len(entries), FileName)
+	}
+}
+
+func TestWriteInvalid(t *testing.T) {
+	dir := t.TempDir()
+	for _, s := range []Schema{
+		{Kind: "sparse", DType: "<f4"},
+		{Kind: KindDense, DType: "float32"},
+		{Kind: KindDense, DType: "|O"},
+		{Kind: KindDense, DType: ""},
+		{Kind: KindDense, DType: "<f4", Shape: []int64{2, -1}},
+		{Kind: KindDense, DType: "<f4", Shape: make([]int64, MaxDims+1)},
+	} {
+		err := Write(dir, s)
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("Write(%+v) = %v, want ErrInvalid", s, err)
+		} else if !strings.Contains(err.Error(), FileName) {
+			t.Errorf("error %q does not name the file", err)
+		}
+	}
+	if _, err := os.Stat(Path(dir)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("an invalid schema left a file behind: %v", err)
+	}
+}
+
+func TestReadMissing(t *testing.T) {
+	dir := t.TempDir()
+	_, err := Read(dir)
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), FileName) {
+		t.Fatalf("Read of a missing file = %v", err)
+	}
+	if err := Write(filepath.Join(dir, "nope"), Schema{Kind: KindDense, DType: "<f4"}); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Write into a missing directory = %v", err)
+	}
+}
+
+func TestReadCorrupt(t *testing.T) {
+	enc := func(v any) []byte {
+		b, err := msgpack.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	cases := map[string][]byte{
+		"garbage":     []byte("not msgpack at all"),
+		"empty":       {},
+		"no version":  enc(map[string]any{"kind": "dense", "dtype": "<f4", "shape": []int64{}}),
+		"new version": enc(map[string]any{"version": 2, "kind": "dense", "dtype": "<f4", "shape": []int64{}}),
+		"no kind":     enc(map[string]any{"version": 1, "dtype": "<f4", "shape": []int64{}}),
+		"no dtype":    enc(map[string]any{"version": 1, "kind": "dense", "shape": []int64{}}),
+		"no shape":    enc(map[string]any{"version": 1, "kind": "dense", "dtype": "<f4"}),
+		"bad kind":    enc(map[string]any{"version": 1, "kind": "x", "dtype": "<f4", "shape": []int64{}}),
+		"bad shape":   enc(map[string]any{"version": 1, "kind": "dense", "dtype": "<f4", "shape": []int64{-3}}),
+		"shape type":  enc(map[string]any{"version": 1, "kind": "dense", "dtype": "<f4", "shape": "3"}),
+	}
+	for name, data := range cases {
+		dir := t.TempDir()
+		if err := os.WriteFile(Path(dir), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Read(dir)
+		if !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: Read = %v, want ErrCorrupt", name, err)
+		} else if !strings.Contains(err.Error(), Path(dir)) {
+			t.Errorf("%s: error %q does not name the file", name, err)
+		}
+	}
+}
+
+func TestUnknownFieldsIgnored(t *testing.T) {
+	dir := t.TempDir()
+	data, err := msgpack.Marshal(map[string]any{"version": 1, "kind": "ragged", "dtype": "<i8", "shape": []int64{4}, "extra": "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(Path(dir), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Read(dir)
+	if err != nil || s.Kind != KindRagged || s.DType != "<i8" || !reflect.DeepEqual(s.Shape, []int64{4}) {
+		t.Fatalf("Read = %+v, %v", s, err)
+	}
+}

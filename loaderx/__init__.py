@@ -1,0 +1,106 @@
+"""loaderx: convert a NumPy array once, then stream training batches at memory
+speed with exact resumption.
+
+The public names are loaded on first use, so ``import loaderx`` costs neither
+NumPy nor the native library::
+
+    import loaderx
+
+    loaderx.from_numpy("train_data", array)
+    ds = loaderx.DenseDataset("train_data")
+    loader = loaderx.DataLoader({"data": ds}, batch_size=256)
+
+Modules: :mod:`loaderx.converter` (NumPy → store), :mod:`loaderx.dataset`
+(dense and ragged views), :mod:`loaderx.dataloader` (the endless, step-based
+loader), :mod:`loaderx.sampler` (index generation), :mod:`loaderx.zrecord`
+(raw byte records) and :mod:`loaderx.errors`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS = {
+    "DenseDataset": "loaderx.dataset",
+    "RaggedDataset": "loaderx.dataset",
+    "pad": "loaderx.dataset",
+    "DataLoader": "loaderx.dataloader",
+    "from_numpy": "loaderx.converter",
+    "from_iterator": "loaderx.converter",
+    "Zrecord": "loaderx.zrecord",
+    "Sampler": "loaderx.sampler",
+    "sample": "loaderx.sampler",
+}
+
+# submodules reachable as attributes without an explicit import
+_SUBMODULES = ("errors", "converter", "dataset", "dataloader", "sampler", "zrecord")
+
+__all__ = [
+    "__version__",
+    "DenseDataset",
+    "RaggedDataset",
+    "pad",
+    "DataLoader",
+    "from_numpy",
+    "from_iterator",
+    "Zrecord",
+    "Sampler",
+    "sample",
+    "errors",
+    "set_num_threads",
+    "get_num_threads",
+]
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from loaderx import errors
+    from loaderx.converter import from_iterator, from_numpy
+    from loaderx.dataloader import DataLoader
+    from loaderx.dataset import DenseDataset, RaggedDataset, pad
+    from loaderx.sampler import Sampler, sample
+    from loaderx.zrecord import Zrecord
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"loaderx.{name}")
+    else:
+        raise AttributeError(f"module 'loaderx' has no attribute {name!r}")
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+def set_num_threads(n: int) -> None:
+    """Set how many native worker threads one gather, append or compact may
+    fan out to (like ``torch.set_num_threads``). Applies process-wide; 0
+    restores the default (one per CPU).
+
+    Raises:
+        TypeError: ``n`` is not an integer.
+        ValueError: ``n`` is negative.
+    """
+    if isinstance(n, bool) or not hasattr(n, "__index__"):
+        raise TypeError(f"num_threads must be an int, got {n!r}")
+    n = n.__index__()
+    if n < 0:
+        raise ValueError(f"num_threads must be 0 (the default) or more, got {n!r}")
+    from loaderx import _native
+
+    _native.set_threads(n)
+
+
+def get_num_threads() -> int:
+    """Return the number of native worker threads (see :func:`set_num_threads`)."""
+    from loaderx import _native
+
+    return int(_native.get_threads())

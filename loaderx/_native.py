@@ -1,0 +1,714 @@
+"""The binding to the native library: the only module that knows the C ABI.
+
+It loads ``libloaderx`` (built from the Go sources in ``capi/``) with cffi in
+ABI mode, declares its functions from ``cdef.h`` (the ``lx_*`` prototypes
+extracted at build time from the header that ``go build`` emits), and turns
+every call into a plain Python function: arguments are checked and converted,
+a failing status becomes an exception (see :mod:`loaderx.errors`), and results
+come back as Python values or are written into caller-owned NumPy buffers.
+
+Conventions:
+
+* Stores are named by integer handles from :func:`store_create` and
+  :func:`store_open`; :func:`store_close` retires one (closing twice is
+  harmless, any other use of a closed handle raises :class:`ClosedError`).
+* Arrays of indices, offsets and sizes are ``int64`` NumPy arrays, C-contiguous
+  (they are read flat, whatever their shape). Output buffers must also be
+  writable. A wrong dtype or type raises ``TypeError``; a non-contiguous,
+  read-only or too small buffer raises ``ValueError``. Nothing is copied: the
+  library reads and writes the caller's memory in place during the call and
+  keeps no reference to it afterwards.
+* The GIL is released for the duration of every native call, so several
+  threads may gather from one store at once.
+* All functions are thread-safe; each thread has its own error buffer.
+* After ``os.fork()`` every function raises :class:`ForkError` in the child:
+  the Go runtime does not survive a fork. Use worker processes started with
+  the ``spawn`` or ``forkserver`` method, or threads.
+
+The library is looked up as ``loaderx/lib/libloaderx.so`` (``.dylib`` on
+macOS, ``loaderx.dll`` on Windows) unless the environment variable
+``LOADERX_LIB`` names another file; its declarations are read from
+``cdef.h`` in the same directory.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from cffi import FFI
+
+from .errors import (
+    ClosedError,
+    CorruptStoreError,
+    ForkError,
+    LoaderxError,
+    StoreExistsError,
+    StoreLockedError,
+)
+
+__all__ = [
+    "ABI_VERSION",
+    "library_path",
+    "store_create",
+    "store_open",
+    "store_close",
+    "store_len",
+    "store_codec",
+    "store_append_packed",
+    "store_append",
+    "store_gather",
+    "store_sizes",
+    "store_gather_packed",
+    "store_delete",
+    "store_compact",
+    "store_stats",
+    "store_sync",
+    "dict_sample_budget",
+    "schema_write",
+    "schema_read",
+    "sample",
+    "set_threads",
+    "get_threads",
+]
+
+#: The version of the C ABI this module is written for (capi.ABIVersion).
+ABI_VERSION = 1
+
+#: Bytes of the per-thread buffer that receives error messages.
+ERRLEN = 4096
+
+#: Largest number of dimensions an item shape may have (schema.MaxDims).
+MAX_DIMS = 64
+
+# Status codes (capi/doc.go).
+OK = 0
+INVALID = 1
+OUT_OF_RANGE = 2
+NOT_FOUND = 3
+CORRUPT = 4
+CLOSED = 5
+IO = 6
+BUSY = 7
+INTERNAL = 8
+EXISTS = 9
+
+#: The exception class raised for each status, indexed by status.
+_EXCEPTIONS: tuple[type[BaseException], ...] = (
+    LoaderxError,  # 0 never raises
+    ValueError,
+    IndexError,
+    FileNotFoundError,
+    CorruptStoreError,
+    ClosedError,
+    OSError,
+    StoreLockedError,
+    LoaderxError,
+    StoreExistsError,
+)
+
+#: Codec names by on-disk tag; the store reports codecs as tags.
+CODEC_NAMES: tuple[str, ...] = ("raw", "zstd", "zstd_dict")
+
+#: Sampler mode numbers by name. A name missing here is looked up in the
+#: library (which also produces the error message for an unknown name).
+SAMPLER_MODES: dict[str, int] = {"sequential": 0, "iid": 1, "cyclic": 2}
+
+#: Field names of store_stats, in the order lx_store_stats writes them.
+STATS_FIELDS: tuple[str, ...] = (
+    "length",
+    "live_bytes",
+    "chunk_bytes",
+    "logical_bytes",
+    "codec",
+    "dict_bytes",
+    "chunks",
+)
+
+FORK_MESSAGE = (
+    "loaderx cannot be used in a forked child process: the Go runtime does not "
+    "survive fork(); open datasets inside workers started with the 'spawn' or "
+    "'forkserver' method, or use DataLoader's threads"
+)
+
+_BUILD_HINT = (
+    "build it with `python3 python/build_native.py` (needs Go 1.26 and a C compiler) "
+    "from the repository root, or point LOADERX_LIB at a built library"
+)
+
+
+def _library_filename() -> str:
+    if sys.platform == "darwin":
+        return "libloaderx.dylib"
+    if sys.platform == "win32":
+        return "loaderx.dll"
+    return "libloaderx.so"
+
+
+def _load() -> tuple[FFI, Any, str]:
+    """Find, declare and open the library, and check its ABI version."""
+    path = os.environ.get("LOADERX_LIB") or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "lib", _library_filename()
+    )
+    path = os.path.abspath(path)
+    if not os.path.isfile(path):
+        raise ImportError(f"loaderx native library not found at {path}: {_BUILD_HINT}")
+    cdef_path = os.path.join(os.path.dirname(path), "cdef.h")
+    try:
+        with open(cdef_path, encoding="utf-8") as f:
+            cdef = f.read()
+    except OSError as e:
+        raise ImportError(f"loaderx declarations not found at {cdef_path} ({e.strerror}): {_BUILD_HINT}") from None
+    ffi = FFI()
+    ffi.cdef(cdef)
+    try:
+        lib = ffi.dlopen(path)
+    except OSError as e:
+        raise ImportError(f"cannot load the loaderx native library {path}: {e}; {_BUILD_HINT}") from None
+    version = ffi.new("int64_t *")
+    err = ffi.new("char[]", ERRLEN)
+    try:
+        status = lib.lx_abi_version(version, err, ERRLEN)
+    except AttributeError:
+        raise ImportError(f"{path} is not a loaderx library (no lx_abi_version): {_BUILD_HINT}") from None
+    if status != OK or version[0] != ABI_VERSION:
+        raise ImportError(
+            f"{path} implements loaderx ABI version {version[0]}, this binding needs {ABI_VERSION}: {_BUILD_HINT}"
+        )
+    return ffi, lib, path
+
+
+ffi, lib, library_path = _load()
+
+# Hot-path names, bound once.
+_from_buffer = ffi.from_buffer
+_new = ffi.new
+_string = ffi.string
+_I64 = np.dtype(np.int64)
+_I64_ARRAY = ffi.typeof("int64_t[]")
+_CHAR_ARRAY = ffi.typeof("char[]")
+_NULL = ffi.NULL
+_lx_sample = lib.lx_sample
+_lx_store_gather = lib.lx_store_gather
+_lx_store_gather_packed = lib.lx_store_gather_packed
+_lx_store_len = lib.lx_store_len
+
+#: The layout of lx_sample's spec (capi.SampleSpecLen int64 values): mode, n,
+#: batch, seed (as uint64), step, rank, world, out_len.
+_SAMPLE_SPEC = struct.Struct("=qqqQqqqq")
+_pack_spec = _SAMPLE_SPEC.pack_into
+
+
+# --- fork guard --------------------------------------------------------------
+
+_forked = False
+
+
+def _mark_forked() -> None:
+    global _forked
+    _forked = True
+
+
+os.register_at_fork(after_in_child=_mark_forked)
+
+
+# --- per-thread state and errors ----------------------------------------------
+
+_tls = threading.local()
+
+
+class _Context:
+    """Per-thread call state: the error buffer and the reusable sample() arguments."""
+
+    __slots__ = ("err", "cell", "spec", "spec_buf", "out", "out_buf")
+
+    def __init__(self) -> None:
+        self.err = _new(_CHAR_ARRAY, ERRLEN)
+        self.cell = _new("int64_t[1]")  # the out-parameter of scalar getters
+        self.spec = bytearray(_SAMPLE_SPEC.size)
+        self.spec_buf = _from_buffer(_I64_ARRAY, self.spec, True)
+        self.out: Any = None
+        self.out_buf: Any = None
+
+
+def _new_context() -> _Context:
+    ctx = _tls.ctx = _Context()
+    return ctx
+
+
+def _errbuf() -> Any:
+    """This thread's error buffer."""
+    try:
+        return _tls.ctx.err
+    except AttributeError:
+        return _new_context().err
+
+
+def _raise(status: int, err: Any) -> None:
+    """Raise the exception for a failing status, with the library's message."""
+    msg = _string(err).decode("utf-8", "replace")
+    if 0 < status < len(_EXCEPTIONS):
+        raise _EXCEPTIONS[status](msg)
+    raise LoaderxError(f"unknown status {status} from the native library: {msg}")
+
+
+def _check(status: int, err: Any) -> None:
+    if status:
+        _raise(status, err)
+
+
+def _fork_check() -> None:
+    if _forked:
+        raise ForkError(FORK_MESSAGE)
+
+
+# --- argument conversion -------------------------------------------------------
+
+
+def _cstr(value: Any, name: str) -> bytes:
+    """A str argument as UTF-8 bytes for a char* parameter."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    b = value.encode("utf-8")
+    if b"\0" in b:
+        raise ValueError(f"{name} must not contain NUL characters: {value!r}")
+    return b
+
+
+def _cpath(path: Any, name: str = "path") -> bytes:
+    """A path argument (str, bytes or os.PathLike) as bytes for a char* parameter."""
+    try:
+        b = os.fsencode(path)
+    except TypeError:
+        raise TypeError(f"{name} must be a str, bytes or os.PathLike, not {type(path).__name__}") from None
+    if b"\0" in b:
+        raise ValueError(f"{name} must not contain NUL characters: {path!r}")
+    return b
+
+
+def _buffer_error(name: str, obj: Any, exc: BaseException, writable: bool) -> Exception:
+    """The exception to raise when ffi.from_buffer rejected obj."""
+    kind = "a writable C-contiguous buffer" if writable else "a C-contiguous buffer"
+    try:
+        view = memoryview(obj)
+    except TypeError:
+        return TypeError(
+            f"{name} must be {kind} (numpy array, bytearray or memoryview), not {type(obj).__name__}"
+        )
+    if not view.c_contiguous:
+        return ValueError(f"{name} must be C-contiguous")
+    if writable and view.readonly:
+        return ValueError(f"{name} must be writable, but it is read-only")
+    return ValueError(f"{name} is not usable as {kind}: {exc}")
+
+
+def _i64_dtype_error(name: str, arr: Any) -> TypeError:
+    dt = getattr(arr, "dtype", None)
+    if dt is None:
+        return TypeError(f"{name} must be a numpy.ndarray of int64, not {type(arr).__name__}")
+    return TypeError(f"{name} must have dtype int64 (native byte order), not {dt}")
+
+
+def _i64_view(arr: Any, name: str, writable: bool = False) -> Any:
+    """An int64_t[] view of a C-contiguous int64 ndarray."""
+    try:
+        dt = arr.dtype
+    except AttributeError:
+        raise _i64_dtype_error(name, arr) from None
+    if dt is not _I64 and dt != _I64:
+        raise _i64_dtype_error(name, arr)
+    try:
+        return _from_buffer(_I64_ARRAY, arr, writable)
+    except Exception as e:  # BufferError, ValueError or TypeError, by cffi/numpy version
+        raise _buffer_error(name, arr, e, writable) from None
+
+
+def _byte_view(obj: Any, name: str, writable: bool = False) -> Any:
+    """A char[] view of any C-contiguous buffer."""
+    try:
+        return _from_buffer(_CHAR_ARRAY, obj, writable)
+    except Exception as e:
+        raise _buffer_error(name, obj, e, writable) from None
+
+
+def _pack(records: Sequence[Any], name: str) -> tuple[bytes, np.ndarray]:
+    """Pack a list of bytes-like records into one buffer and n+1 offsets."""
+    if isinstance(records, (bytes, bytearray, memoryview, str, np.ndarray)):
+        raise TypeError(f"{name} must be a list of bytes-like records, not {type(records).__name__}")
+    views = []
+    for i, rec in enumerate(records):
+        try:
+            view = memoryview(rec)
+        except TypeError:
+            raise TypeError(f"{name}[{i}] must be bytes-like, not {type(rec).__name__}") from None
+        if not view.c_contiguous:
+            raise ValueError(f"{name}[{i}] must be C-contiguous")
+        views.append(view)
+    offsets = np.zeros(len(views) + 1, dtype=np.int64)
+    if views:
+        np.cumsum(np.fromiter((v.nbytes for v in views), dtype=np.int64, count=len(views)), out=offsets[1:])
+    return b"".join(views), offsets
+
+
+# --- stores --------------------------------------------------------------------
+
+
+def store_create(
+    path: str | os.PathLike[str],
+    codec: str = "zstd",
+    *,
+    dict_tier: str = "balanced",
+    dict_size: int = 0,
+    samples: list[Any] | None = None,
+) -> int:
+    """Create a record store in the directory ``path`` and return its handle.
+
+    ``path`` must not already hold a store (:class:`StoreExistsError`); its
+    parent must exist. ``codec`` is ``"raw"``, ``"zstd"`` or ``"zstd_dict"``.
+    For ``"zstd_dict"`` the dictionary is trained on ``samples`` (a list of
+    bytes-like records, see :func:`dict_sample_budget` for how many bytes are
+    useful) at the given ``dict_tier`` (``"fast"``, ``"balanced"`` or
+    ``"max"``), its size capped at ``dict_size`` bytes when positive; other
+    codecs ignore the samples.
+    """
+    _fork_check()
+    p = _cpath(path)
+    c = _cstr(codec, "codec")
+    t = _cstr(dict_tier, "dict_tier")
+    if isinstance(dict_size, bool) or not isinstance(dict_size, int):
+        raise TypeError(f"dict_size must be an int, not {type(dict_size).__name__}")
+    data, offsets = _pack(samples if samples is not None else [], "samples")
+    handle = _new("int64_t *")
+    err = _errbuf()
+    _check(
+        lib.lx_store_create(
+            p, c, t, dict_size, _byte_view(data, "samples"), len(data),
+            _from_buffer(_I64_ARRAY, offsets), len(offsets) - 1, handle, err, ERRLEN,
+        ),
+        err,
+    )
+    return int(handle[0])
+
+
+def store_open(path: str | os.PathLike[str], *, readonly: bool = False) -> int:
+    """Open the record store in the directory ``path`` and return its handle.
+
+    A store has at most one writable handle at a time (in any process); a
+    second raises :class:`StoreLockedError`. Read-only handles take no lock.
+    """
+    _fork_check()
+    p = _cpath(path)
+    handle = _new("int64_t *")
+    err = _errbuf()
+    _check(lib.lx_store_open(p, 1 if readonly else 0, handle, err, ERRLEN), err)
+    return int(handle[0])
+
+
+def store_close(h: int) -> None:
+    """Close a store handle. Closing a closed handle does nothing."""
+    _fork_check()
+    err = _errbuf()
+    _check(lib.lx_store_close(h, err, ERRLEN), err)
+
+
+def store_len(h: int) -> int:
+    """The number of records in the store."""
+    if _forked:
+        raise ForkError(FORK_MESSAGE)
+    try:
+        ctx = _tls.ctx
+    except AttributeError:
+        ctx = _new_context()
+    status = _lx_store_len(h, ctx.cell, ctx.err, ERRLEN)
+    if status:
+        _raise(status, ctx.err)
+    return ctx.cell[0]
+
+
+def store_codec(h: int) -> str:
+    """The store's codec: ``"raw"``, ``"zstd"`` or ``"zstd_dict"``."""
+    _fork_check()
+    out = _new("int64_t *")
+    err = _errbuf()
+    _check(lib.lx_store_codec(h, out, err, ERRLEN), err)
+    return _codec_name(int(out[0]))
+
+
+def _codec_name(tag: int) -> str:
+    if 0 <= tag < len(CODEC_NAMES):
+        return CODEC_NAMES[tag]
+    raise LoaderxError(f"the store reports an unknown codec tag {tag}")
+
+
+def store_append_packed(h: int, data: Any, offsets: np.ndarray) -> int:
+    """Append ``len(offsets) - 1`` records and return the index of the first.
+
+    ``data`` is any C-contiguous buffer (bytes, bytearray, memoryview or a NumPy
+    array of any dtype, read as bytes); record ``i`` is
+    ``data[offsets[i]:offsets[i+1]]``, so ``offsets`` (int64) must be
+    nondecreasing and within ``data``.
+    """
+    _fork_check()
+    d = _byte_view(data, "data")
+    o = _i64_view(offsets, "offsets")
+    if len(o) == 0:
+        raise ValueError("offsets must hold n+1 values for n records, at least one")
+    first = _new("int64_t *")
+    err = _errbuf()
+    _check(lib.lx_store_append(h, d, len(d), o, len(o) - 1, first, err, ERRLEN), err)
+    return int(first[0])
+
+
+def store_append(h: int, records: Sequence[Any]) -> int:
+    """Append a list of bytes-like records and return the index of the first."""
+    _fork_check()
+    data, offsets = _pack(records, "records")
+    return store_append_packed(h, data, offsets)
+
+
+def store_gather(h: int, indices: np.ndarray, out: Any, stride: int) -> None:
+    """Copy the records at ``indices`` into ``out``, record ``i`` at byte ``i*stride``.
+
+    Every record must be exactly ``stride`` bytes; ``out`` is a writable
+    C-contiguous buffer of at least ``len(indices) * stride`` bytes.
+    """
+    if _forked:
+        raise ForkError(FORK_MESSAGE)
+    try:
+        dt = indices.dtype
+    except AttributeError:
+        raise _i64_dtype_error("indices", indices) from None
+    if dt is not _I64 and dt != _I64:
+        raise _i64_dtype_error("indices", indices)
+    try:
+        ib = _from_buffer(_I64_ARRAY, indices)
+    except Exception as e:
+        raise _buffer_error("indices", indices, e, False) from None
+    try:
+        ob = _from_buffer(_CHAR_ARRAY, out, True)
+    except Exception as e:
+        raise _buffer_error("out", out, e, True) from None
+    try:
+        err = _tls.ctx.err
+    except AttributeError:
+        err = _new_context().err
+    status = _lx_store_gather(h, ib, len(ib), ob, len(ob), stride, err, ERRLEN)
+    if status:
+        _raise(status, err)
+
+
+def store_sizes(h: int, indices: np.ndarray) -> np.ndarray:
+    """The size in bytes of each record at ``indices``, as an int64 array of the same shape."""
+    _fork_check()
+    ib = _i64_view(indices, "indices")
+    sizes = np.empty(np.shape(indices), dtype=np.int64)
+    err = _errbuf()
+    _check(lib.lx_store_sizes(h, ib, len(ib), _from_buffer(_I64_ARRAY, sizes, True), err, ERRLEN), err)
+    return sizes
+
+
+def store_gather_packed(h: int, indices: np.ndarray, out: Any, offsets: np.ndarray) -> None:
+    """Copy the records at ``indices`` into ``out``, record ``i`` at ``out[offsets[i]:offsets[i+1]]``.
+
+    ``offsets`` (int64, ``len(indices) + 1`` values) must give each record
+    exactly its size (see :func:`store_sizes`).
+    """
+    if _forked:
+        raise ForkError(FORK_MESSAGE)
+    ib = _i64_view(indices, "indices")
+    ob = _byte_view(out, "out", True)
+    offs = _i64_view(offsets, "offsets")
+    if len(offs) != len(ib) + 1:
+        raise ValueError(f"offsets must hold len(indices) + 1 = {len(ib) + 1} values, not {len(offs)}")
+    err = _errbuf()
+    status = _lx_store_gather_packed(h, ib, len(ib), ob, len(ob), offs, err, ERRLEN)
+    if status:
+        _raise(status, err)
+
+
+def store_delete(h: int, indices: np.ndarray) -> None:
+    """Delete the records at ``indices`` (distinct). The tail records move into
+    the holes, so other indices may change."""
+    _fork_check()
+    ib = _i64_view(indices, "indices")
+    err = _errbuf()
+    _check(lib.lx_store_delete(h, ib, len(ib), err, ERRLEN), err)
+
+
+def store_compact(h: int) -> None:
+    """Reclaim the space of deleted records. Needs exclusive access to the store."""
+    _fork_check()
+    err = _errbuf()
+    _check(lib.lx_store_compact(h, err, ERRLEN), err)
+
+
+def store_stats(h: int) -> dict[str, Any]:
+    """Store statistics: ``length``, ``live_bytes``, ``chunk_bytes``,
+    ``logical_bytes``, ``codec`` (a name), ``dict_bytes`` and ``chunks``."""
+    _fork_check()
+    out = _new("int64_t[]", len(STATS_FIELDS))
+    err = _errbuf()
+    _check(lib.lx_store_stats(h, out, len(STATS_FIELDS), err, ERRLEN), err)
+    stats: dict[str, Any] = {name: int(out[i]) for i, name in enumerate(STATS_FIELDS)}
+    stats["codec"] = _codec_name(stats["codec"])
+    return stats
+
+
+def store_sync(h: int) -> None:
+    """Make every record appended so far durable."""
+    _fork_check()
+    err = _errbuf()
+    _check(lib.lx_store_sync(h, err, ERRLEN), err)
+
+
+def codec_code(name: str) -> int:
+    """The on-disk tag of the codec called ``name`` (ValueError if there is none)."""
+    _fork_check()
+    out = _new("int64_t *")
+    err = _errbuf()
+    _check(lib.lx_codec_code(_cstr(name, "codec"), out, err, ERRLEN), err)
+    return int(out[0])
+
+
+def dict_sample_budget(tier: str) -> int:
+    """How many bytes of samples a dictionary of ``tier`` trains on."""
+    _fork_check()
+    out = _new("int64_t *")
+    err = _errbuf()
+    _check(lib.lx_dict_sample_budget(_cstr(tier, "tier"), out, err, ERRLEN), err)
+    return int(out[0])
+
+
+# --- schema --------------------------------------------------------------------
+
+
+def schema_write(path: str | os.PathLike[str], kind: str, dtype: str, shape: tuple[int, ...]) -> None:
+    """Write ``path/schema.msgpack``: ``kind`` (``"dense"`` or ``"ragged"``), the
+    NumPy dtype string ``dtype`` (``numpy.dtype.str``, such as ``"<f4"``) and
+    the item ``shape``. The directory must exist; an existing schema is
+    replaced atomically."""
+    _fork_check()
+    p = _cpath(path)
+    k = _cstr(kind, "kind")
+    t = _cstr(dtype, "dtype")
+    try:
+        dims = [int(d) for d in shape]
+    except TypeError:
+        raise TypeError(f"shape must be a sequence of ints, not {type(shape).__name__}") from None
+    s = _new("int64_t[]", dims) if dims else _NULL
+    err = _errbuf()
+    _check(lib.lx_schema_write(p, k, t, s, len(dims), err, ERRLEN), err)
+
+
+def schema_read(path: str | os.PathLike[str]) -> tuple[str, str, tuple[int, ...]]:
+    """Read ``path/schema.msgpack`` and return ``(kind, dtype, shape)``."""
+    _fork_check()
+    p = _cpath(path)
+    kind = _new("char[]", 32)
+    dtype = _new("char[]", 64)
+    shape = _new("int64_t[]", MAX_DIMS)
+    ndim = _new("int64_t *")
+    err = _errbuf()
+    _check(lib.lx_schema_read(p, kind, len(kind), dtype, len(dtype), shape, MAX_DIMS, ndim, err, ERRLEN), err)
+    return (
+        _string(kind).decode("utf-8"),
+        _string(dtype).decode("utf-8"),
+        tuple(int(shape[i]) for i in range(ndim[0])),
+    )
+
+
+# --- sampler and threads -------------------------------------------------------
+
+
+def _mode_number(mode: str) -> int:
+    """Look a sampler mode name up in the library (the slow path of sample)."""
+    _fork_check()
+    out = _new("int64_t *")
+    err = _errbuf()
+    _check(lib.lx_sampler_mode(_cstr(mode, "mode"), out, err, ERRLEN), err)
+    return int(out[0])
+
+
+def sample(
+    mode: str,
+    n: int,
+    batch_size: int,
+    seed: int,
+    step: int,
+    rank: int,
+    world: int,
+    out: np.ndarray,
+) -> np.ndarray:
+    """Fill ``out[:batch_size]`` with the indices of one step and return ``out``.
+
+    ``mode`` is ``"sequential"``, ``"iid"`` or ``"cyclic"``; indices lie in
+    ``[0, n)``; ``seed`` is an unsigned 64-bit integer; ``rank`` of ``world``
+    names this process's shard. ``out`` is a writable C-contiguous int64 array
+    of at least ``batch_size`` values. The result is a pure function of the
+    arguments.
+
+    Each thread remembers the last ``out`` it was given (and keeps it alive
+    until its next call), so filling the same array step after step skips the
+    buffer checks.
+    """
+    if _forked:
+        raise ForkError(FORK_MESSAGE)
+    m = SAMPLER_MODES.get(mode)
+    if m is None:
+        m = _mode_number(mode)
+    try:
+        ctx = _tls.ctx
+    except AttributeError:
+        ctx = _new_context()
+    if out is ctx.out:
+        buf = ctx.out_buf
+    else:
+        buf = _sample_out(ctx, out)
+    try:
+        _pack_spec(ctx.spec, 0, m, n, batch_size, seed, step, rank, world, len(buf))
+    except struct.error:
+        raise _spec_error(n=n, batch_size=batch_size, seed=seed, step=step, rank=rank, world=world) from None
+    status = _lx_sample(ctx.spec_buf, buf, ctx.err, ERRLEN)
+    if status:
+        _raise(status, ctx.err)
+    return out
+
+
+def _sample_out(ctx: _Context, out: Any) -> Any:
+    """Check sample()'s out array and make it the thread's current one."""
+    buf = _i64_view(out, "out", True)
+    ctx.out, ctx.out_buf = out, buf
+    return buf
+
+
+def _spec_error(**args: Any) -> Exception:
+    """The exception for sample() arguments that do not fit their C types."""
+    for name, value in args.items():
+        if isinstance(value, bool) or not hasattr(value, "__index__"):
+            return TypeError(f"{name} must be an int, not {type(value).__name__}")
+    for name, value in args.items():
+        lo, hi = (0, 2**64 - 1) if name == "seed" else (-(2**63), 2**63 - 1)
+        if not lo <= int(value) <= hi:
+            return OverflowError(f"{name} = {value} does not fit in {'uint64' if name == 'seed' else 'int64'}")
+    return ValueError(f"invalid sample() arguments: {args}")
+
+
+def set_threads(n: int) -> None:
+    """Set how many threads one store operation may use (0: the library's default)."""
+    _fork_check()
+    err = _errbuf()
+    _check(lib.lx_set_threads(n, err, ERRLEN), err)
+
+
+def get_threads() -> int:
+    """How many threads one store operation may use."""
+    _fork_check()
+    out = _new("int64_t *")
+    err = _errbuf()
+    _check(lib.lx_get_threads(out, err, ERRLEN), err)
+    return int(out[0])

@@ -1,0 +1,500 @@
+"""Write NumPy data into a loaderx store.
+
+:func:`from_numpy` turns an array into a *dense* store, one record per slice
+along axis 0. :func:`from_iterator` turns a stream of arrays whose first axis
+varies into a *ragged* store. Both stream the input in bounded pieces, so an
+array opened with ``np.load(..., mmap_mode='r')`` is never materialised, and
+both record a ``schema.msgpack`` (kind, dtype, item shape) next to the data.
+
+A conversion interrupted with Ctrl-C stops at the next piece boundary and
+leaves a valid store holding every record written so far, then re-raises
+:class:`KeyboardInterrupt`.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import shutil
+import time
+from typing import Any, Iterable, List, Optional, Tuple
+
+import numpy as np
+
+from loaderx import _native
+from loaderx._progress import Progress
+from loaderx.errors import StoreExistsError
+from loaderx.zrecord import _as_int, _check_codec
+
+__all__ = ["from_numpy", "from_iterator", "DICT_TIERS"]
+
+#: Dictionary training tiers for ``codec="zstd_dict"``: how much data trains the
+#: dictionary ("fast" < "balanced" < "max").
+DICT_TIERS = ("fast", "balanced", "max")
+
+#: The largest record a store accepts, in bytes.
+MAX_RECORD_BYTES = 1 << 31
+
+# Files a store directory may hold; overwrite=True removes a directory only if
+# it holds a meta.zr and nothing outside this list.
+_STORE_FILE = re.compile(
+    r"^(meta\.zr|dict\.zr|schema\.msgpack|delete\.intent|compact\.journal|\d+\.loc|\d+\.chunk"
+    r"|\.schema\.msgpack\..*\.tmp)$"
+)
+_MAX_DICT_SAMPLES = 100_000
+_MAX_PIECE_RECORDS = 1 << 20
+_FIRST_PIECE_BYTES = 4 << 20
+_PIECE_SECONDS = 0.25
+_MAX_GROUP_RECORDS = 65_536
+
+
+# ---------------------------------------------------------------------------
+# validation
+
+
+def _check_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype to store: fixed-size numeric or bool, in native byte order."""
+    if dtype.fields is not None or dtype.subdtype is not None or dtype.kind not in "biufc":
+        raise TypeError(
+            f"cannot store dtype {dtype!r} ({dtype.str!r}): records must have a fixed-size "
+            "numeric or bool dtype (bool, int8-int64, uint8-uint64, float16-float64, "
+            "complex64/complex128)"
+        )
+    return _native_order(dtype)
+
+
+def _native_order(dtype: np.dtype) -> np.dtype:
+    return dtype.newbyteorder("=") if dtype.byteorder not in ("=", "|") else dtype
+
+
+def _check_options(
+    codec: Any, dict_tier: Any, dict_size: Any, piece_bytes: Any, piece_name: str, progress: Any
+) -> Tuple[int, int]:
+    _check_codec(codec)
+    if dict_tier not in DICT_TIERS:
+        raise ValueError(
+            f"dict_tier must be one of {', '.join(map(repr, DICT_TIERS))}; got {dict_tier!r}"
+        )
+    if dict_size is None:
+        size = 0
+    else:
+        if codec != "zstd_dict":
+            raise ValueError(f"dict_size applies to codec 'zstd_dict' only, not {codec!r}")
+        size = _as_int(dict_size, "dict_size")
+        if size <= 0:
+            raise ValueError(f"dict_size must be positive, got {dict_size!r}")
+    piece = _as_int(piece_bytes, piece_name)
+    if piece <= 0:
+        raise ValueError(f"{piece_name} must be positive, got {piece_bytes!r}")
+    if progress not in (None, True, False):
+        raise TypeError(f"progress must be None, True or False, got {progress!r}")
+    return size, piece
+
+
+def _prepare_path(path: str, overwrite: bool) -> None:
+    """Refuse to write over anything but an empty directory or, with
+    ``overwrite=True``, a previous store."""
+    if not os.path.lexists(path):
+        return
+    if os.path.islink(path) or not os.path.isdir(path):
+        raise StoreExistsError(f"{path!r} already exists and is not a directory")
+    entries = os.listdir(path)
+    if not entries:
+        return
+    if not overwrite:
+        raise StoreExistsError(
+            f"{path!r} already exists and is not empty; pass overwrite=True to replace "
+            "a previous loaderx store"
+        )
+    if "meta.zr" not in entries:
+        raise StoreExistsError(
+            f"{path!r} is not a loaderx store (it has no meta.zr); overwrite=True only "
+            "replaces a previous store"
+        )
+    foreign = sorted(
+        e for e in entries if not _STORE_FILE.match(e) or not os.path.isfile(os.path.join(path, e))
+    )
+    if foreign:
+        raise StoreExistsError(
+            f"{path!r} holds files that are not part of a loaderx store ({', '.join(foreign[:5])}"
+            f"{', ...' if len(foreign) > 5 else ''}); refusing to overwrite it"
+        )
+    shutil.rmtree(path)
+
+
+def _create_store(
+    path: str, codec: str, dict_tier: str, dict_size: int, samples: Optional[List[bytes]]
+) -> int:
+    if codec != "zstd_dict":
+        return _native.store_create(path, codec)
+    try:
+        return _native.store_create(
+            path, codec, dict_tier=dict_tier, dict_size=dict_size, samples=samples
+        )
+    except ValueError as e:
+        if "dictionary" not in str(e):
+            raise
+        raise ValueError(
+            f"codec 'zstd_dict' could not train a dictionary on {len(samples or ())} sampled "
+            f"records ({e}); records that share no content gain nothing from one, so use "
+            "codec='zstd'"
+        ) from e
+
+
+def _next_piece_rows(rows: int, written: int, elapsed: float, max_rows: int) -> int:
+    """The size of the next piece: aim at _PIECE_SECONDS per append, growing
+    at most 2x per piece, within [1, max_rows]."""
+    if written < rows:  # the last, short piece says little
+        return rows
+    if elapsed <= 0:
+        return min(max_rows, rows * 2)
+    want = int(rows * _PIECE_SECONDS / elapsed)
+    return max(1, min(max_rows, rows * 2, want))
+
+
+def _finish(handle: int, failed: bool) -> None:
+    """Sync and close; while an exception is propagating, never mask it."""
+    if failed:
+        try:
+            _native.store_sync(handle)
+        finally:
+            _native.store_close(handle)
+    else:
+        _native.store_sync(handle)
+        _native.store_close(handle)
+
+
+# ---------------------------------------------------------------------------
+# releasing pages of a memory-mapped source
+
+
+class _PageReleaser:
+    """Drops the pages of an ``np.memmap`` source once a piece is written.
+
+    Pages of a file mapping count towards the resident set as long as they
+    stay mapped, so reading a large ``.npy`` through ``mmap_mode='r'`` would
+    grow the process to the file's size. ``MADV_DONTNEED`` unmaps them again
+    (the data stays in the page cache). Only shared mappings are touched:
+    on a copy-on-write mapping (mode 'c') it would discard the caller's edits.
+    """
+
+    def __init__(self, array: np.ndarray) -> None:
+        self._mm = None
+        mm = getattr(array, "_mmap", None)
+        if (
+            isinstance(array, np.memmap)
+            and mm is not None
+            and getattr(array, "mode", None) in ("r", "r+", "w+")
+            and hasattr(mm, "madvise")
+            and hasattr(mmap, "MADV_DONTNEED")
+        ):
+            try:
+                probe = np.frombuffer(mm, dtype=np.uint8)
+                self._base = int(probe.__array_interface__["data"][0])
+                self._size = len(mm)
+                del probe
+                self._mm = mm
+            except (TypeError, ValueError, BufferError):
+                self._mm = None
+
+    def release(self, piece: np.ndarray) -> None:
+        mm = self._mm
+        if mm is None or piece.size == 0:
+            return
+        lo = hi = int(piece.__array_interface__["data"][0])
+        for extent, stride in zip(piece.shape, piece.strides):
+            if stride < 0:
+                lo += stride * (extent - 1)
+            else:
+                hi += stride * (extent - 1)
+        hi += piece.itemsize
+        start, stop = lo - self._base, hi - self._base
+        if start < 0 or stop > self._size:
+            return
+        page = mmap.PAGESIZE
+        start -= start % page
+        stop = min(-(-stop // page) * page, self._size)
+        try:
+            mm.madvise(mmap.MADV_DONTNEED, start, stop - start)
+        except (OSError, ValueError):
+            self._mm = None
+
+
+# ---------------------------------------------------------------------------
+
+
+def from_numpy(
+    path: "str | os.PathLike[str]",
+    array: Any,
+    codec: str = "zstd",
+    *,
+    dict_tier: str = "balanced",
+    dict_size: Optional[int] = None,
+    chunk_bytes: int = 64 << 20,
+    progress: Optional[bool] = None,
+    overwrite: bool = False,
+) -> None:
+    """Write ``array`` to a new dense store at ``path``, one record per slice
+    along axis 0 (a 1-D array becomes a dataset of scalars).
+
+    Args:
+        path: the store directory to create. It must not exist or be empty.
+        array: an array (or anything ``np.asarray`` accepts) with at least one
+            dimension and a fixed-size numeric or bool dtype. An ``np.memmap``
+            is read piece by piece and its pages are released as it goes.
+            Byte-swapped data is stored in native byte order.
+        codec: ``"zstd"`` (default; each record compressed on its own),
+            ``"raw"`` (no compression) or ``"zstd_dict"`` (records compressed
+            against one dictionary trained on a strided sample of them).
+        dict_tier: for ``"zstd_dict"``, how much data trains the dictionary:
+            ``"fast"``, ``"balanced"`` (default) or ``"max"``.
+        dict_size: for ``"zstd_dict"``, an upper bound on the dictionary size
+            in bytes; by default it adapts to the data.
+        chunk_bytes: the largest piece handed to the store in one call; it
+            bounds the extra memory the conversion needs. Pieces start
+            smaller and are sized to take about a quarter second each, so
+            Ctrl-C is honoured promptly whatever the codec.
+        progress: draw a progress line on stderr: None (default) when stderr
+            is a terminal, True or False to force.
+        overwrite: replace a previous loaderx store at ``path``. Only a
+            directory that holds a ``meta.zr`` and nothing but store files is
+            ever removed.
+
+    Raises:
+        TypeError: unsupported dtype (object, str, void, structured, ...).
+        ValueError: a 0-d array, a bad option, or a record over 2 GiB.
+        loaderx.errors.StoreExistsError: ``path`` exists and is not empty.
+        KeyboardInterrupt: re-raised after closing a valid, shorter store.
+
+    Example::
+
+        from_numpy("train_data", np.load("data.npy", mmap_mode="r"))
+        DenseDataset("train_data").shape   # == the array's shape
+    """
+    path = os.fspath(path)
+    dict_size_n, chunk = _check_options(
+        codec, dict_tier, dict_size, chunk_bytes, "chunk_bytes", progress
+    )
+    if not isinstance(array, np.ndarray):
+        array = np.asarray(array)
+    target = _check_dtype(array.dtype)
+    if array.ndim == 0:
+        raise ValueError(
+            "from_numpy needs an array with at least one dimension (records are its "
+            f"slices along axis 0); got a 0-d array {array!r}"
+        )
+    n = int(array.shape[0])
+    item_shape = tuple(int(d) for d in array.shape[1:])
+    item_nbytes = int(np.prod(item_shape, dtype=np.int64)) * target.itemsize
+    if item_nbytes > MAX_RECORD_BYTES:
+        raise ValueError(
+            f"a record of shape {item_shape} and dtype {target} is {item_nbytes} bytes; "
+            f"a record may be at most {MAX_RECORD_BYTES} bytes (2 GiB)"
+        )
+    if codec == "zstd_dict":
+        if n == 0:
+            raise ValueError("codec 'zstd_dict' needs at least one record to train the dictionary on")
+    _prepare_path(path, overwrite)
+
+    samples = None
+    if codec == "zstd_dict":
+        budget = int(_native.dict_sample_budget(dict_tier))
+        count = min(n, max(1, budget // max(item_nbytes, 1)), _MAX_DICT_SAMPLES)
+        picks = np.unique(np.linspace(0, n - 1, count).round().astype(np.int64))
+        samples = [np.ascontiguousarray(array[i], dtype=target).tobytes() for i in picks.tolist()]
+
+    # Pieces are sized by time as well as bytes: each should take about
+    # _PIECE_SECONDS, so Ctrl-C is honoured promptly even with a slow codec,
+    # and never exceed chunk_bytes (the memory bound) or _MAX_PIECE_RECORDS
+    # (the offsets array costs 8 bytes per record).
+    max_rows = max(1, min(chunk // max(item_nbytes, 1), _MAX_PIECE_RECORDS))
+    rows = max(1, min(max_rows, _FIRST_PIECE_BYTES // max(item_nbytes, 1)))
+    offsets = np.arange(min(max_rows, max(n, 1)) + 1, dtype=np.int64) * item_nbytes
+    releaser = _PageReleaser(array)
+    bar = Progress(f"from_numpy {path}", n, n * item_nbytes, enabled=progress)
+
+    handle = _create_store(path, codec, dict_tier, dict_size_n, samples)
+    del samples
+    failed = True
+    try:
+        _native.schema_write(path, "dense", target.str, item_shape)
+        start = 0
+        while start < n:
+            stop = min(n, start + rows)
+            src = array[start:stop]
+            piece = np.ascontiguousarray(src, dtype=target)
+            m = stop - start
+            t0 = time.perf_counter()
+            _native.store_append_packed(handle, piece.reshape(-1).view(np.uint8), offsets[: m + 1])
+            elapsed = time.perf_counter() - t0
+            del piece
+            releaser.release(src)
+            del src
+            bar.update(m, m * item_nbytes)
+            start = stop
+            rows = _next_piece_rows(rows, m, elapsed, max_rows)
+        failed = False
+    finally:
+        bar.close()
+        _finish(handle, failed)
+
+
+def from_iterator(
+    path: "str | os.PathLike[str]",
+    arrays: Iterable[Any],
+    codec: str = "zstd",
+    *,
+    dict_tier: str = "balanced",
+    dict_size: Optional[int] = None,
+    group_bytes: int = 16 << 20,
+    progress: Optional[bool] = None,
+    overwrite: bool = False,
+) -> None:
+    """Write a stream of arrays to a new ragged store at ``path``, one record
+    per array.
+
+    Every array must have the same dtype and the same trailing shape
+    (``shape[1:]``); the first axis is the one that varies, and may be 0. The
+    schema records ``kind="ragged"`` and the trailing shape. Records are
+    appended in groups of about ``group_bytes`` bytes, so memory stays bounded
+    whatever the length of the stream.
+
+    Args:
+        path: the store directory to create; it must not exist or be empty.
+        arrays: any iterable of arrays (or ``np.asarray``-able values) with at
+            least one dimension. Consumed once.
+        codec: ``"zstd"``, ``"raw"`` or ``"zstd_dict"``; with ``"zstd_dict"``
+            the dictionary trains on the first records of the stream, about
+            the tier's sample budget of them.
+        dict_tier: see :func:`from_numpy`.
+        dict_size: see :func:`from_numpy`.
+        group_bytes: the size of each append group.
+        progress: see :func:`from_numpy`.
+        overwrite: see :func:`from_numpy`.
+
+    Raises:
+        TypeError: an unsupported dtype, or an array whose dtype differs from
+            the first one's.
+        ValueError: an empty stream, a 0-d array, or an array whose trailing
+            shape differs from the first one's.
+        loaderx.errors.StoreExistsError: ``path`` exists and is not empty.
+
+    Example::
+
+        from_iterator("tokens", [np.arange(n, dtype=np.int32) for n in (3, 1, 4)])
+        RaggedDataset("tokens")[2]      # array([0, 1, 2, 3], dtype=int32)
+    """
+    path = os.fspath(path)
+    dict_size_n, group = _check_options(
+        codec, dict_tier, dict_size, group_bytes, "group_bytes", progress
+    )
+    _prepare_path(path, overwrite)
+    try:
+        total = len(arrays)  # type: ignore[arg-type]
+    except TypeError:
+        total = None
+    it = iter(arrays)
+
+    state: dict = {}
+
+    def check(i: int, value: Any) -> np.ndarray:
+        a = value if isinstance(value, np.ndarray) else np.asarray(value)
+        if not state:
+            target = _check_dtype(a.dtype)
+            if a.ndim == 0:
+                raise ValueError(
+                    f"record {i} is a 0-d array; ragged records vary along their first axis"
+                )
+            trailing = tuple(int(d) for d in a.shape[1:])
+            row = int(np.prod(trailing, dtype=np.int64)) * target.itemsize
+            if row == 0:
+                raise ValueError(
+                    f"record {i} has trailing shape {trailing} with a zero dimension: every "
+                    "record would be empty and its length could not be read back"
+                )
+            state.update(dtype=target, source=a.dtype, trailing=trailing, row=row)
+        elif a.dtype != state["source"] and _native_order(a.dtype) != state["dtype"]:
+            raise TypeError(
+                f"record {i} has dtype {a.dtype}, but the first record fixed the dtype "
+                f"to {state['dtype']}"
+            )
+        if a.ndim == 0:
+            raise ValueError(f"record {i} is a 0-d array; ragged records vary along their first axis")
+        if a.shape[1:] != state["trailing"]:
+            raise ValueError(
+                f"record {i} has shape {a.shape}, whose trailing shape {a.shape[1:]} differs "
+                f"from the first record's {state['trailing']}"
+            )
+        if a.nbytes > MAX_RECORD_BYTES:
+            raise ValueError(f"record {i} is {a.nbytes} bytes; a record may be at most 2 GiB")
+        return np.ascontiguousarray(a, dtype=state["dtype"])
+
+    pending: List[np.ndarray] = []
+    count = 0
+    first = next(it, _END)
+    if first is _END:
+        raise ValueError("from_iterator needs at least one array to fix the dtype and trailing shape")
+    pending.append(check(0, first))
+    count = 1
+    del first
+
+    samples = None
+    if codec == "zstd_dict":
+        budget = int(_native.dict_sample_budget(dict_tier))
+        buffered = pending[0].nbytes
+        while buffered < budget and len(pending) < _MAX_DICT_SAMPLES:
+            value = next(it, _END)
+            if value is _END:
+                break
+            rec = check(count, value)
+            count += 1
+            pending.append(rec)
+            buffered += rec.nbytes
+        samples = [r.tobytes() for r in pending]
+
+    handle = _create_store(path, codec, dict_tier, dict_size_n, samples)
+    del samples
+    bar = Progress(f"from_iterator {path}", total, None, enabled=progress)
+    failed = True
+    try:
+        _native.schema_write(path, "ragged", state["dtype"].str, state["trailing"])
+        pending_bytes = sum(r.nbytes for r in pending)
+        while True:
+            value = next(it, _END)
+            done = value is _END
+            if not done:
+                rec = check(count, value)
+                count += 1
+                pending.append(rec)
+                pending_bytes += rec.nbytes
+                del value, rec
+            if pending and (
+                done or pending_bytes >= group or len(pending) >= _MAX_GROUP_RECORDS
+            ):
+                _append_group(handle, pending)
+                bar.update(len(pending), pending_bytes)
+                pending = []
+                pending_bytes = 0
+            if done:
+                break
+        failed = False
+    finally:
+        bar.close()
+        _finish(handle, failed)
+
+
+_END = object()
+
+
+def _append_group(handle: int, records: List[np.ndarray]) -> None:
+    sizes = np.fromiter((r.nbytes for r in records), dtype=np.int64, count=len(records))
+    offsets = np.empty(len(records) + 1, dtype=np.int64)
+    offsets[0] = 0
+    np.cumsum(sizes, out=offsets[1:])
+    data = np.empty(int(offsets[-1]), dtype=np.uint8)
+    bounds = offsets.tolist()
+    for k, r in enumerate(records):
+        if r.nbytes:
+            data[bounds[k] : bounds[k + 1]] = r.reshape(-1).view(np.uint8)
+    _native.store_append_packed(handle, data, offsets)

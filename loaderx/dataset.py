@@ -1,0 +1,392 @@
+"""Typed views of a store: :class:`DenseDataset` and :class:`RaggedDataset`.
+
+A dense store (written by :func:`loaderx.converter.from_numpy`) holds records
+of one fixed item shape, so a batch is a single fixed-stride gather into an
+array of shape ``(B, *item_shape)``. A ragged store (written by
+:func:`loaderx.converter.from_iterator`) holds records whose first axis
+varies; a batch comes back as a list of arrays, and :func:`pad` turns such a
+list into a dense array when needed.
+
+Both open the store read-only; gathers from many threads at once are safe and
+release the GIL for the copy.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from loaderx import _native
+from loaderx.errors import ClosedError, CorruptStoreError
+from loaderx.zrecord import _as_indices, _normalize_index, _packed_offsets
+
+__all__ = ["DenseDataset", "RaggedDataset", "pad"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+IndexLike = Union[int, Sequence[int], np.ndarray, slice]
+
+_ITER_BYTES = 4 << 20  # iteration reads this much per native call
+
+
+def _read_schema(path: str, cls: str, want: str) -> Tuple[np.dtype, Tuple[int, ...]]:
+    if not os.path.isdir(path):
+        raise FileNotFoundError(errno.ENOENT, f"no loaderx store at {path!r}", path)
+    try:
+        kind, dtype_str, shape = _native.schema_read(path)
+    except FileNotFoundError:
+        if os.path.exists(os.path.join(path, "meta.zr")):
+            raise ValueError(
+                f"{path!r} is a record store without a schema.msgpack, so it holds raw "
+                "bytes rather than arrays; open it with loaderx.zrecord.Zrecord"
+            ) from None
+        raise FileNotFoundError(
+            errno.ENOENT, f"{path!r} is not a loaderx store (no meta.zr)", path
+        ) from None
+    if kind != want:
+        other = {"dense": "DenseDataset", "ragged": "RaggedDataset"}.get(kind)
+        hint = f"; open it with {other}" if other else ""
+        raise ValueError(f"{path!r} is a {kind!r} store, not a {want!r} one{hint}")
+    try:
+        dtype = np.dtype(dtype_str)
+    except TypeError:
+        raise CorruptStoreError(f"{path!r}: schema dtype {dtype_str!r} is not a NumPy dtype") from None
+    return dtype, tuple(int(d) for d in shape)
+
+
+class _StoreView:
+    """What both dataset kinds share: the handle, its lifetime, the schema."""
+
+    _kind = ""
+
+    def __init__(self, path: PathLike) -> None:
+        self._handle: Optional[int] = None
+        self._path = os.fspath(path)
+        self._dtype, self._item_shape = _read_schema(self._path, type(self).__name__, self._kind)
+        self._handle = _native.store_open(self._path, readonly=True)
+        self._codec = str(_native.store_codec(self._handle))
+
+    @property
+    def _h(self) -> int:
+        h = self._handle
+        if h is None:
+            raise ClosedError(f"{type(self).__name__}({self._path!r}) is closed")
+        return h
+
+    @property
+    def path(self) -> str:
+        """The store directory."""
+        return self._path
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The dtype of every element."""
+        return self._dtype
+
+    @property
+    def codec(self) -> str:
+        """The codec the store was written with: "raw", "zstd" or "zstd_dict"."""
+        return self._codec
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has been called."""
+        return self._handle is None
+
+    def __len__(self) -> int:
+        return int(_native.store_len(self._h))
+
+    def stats(self) -> dict:
+        """Storage figures of the underlying store (see :meth:`Zrecord.stats`)."""
+        return dict(_native.store_stats(self._h))
+
+    def close(self) -> None:
+        """Close the store. Safe to call twice; any later read raises
+        :class:`loaderx.errors.ClosedError`."""
+        h, self._handle = self._handle, None
+        if h is not None:
+            _native.store_close(h)
+
+    def __enter__(self):  # type: ignore[no-untyped-def]
+        self._h  # raises if closed
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        # Reopen by path: handles do not survive a process boundary.
+        return (type(self), (self._path,))
+
+
+class DenseDataset(_StoreView):
+    """A dense store: every record is one array of :attr:`item_shape`.
+
+    Indexing reads from the store; nothing is cached::
+
+        ds = DenseDataset("train_data")
+        ds[3]            # one record, shape item_shape
+        ds[-1]           # negative indices count from the end
+        ds[[0, 5, 2]]    # (3, *item_shape), one native gather
+        ds[10:20]        # slices too
+        ds.gather(idx, out=buf)   # fill a caller array, no allocation
+
+    Args:
+        path: a store written by :func:`loaderx.converter.from_numpy`.
+
+    Raises:
+        FileNotFoundError: nothing (or no store) at ``path``.
+        ValueError: the store is ragged, or has no schema (a raw Zrecord).
+    """
+
+    _kind = "dense"
+
+    def __init__(self, path: PathLike) -> None:
+        super().__init__(path)
+        self._stride = int(np.prod(self._item_shape, dtype=np.int64)) * self._dtype.itemsize
+
+    @property
+    def item_shape(self) -> Tuple[int, ...]:
+        """The shape of one record."""
+        return self._item_shape
+
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        """``(len(self), *item_shape)``: the shape of the whole dataset."""
+        return (len(self),) + self._item_shape
+
+    @property
+    def ndim(self) -> int:
+        """``len(self.shape)``."""
+        return 1 + len(self._item_shape)
+
+    @property
+    def nbytes_per_item(self) -> int:
+        """The size of one record in bytes."""
+        return self._stride
+
+    def __repr__(self) -> str:
+        if self._handle is None:
+            return f"DenseDataset({self._path!r}, closed)"
+        return (
+            f"DenseDataset({self._path!r}, len={len(self)}, dtype={self._dtype}, "
+            f"item_shape={self._item_shape}, codec={self._codec!r})"
+        )
+
+    def _gather_unchecked(self, indices: np.ndarray, out: np.ndarray) -> None:
+        """Fill ``out`` from valid, C-contiguous int64 ``indices``: the loader's
+        path, one native call with the GIL released."""
+        if self._stride and indices.size:
+            _native.store_gather(self._h, indices, out, self._stride)
+
+    def __getitem__(self, key: IndexLike) -> np.ndarray:
+        h = self._h
+        if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
+            i = _normalize_index(int(key), int(_native.store_len(h)), "DenseDataset")
+            out = np.empty(self._item_shape, dtype=self._dtype)
+            self._gather_unchecked(np.array([i], dtype=np.int64), out)
+            return out
+        if isinstance(key, tuple):
+            raise TypeError(
+                "DenseDataset indexes records along axis 0 only; got a tuple key "
+                f"{key!r}: index the records first, then slice the returned array"
+            )
+        idx, shape = _as_indices(key, int(_native.store_len(h)), "DenseDataset")
+        out = np.empty(shape + self._item_shape, dtype=self._dtype)
+        self._gather_unchecked(idx, out)
+        return out
+
+    def gather(self, indices: IndexLike, out: Optional[np.ndarray] = None) -> np.ndarray:
+        """Read the records at ``indices`` into ``out`` (allocated if None).
+
+        Args:
+            indices: integers (negative ones count from the end), an int
+                array, a slice or a boolean mask.
+            out: an array of shape ``(len(indices), *item_shape)`` and this
+                dataset's dtype, C-contiguous and writable. It is filled in
+                place with one native call and returned.
+
+        Raises:
+            IndexError: an index is out of range (the message names it).
+            TypeError: ``out`` is not an array or has the wrong dtype.
+            ValueError: ``out`` has the wrong shape, is not C-contiguous or is
+                read-only.
+        """
+        idx, shape = _as_indices(indices, int(_native.store_len(self._h)), "DenseDataset")
+        want = shape + self._item_shape
+        if out is None:
+            out = np.empty(want, dtype=self._dtype)
+        else:
+            if not isinstance(out, np.ndarray):
+                raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+            if out.dtype != self._dtype:
+                raise TypeError(f"out has dtype {out.dtype}, but the dataset's dtype is {self._dtype}")
+            if out.shape != want:
+                raise ValueError(f"out has shape {out.shape}, but the batch needs shape {want}")
+            if not out.flags.c_contiguous:
+                raise ValueError("out must be C-contiguous")
+            if not out.flags.writeable:
+                raise ValueError("out is read-only")
+        self._gather_unchecked(idx, out)
+        return out
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        """Yield the records in order, reading a few MiB per native call."""
+        n = len(self)
+        block = max(1, _ITER_BYTES // max(self._stride, 1))
+        for start in range(0, n, block):
+            batch = self[start : min(n, start + block)]
+            yield from batch
+
+
+class RaggedDataset(_StoreView):
+    """A ragged store: record ``i`` is an array of shape ``(L_i, *item_shape)``
+    where the first axis ``L_i`` varies from record to record.
+
+    ::
+
+        rs = RaggedDataset("tokens")
+        rs[2]                # one array
+        rs[[0, 2, 4]]        # a list of arrays, one packed native gather
+        padded, lengths = pad(rs[[0, 2, 4]])
+
+    The arrays of one batch are views into a single buffer read in one call.
+
+    Args:
+        path: a store written by :func:`loaderx.converter.from_iterator`.
+
+    Raises:
+        FileNotFoundError: nothing (or no store) at ``path``.
+        ValueError: the store is dense, or has no schema (a raw Zrecord).
+    """
+
+    _kind = "ragged"
+
+    def __init__(self, path: PathLike) -> None:
+        super().__init__(path)
+        self._row = int(np.prod(self._item_shape, dtype=np.int64)) * self._dtype.itemsize
+
+    @property
+    def item_shape(self) -> Tuple[int, ...]:
+        """The trailing shape shared by every record (everything but axis 0)."""
+        return self._item_shape
+
+    def __repr__(self) -> str:
+        if self._handle is None:
+            return f"RaggedDataset({self._path!r}, closed)"
+        return (
+            f"RaggedDataset({self._path!r}, len={len(self)}, dtype={self._dtype}, "
+            f"item_shape={self._item_shape}, codec={self._codec!r})"
+        )
+
+    def _rows(self, sizes: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        if self._row == 0:
+            return np.zeros_like(sizes)
+        rows, rem = np.divmod(sizes, self._row)
+        if rem.any():
+            k = int(np.argmax(rem != 0))
+            raise CorruptStoreError(
+                f"{self._path!r}: record {int(idx[k])} is {int(sizes[k])} bytes, not a "
+                f"multiple of one row ({self._row} bytes)"
+            )
+        return rows
+
+    def lengths(self, indices: Optional[IndexLike] = None) -> np.ndarray:
+        """The first-axis length of each record (all records if ``indices`` is
+        None), as int64, without reading the records."""
+        h = self._h
+        n = int(_native.store_len(h))
+        key = slice(None) if indices is None else indices
+        idx, shape = _as_indices(key, n, "RaggedDataset")
+        if not idx.size:
+            return np.zeros(shape, dtype=np.int64)
+        sizes = np.asarray(_native.store_sizes(h, idx), dtype=np.int64)
+        return self._rows(sizes, idx).reshape(shape)
+
+    def _read(self, idx: np.ndarray) -> List[np.ndarray]:
+        h = self._h
+        if not idx.size:
+            return []
+        sizes = np.asarray(_native.store_sizes(h, idx), dtype=np.int64)
+        rows = self._rows(sizes, idx)
+        offsets = _packed_offsets(sizes)
+        buf = np.empty(int(offsets[-1]), dtype=np.uint8)
+        if buf.size:
+            _native.store_gather_packed(h, idx, buf, offsets)
+        flat = buf.view(self._dtype)
+        bounds = (offsets // self._dtype.itemsize).tolist()
+        tail = self._item_shape
+        return [
+            flat[bounds[k] : bounds[k + 1]].reshape((r,) + tail)
+            for k, r in enumerate(rows.tolist())
+        ]
+
+    def __getitem__(self, key: IndexLike) -> Union[np.ndarray, List[np.ndarray]]:
+        """``rs[i]`` is one array; a list, array, slice or mask gives a list."""
+        h = self._h
+        if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
+            i = _normalize_index(int(key), int(_native.store_len(h)), "RaggedDataset")
+            return self._read(np.array([i], dtype=np.int64))[0]
+        if isinstance(key, tuple):
+            raise TypeError(f"RaggedDataset indexes records only; got a tuple key {key!r}")
+        idx, _ = _as_indices(key, int(_native.store_len(h)), "RaggedDataset")
+        return self._read(idx)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        """Yield the records in order, reading batches of records per call."""
+        n = len(self)
+        for start in range(0, n, 256):
+            yield from self[start : min(n, start + 256)]
+
+
+def pad(
+    records: Sequence[Any], value: Any = 0, dtype: Any = None
+) -> Tuple[np.ndarray, np.ndarray]:
+    """Stack arrays of varying first-axis length into one padded array.
+
+    Args:
+        records: arrays of shape ``(L_i, *trailing)`` sharing ``trailing``
+            (as returned by :class:`RaggedDataset`).
+        value: the fill for positions past each record's end.
+        dtype: the output dtype; by default the records' common dtype.
+
+    Returns:
+        ``(padded, lengths)``: ``padded`` has shape ``(B, max(L_i), *trailing)``
+        and ``lengths`` is the int64 array of the ``L_i``.
+
+    Raises:
+        ValueError: a record is 0-d, or the trailing shapes differ.
+
+    Example::
+
+        padded, lengths = pad([np.array([1, 2, 3]), np.array([4])])
+        # padded = [[1, 2, 3], [4, 0, 0]], lengths = [3, 1]
+    """
+    arrays = [r if isinstance(r, np.ndarray) else np.asarray(r) for r in records]
+    if not arrays:
+        return np.zeros((0, 0), dtype=np.float64 if dtype is None else dtype), np.zeros(
+            0, dtype=np.int64
+        )
+    trailing = arrays[0].shape[1:]
+    for k, a in enumerate(arrays):
+        if a.ndim == 0:
+            raise ValueError(f"record {k} is 0-d; pad needs arrays with a first axis to pad")
+        if a.shape[1:] != trailing:
+            raise ValueError(
+                f"record {k} has shape {a.shape}, whose trailing shape {a.shape[1:]} differs "
+                f"from record 0's {trailing}"
+            )
+    out_dtype = np.result_type(*{a.dtype for a in arrays}) if dtype is None else np.dtype(dtype)
+    lengths = np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays))
+    out = np.full((len(arrays), int(lengths.max())) + trailing, value, dtype=out_dtype)
+    for k, a in enumerate(arrays):
+        out[k, : a.shape[0]] = a
+    return out, lengths

@@ -1,0 +1,52 @@
+"""Exceptions raised by loaderx.
+
+Every failure of the native library reaches Python as one of these, or as the
+built-in exception that matches it best (``ValueError`` for an invalid
+argument, ``IndexError`` for an index out of range, ``FileNotFoundError`` for a
+missing path, ``OSError`` for an I/O error). The message is the one the native
+library wrote; it names the file, index or value at fault.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "LoaderxError",
+    "CorruptStoreError",
+    "ClosedError",
+    "ForkError",
+    "StoreLockedError",
+    "StoreExistsError",
+]
+
+
+class LoaderxError(Exception):
+    """Base class of the errors specific to loaderx.
+
+    Raised as such for an internal error (a bug in the native library that it
+    recovered from).
+    """
+
+
+class CorruptStoreError(LoaderxError):
+    """A store or schema file cannot be read: bad magic, unsupported format
+    version, damaged data or a missing dictionary."""
+
+
+class ClosedError(LoaderxError, ValueError):
+    """An operation on a store that has been closed."""
+
+
+class ForkError(LoaderxError, RuntimeError):
+    """loaderx was called in a child process created by ``os.fork()``.
+
+    The Go runtime inside the native library does not survive ``fork()``, so
+    a forked child must not call into it.
+    """
+
+
+class StoreLockedError(LoaderxError):
+    """The store is held by another writer (in this or another process)."""
+
+
+class StoreExistsError(LoaderxError, FileExistsError):
+    """Creating a store where one (or some other file) already exists."""

@@ -1,0 +1,321 @@
+package zrecord
+
+import (
+	"math"
+	"os"
+	"sync"
+)
+
+// appendScratch is the per-call working memory of Append, reused across calls.
+type appendScratch struct {
+	phys    [][]byte // what is stored for each record
+	entries []entry
+	spans   []int // start and end of each record's frame in its arena; -1 if stored raw
+	iov     [][]byte
+	table   []byte
+	arenas  [][]byte // compressed bytes, one arena per worker
+}
+
+var appendPool = sync.Pool{New: func() any { return new(appendScratch) }}
+
+func (a *appendScratch) reset(n, workers int) {
+	if cap(a.phys) < n {
+		a.phys = make([][]byte, n)
+		a.entries = make([]entry, n)
+		a.spans = make([]int, 2*n)
+	}
+	a.spans = a.spans[:2*n]
+	a.phys, a.entries = a.phys[:n], a.entries[:n]
+	if cap(a.table) < n*entrySize {
+		a.table = make([]byte, n*entrySize)
+	}
+	a.table = a.table[:n*entrySize]
+	for len(a.arenas) < workers {
+		a.arenas = append(a.arenas, nil)
+	}
+}
+
+// release drops references to caller memory so the pool does not pin it.
+func (a *appendScratch) release() {
+	clear(a.phys)
+	clear(a.iov[:cap(a.iov)])
+	a.iov = a.iov[:0]
+	// Arenas larger than 64 MiB are not worth keeping around.
+	for i, b := range a.arenas {
+		if cap(b) > 64<<20 {
+			a.arenas[i] = nil
+		}
+	}
+	appendPool.Put(a)
+}
+
+// Append adds records at the end of the store and returns the index of the
+// first one; the batch occupies [first, first+len(records)). An empty batch
+// is a no-op that returns Len(). A record may be empty and at most
+// MaxRecordSize bytes (else ErrRecordTooLarge, and nothing is written).
+//
+// Compression runs before the append lock is taken, in parallel across
+// Threads() goroutines for large batches. The record bytes are written
+// first, then the table entries, then the header; only then does Len
+// include the batch. Concurrent Gathers never see part of a batch.
+func (s *Store) Append(records [][]byte) (first int64, err error) {
+	defer recoverTo(&err, "append")
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.checkWrite("append"); err != nil {
+		return 0, err
+	}
+	var total int64
+	for k, r := range records {
+		if len(r) > MaxRecordSize {
+			return 0, errf(ErrRecordTooLarge, "append to %s: record %d of the batch has %d bytes, limit %d", s.dir, k, len(r), MaxRecordSize)
+		}
+		total += int64(len(r))
+	}
+	if len(records) == 0 {
+		return s.length.Load(), nil
+	}
+	a := appendPool.Get().(*appendScratch)
+	defer a.release()
+	workers := 1
+	if s.codec != Raw {
+		workers = workersFor(total, len(records), compressFanOutBytes)
+	}
+	a.reset(len(records), workers)
+	if err := s.compress(records, a, workers, total); err != nil {
+		return 0, err
+	}
+
+	s.appendMu.Lock()
+	defer s.appendMu.Unlock()
+	if err := s.checkWrite("append"); err != nil {
+		return 0, err
+	}
+	return s.commit(records, a)
+}
+
+// compress fills a.phys with what each record is stored as: its zstd frame
+// when that is smaller, else the record itself.
+func (s *Store) compress(records [][]byte, a *appendScratch, workers int, total int64) error {
+	if s.codec == Raw {
+		copy(a.phys, records)
+		return nil
+	}
+	s.encOnce.Do(func() { s.enc, s.encErr = newEncoder(s.codec, s.dict, s.opts.tier) })
+	if s.encErr != nil {
+		return s.encErr
+	}
+	n := len(records)
+	return parallel(workers, "append", func(w int) error {
+		lo, hi := n*w/workers, n*(w+1)/workers
+		need := 0
+		for _, r := range records[lo:hi] {
+			need += len(r) + 64
+		}
+		arena := a.arenas[w][:0]
+		if cap(arena) < need {
+			arena = make([]byte, 0, need)
+		}
+		// Frames are located by offsets first, because the arena may move
+		// while it grows; slices are taken at the end.
+		for k := lo; k < hi; k++ {
+			r := records[k]
+			start := len(arena)
+			if len(r) > 0 {
+				arena = s.enc.EncodeAll(r, arena)
+			}
+			if len(arena)-start >= len(r) {
+				arena = arena[:start]
+				a.spans[2*k] = -1
+				continue
+			}
+			a.spans[2*k], a.spans[2*k+1] = start, len(arena)
+		}
+		for k := lo; k < hi; k++ {
+			if start, end := a.spans[2*k], a.spans[2*k+1]; start < 0 {
+				a.phys[k] = records[k]
+			} else {
+				a.phys[k] = arena[start:end:end]
+			}
+		}
+		a.arenas[w] = arena
+		return nil
+	})
+}
+
+// commit places, writes and publishes a compressed batch. The caller holds
+// appendMu.
+func (s *Store) commit(records [][]byte, a *appendScratch) (int64, error) {
+	length := s.length.Load()
+	n := int64(len(records))
+	capacity := uint64(s.opts.capacity)
+
+	// Place every record. A record never straddles chunks: one that does
+	// not fit the rest of the chunk starts the next chunk, unless the chunk
+	// is still empty (a record larger than the capacity gets a chunk alone).
+	pos := s.tail
+	var live, logical int64
+	for k, p := range a.phys {
+		size := uint64(len(p))
+		if pos.off > 0 && uint64(pos.off)+size > capacity {
+			if pos.chunk == math.MaxUint32 {
+				return 0, errf(ErrInvalidArgument, "append to %s: out of chunk ids", s.dir)
+			}
+			pos = position{pos.chunk + 1, 0}
+		}
+		a.entries[k] = entry{off: pos.off, phys: uint32(size), logic: uint32(len(records[k])), chunk: pos.chunk}
+		pos.off += uint32(size)
+		live += int64(size)
+		logical += int64(len(records[k]))
+	}
+	if err := s.growChunks(pos.chunk); err != nil {
+		return 0, err
+	}
+	if err := s.growSegments(length + n); err != nil {
+		return 0, err
+	}
+	chunks := *s.chunks.Load()
+
+	// Data: one vectored write per run of records in the same chunk.
+	for k := 0; k < len(a.phys); {
+		c := chunks[a.entries[k].chunk]
+		start := int64(a.entries[k].off)
+		a.iov = a.iov[:0]
+		j := k
+		for ; j < len(a.phys) && a.entries[j].chunk == c.id; j++ {
+			if len(a.phys[j]) > 0 {
+				a.iov = append(a.iov, a.phys[j])
+			}
+		}
+		last := a.entries[j-1]
+		if len(a.iov) > 0 {
+			if err := writeVec(c.f, a.iov, start); err != nil {
+				return 0, wrapf(err, "append: write %s", s.path(chunkName(c.id)))
+			}
+			c.dirty = true
+		}
+		c.size = max(c.size, int64(last.end()))
+		k = j
+	}
+
+	// Table entries, one write per segment.
+	for k := range a.entries {
+		a.entries[k].put(a.table[k*entrySize:])
+	}
+	segs := *s.segs.Load()
+	for i := length; i < length+n; {
+		g := segs[i>>segShift]
+		cnt := min(length+n-i, segEntries-(i&segMask))
+		b := a.table[(i-length)*entrySize : (i-length+cnt)*entrySize]
+		if err := writeFull(g.f, b, (i&segMask)*entrySize); err != nil {
+			return 0, wrapf(err, "append: write %s", s.path(segName(g.id)))
+		}
+		g.dirty = true
+		i += cnt
+	}
+
+	// Chunks the batch moved past are sealed at their last record; cut off
+	// anything a failed earlier append left behind in them.
+	for id := s.tail.chunk; id < pos.chunk; id++ {
+		c := chunks[id]
+		end := sealedEnd(c, id, s.tail, a.entries)
+		if c.size > end {
+			if err := c.f.Truncate(end); err != nil {
+				return 0, wrapf(err, "append: truncate %s", s.path(chunkName(id)))
+			}
+			c.size = end
+			c.dirty = true
+		}
+	}
+
+	// Header last. If it fails, what reached meta.zr is unknown, so the
+	// handle stops writing; reopening reads whichever header is on disk,
+	// and both describe complete batches.
+	if err := s.writeHeader(pos, length+n); err != nil {
+		s.breakHandle(err)
+		return 0, err
+	}
+	for id := s.tail.chunk; id < pos.chunk; id++ {
+		chunks[id].end.Store(sealedEnd(chunks[id], id, s.tail, a.entries))
+	}
+	chunks[pos.chunk].end.Store(int64(pos.off))
+	s.tail = pos
+	s.live += live
+	s.logical += logical
+	s.length.Store(length + n)
+	return length, nil
+}
+
+// sealedEnd is where chunk id ends once the batch placed by entries has moved
+// past it.
+func sealedEnd(c *chunk, id uint32, tail position, entries []entry) int64 {
+	end := int64(0)
+	if id == tail.chunk {
+		end = int64(tail.off)
+	}
+	for k := len(entries) - 1; k >= 0; k-- {
+		if entries[k].chunk == id {
+			return max(end, int64(entries[k].end()))
+		}
+		if entries[k].chunk < id {
+			break
+		}
+	}
+	return end
+}
+
+// growChunks makes sure chunk files up to id exist, are mapped and are in
+// the published chunk list. The caller holds appendMu or mu exclusively.
+func (s *Store) growChunks(id uint32) error {
+	old := *s.chunks.Load()
+	if int64(id) < int64(len(old)) {
+		return nil
+	}
+	list := make([]*chunk, len(old), int(id)+1)
+	copy(list, old)
+	for next := uint32(len(old)); next <= id; next++ {
+		p := s.path(chunkName(next))
+		f, err := s.fsys.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			return wrapf(err, "create %s", p)
+		}
+		s.dirDirty = true
+		c := &chunk{id: next, f: f}
+		if c.size, err = fileSize(f); err != nil {
+			f.Close()
+			return wrapf(err, "stat %s", p)
+		}
+		if c.data, err = mapSpan(f, chunkSpan); err != nil {
+			f.Close()
+			return wrapf(err, "map %s", p)
+		}
+		list = append(list, c)
+		// Publish each chunk as it is ready, so a failure part way keeps
+		// the ones already opened (they are closed with the store).
+		snapshot := list
+		s.chunks.Store(&snapshot)
+	}
+	return nil
+}
+
+// growSegments makes sure the record table can hold length entries.
+func (s *Store) growSegments(length int64) error {
+	old := *s.segs.Load()
+	need := (length + segEntries - 1) >> segShift
+	if need <= int64(len(old)) {
+		return nil
+	}
+	list := make([]*segment, len(old), need)
+	copy(list, old)
+	for id := int64(len(old)); id < need; id++ {
+		g, err := s.openSegment(uint32(id), true)
+		if err != nil {
+			return err
+		}
+		s.dirDirty = true
+		list = append(list, g)
+		snapshot := list
+		s.segs.Store(&snapshot)
+	}
+	return nil
+}

@@ -1,0 +1,174 @@
+package zrecord_test
+
+import (
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/loaderx/loaderx/zrecord"
+)
+
+// Benchmarks measure the warm gather path against its physical ceiling: a
+// copy of the same records, from memory, with the same number of goroutines.
+//
+//	go test -run XXX -bench . -benchtime 2s ./zrecord/
+
+const benchBatch = 256
+
+// benchSizes are the record sizes gathered: a small (latency-bound) and an
+// image-sized (bandwidth-bound) one, with enough records that a batch of
+// 256 random picks is scattered.
+var benchSizes = []struct {
+	name  string
+	size  int
+	count int
+}{
+	{"12KiB", 12 << 10, 4096},
+	{"256KiB", 256 << 10, 768},
+}
+
+// benchRecords returns count mildly compressible records of size bytes.
+func benchRecords(count, size int) [][]byte {
+	recs := make([][]byte, count)
+	for i := range recs {
+		recs[i] = ztRecord(i, size)
+	}
+	return recs
+}
+
+// benchBatches returns n batches of random indices below count.
+func benchBatches(n, count int) [][]int64 {
+	rng := rand.New(rand.NewPCG(1, 2))
+	out := make([][]int64, n)
+	for i := range out {
+		out[i] = make([]int64, benchBatch)
+		for k := range out[i] {
+			out[i][k] = rng.Int64N(int64(count))
+		}
+	}
+	return out
+}
+
+// benchStore builds a store holding recs and warms the page cache and the
+// mappings by gathering every record once.
+func benchStore(b *testing.B, dir string, codec zrecord.Codec, recs [][]byte) *zrecord.Store {
+	b.Helper()
+	s, err := zrecord.Create(dir, zrecord.WithCodec(codec))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < len(recs); i += 64 {
+		if _, err := s.Append(recs[i:min(i+64, len(recs))]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	size := len(recs[0])
+	dst := make([]byte, 64*size)
+	for i := 0; i < len(recs); i += 64 {
+		idx := make([]int64, 0, 64)
+		for k := i; k < min(i+64, len(recs)); k++ {
+			idx = append(idx, int64(k))
+		}
+		if err := s.Gather(idx, dst[:len(idx)*size], size); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return s
+}
+
+func BenchmarkGather(b *testing.B) {
+	root := b.TempDir()
+	for _, sz := range benchSizes {
+		recs := benchRecords(sz.count, sz.size)
+		batches := benchBatches(64, sz.count)
+		for _, codec := range []zrecord.Codec{zrecord.Raw, zrecord.Zstd} {
+			s := benchStore(b, filepath.Join(root, codec.String()+sz.name), codec, recs)
+			b.Run(codec.String()+"/"+sz.name, func(b *testing.B) {
+				dst := make([]byte, benchBatch*sz.size)
+				b.SetBytes(int64(benchBatch * sz.size))
+				b.ResetTimer()
+				for i := range b.N {
+					if err := s.Gather(batches[i%len(batches)], dst, sz.size); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			s.Close()
+		}
+	}
+}
+
+// BenchmarkCopy is the ceiling for BenchmarkGather: the same 256 records
+// copied from memory into one buffer, in contiguous blocks over Threads()
+// goroutines.
+func BenchmarkCopy(b *testing.B) {
+	for _, sz := range benchSizes {
+		recs := benchRecords(sz.count, sz.size)
+		batches := benchBatches(64, sz.count)
+		b.Run(sz.name, func(b *testing.B) {
+			dst := make([]byte, benchBatch*sz.size)
+			workers := zrecord.Threads()
+			b.SetBytes(int64(benchBatch * sz.size))
+			b.ResetTimer()
+			for i := range b.N {
+				idx := batches[i%len(batches)]
+				var wg sync.WaitGroup
+				for w := 1; w < workers; w++ {
+					wg.Go(func() { benchCopyBlock(recs, idx, dst, sz.size, w, workers) })
+				}
+				benchCopyBlock(recs, idx, dst, sz.size, 0, workers)
+				wg.Wait()
+			}
+		})
+	}
+}
+
+func benchCopyBlock(recs [][]byte, idx []int64, dst []byte, size, w, workers int) {
+	lo, hi := len(idx)*w/workers, len(idx)*(w+1)/workers
+	for k := lo; k < hi; k++ {
+		copy(dst[k*size:(k+1)*size], recs[idx[k]])
+	}
+}
+
+// BenchmarkAppend measures page-cache ingestion: the store is replaced
+// (timer stopped) every 256 MiB, so the disk's write-back speed, which
+// throttles a writer that dirties gigabytes, stays out of the figure.
+func BenchmarkAppend(b *testing.B) {
+	for _, sz := range benchSizes {
+		recs := benchRecords(64, sz.size)
+		b.Run("raw/"+sz.name, func(b *testing.B) {
+			root := b.TempDir()
+			var s *zrecord.Store
+			fresh := func() {
+				if s != nil {
+					s.Close()
+					os.RemoveAll(s.Dir())
+				}
+				var err error
+				if s, err = zrecord.Create(filepath.Join(root, strconv.Itoa(b.N)+"-"+strconv.Itoa(rand.Int()))); err != nil {
+					b.Fatal(err)
+				}
+			}
+			fresh()
+			defer func() { s.Close() }()
+			batch := int64(len(recs) * sz.size)
+			b.SetBytes(batch)
+			b.ResetTimer()
+			written := int64(0)
+			for range b.N {
+				if written += batch; written > 256<<20 {
+					b.StopTimer()
+					fresh()
+					written = batch
+					b.StartTimer()
+				}
+				if _, err := s.Append(recs); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,107 @@
+package zrecord
+
+import (
+	"fmt"
+	"runtime"
+	"strconv"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// Codec is a store's compression method, stamped into meta.zr at creation.
+// Every record of a store is stored either raw or as one independent zstd
+// frame of the store's codec; a record whose frame would not be smaller than
+// the record is stored raw.
+type Codec uint8
+
+const (
+	// Raw stores records as they are.
+	Raw Codec = 0
+	// Zstd compresses each record on its own with zstd (level 3, SpeedDefault).
+	Zstd Codec = 1
+	// ZstdDict compresses each record against a trained dictionary kept in
+	// dict.zr (see TrainDict and WithDictTier).
+	ZstdDict Codec = 2
+)
+
+// String returns "raw", "zstd" or "zstd_dict".
+func (c Codec) String() string {
+	switch c {
+	case Raw:
+		return "raw"
+	case Zstd:
+		return "zstd"
+	case ZstdDict:
+		return "zstd_dict"
+	}
+	return "codec(" + strconv.Itoa(int(c)) + ")"
+}
+
+// ParseCodec parses a codec name as returned by Codec.String. "zstdict" is
+// accepted as another spelling of "zstd_dict".
+func ParseCodec(s string) (Codec, error) {
+	switch s {
+	case "raw":
+		return Raw, nil
+	case "zstd":
+		return Zstd, nil
+	case "zstd_dict", "zstdict":
+		return ZstdDict, nil
+	}
+	return 0, errf(ErrInvalidArgument, "codec %q (want \"raw\", \"zstd\" or \"zstd_dict\")", s)
+}
+
+func (c Codec) valid() bool { return c <= ZstdDict }
+
+// encoderLevel is the zstd level records of a codec are written at.
+func encoderLevel(c Codec, tier DictTier) zstd.EncoderLevel {
+	if c == ZstdDict {
+		return tier.level()
+	}
+	return zstd.SpeedDefault
+}
+
+// codecWorkers is how many encoder or decoder states a store keeps: enough
+// for every worker of a fan-out plus the caller.
+func codecWorkers() int {
+	return max(runtime.GOMAXPROCS(0), Threads(), 2)
+}
+
+// newEncoder returns an encoder for codec c; it is safe for concurrent
+// EncodeAll calls.
+func newEncoder(c Codec, dict []byte, tier DictTier) (*zstd.Encoder, error) {
+	opts := []zstd.EOption{
+		zstd.WithEncoderLevel(encoderLevel(c, tier)),
+		zstd.WithEncoderConcurrency(codecWorkers()),
+		// No content checksum: it costs 4 bytes per record and a hash per
+		// decode, and Gather already insists on the exact logical size.
+		zstd.WithEncoderCRC(false),
+	}
+	if c == ZstdDict {
+		opts = append(opts, zstd.WithEncoderDict(dict))
+	}
+	enc, err := zstd.NewWriter(nil, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("zrecord: zstd encoder: %w", err)
+	}
+	return enc, nil
+}
+
+// newDecoder returns a decoder for codec c; it is safe for concurrent
+// DecodeAll calls. DecodeAll never writes past cap(dst), so records can be
+// decoded straight into a shared destination through capped slices.
+func newDecoder(c Codec, dict []byte) (*zstd.Decoder, error) {
+	opts := []zstd.DOption{
+		zstd.WithDecodeAllCapLimit(true),
+		zstd.WithDecoderConcurrency(codecWorkers()),
+		zstd.WithDecoderMaxMemory(MaxRecordSize),
+	}
+	if c == ZstdDict {
+		opts = append(opts, zstd.WithDecoderDicts(dict))
+	}
+	dec, err := zstd.NewReader(nil, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("zrecord: zstd decoder: %w", err)
+	}
+	return dec, nil
+}

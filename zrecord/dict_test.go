@@ -1,0 +1,118 @@
+package zrecord_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/loaderx/loaderx/zrecord"
+)
+
+// On small records that share their structure, a trained dictionary must
+// beat plain per-record zstd, and the records must round-trip.
+func TestDictCompressesStructuredRecords(t *testing.T) {
+	var recs [][]byte
+	var logical int64
+	for i := range 400 {
+		r := ztStructured(i)
+		recs = append(recs, r)
+		logical += int64(len(r))
+	}
+	live := map[zrecord.Codec]int64{}
+	for _, codec := range []zrecord.Codec{zrecord.Zstd, zrecord.ZstdDict} {
+		s, dir := ztCreate(t, codec)
+		if _, err := s.Append(recs); err != nil {
+			t.Fatal(err)
+		}
+		ztExpect(t, s, recs)
+		st, err := s.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		live[codec] = st.LiveBytes
+		if codec == zrecord.ZstdDict {
+			d, err := os.ReadFile(filepath.Join(dir, "dict.zr"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.DictBytes != int64(len(d)) || len(d) == 0 || len(d) > 16<<10 {
+				t.Fatalf("DictBytes %d, dict.zr %d bytes (cap 16 KiB)", st.DictBytes, len(d))
+			}
+			s.Close()
+			r, err := zrecord.Open(dir, zrecord.WithReadOnly())
+			if err != nil {
+				t.Fatal(err)
+			}
+			ztExpect(t, r, recs)
+			r.Close()
+		}
+	}
+	t.Logf("logical %d, zstd %d (%.2fx), zstd_dict %d (%.2fx)", logical,
+		live[zrecord.Zstd], float64(logical)/float64(live[zrecord.Zstd]),
+		live[zrecord.ZstdDict], float64(logical)/float64(live[zrecord.ZstdDict]))
+	if live[zrecord.ZstdDict] >= live[zrecord.Zstd]*9/10 {
+		t.Fatalf("dictionary gained less than 10%%: %d vs %d bytes", live[zrecord.ZstdDict], live[zrecord.Zstd])
+	}
+}
+
+// Every tier's encoder level reads back, also on a handle opened with a
+// different tier than the one that wrote.
+func TestDictTiers(t *testing.T) {
+	var recs [][]byte
+	for i := range 50 {
+		recs = append(recs, ztStructured(5000+i))
+	}
+	for _, tier := range []zrecord.DictTier{zrecord.TierFast, zrecord.TierBalanced, zrecord.TierMax} {
+		s, dir := ztCreate(t, zrecord.ZstdDict, zrecord.WithDictTier(tier))
+		if _, err := s.Append(recs); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		r, err := zrecord.Open(dir, zrecord.WithDictTier(zrecord.TierFast))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Append(recs[:5]); err != nil {
+			t.Fatal(err)
+		}
+		ztExpect(t, r, append(recs, recs[:5]...))
+		r.Close()
+	}
+}
+
+func TestTrainDictRejects(t *testing.T) {
+	few := [][]byte{ztStructured(1), ztStructured(2), ztStructured(3)}
+	if _, err := zrecord.TrainDict(few, zrecord.TierFast, 0); !errors.Is(err, zrecord.ErrInvalidArgument) {
+		t.Fatalf("3 samples: %v, want ErrInvalidArgument", err)
+	}
+	tiny := make([][]byte, 100)
+	for i := range tiny {
+		tiny[i] = []byte{byte(i), 1, 2}
+	}
+	if _, err := zrecord.TrainDict(tiny, zrecord.TierFast, 0); !errors.Is(err, zrecord.ErrInvalidArgument) {
+		t.Fatalf("3-byte samples: %v, want ErrInvalidArgument", err)
+	}
+	var ok [][]byte
+	for i := range 50 {
+		ok = append(ok, ztStructured(i))
+	}
+	if _, err := zrecord.TrainDict(ok, zrecord.TierFast, 100); !errors.Is(err, zrecord.ErrInvalidArgument) {
+		t.Fatalf("100-byte cap: %v, want ErrInvalidArgument", err)
+	}
+	if _, err := zrecord.TrainDict(ok, zrecord.DictTier(9), 0); !errors.Is(err, zrecord.ErrInvalidArgument) {
+		t.Fatalf("bad tier: %v, want ErrInvalidArgument", err)
+	}
+	// Samples far beyond the budget are thinned, not refused.
+	var big [][]byte
+	for i := range 40 {
+		big = append(big, ztRecord(i, 256<<10))
+	}
+	d, err := zrecord.TrainDict(big, zrecord.TierFast, 8<<10)
+	if err != nil {
+		t.Fatalf("10 MiB of samples: %v", err)
+	}
+	if len(d) > 8<<10+1024 {
+		t.Fatalf("dictionary of %d bytes, cap 8 KiB", len(d))
+	}
+}

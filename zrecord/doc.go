@@ -1,0 +1,111 @@
+// Package zrecord is a persistent store of byte records built to feed
+// training loops: a record is found in O(1) by its index, and a whole batch
+// of them is copied (or decompressed) straight into one caller-owned buffer
+// in a single call.
+//
+// The store is unordered and dense. Its live records are always exactly the
+// indices 0..Len()-1: Delete fills each hole with the current last record
+// instead of leaving a tombstone, so an index is stable only until the next
+// Delete. Records are opaque bytes; giving them a type is the caller's job.
+// Every operation takes a batch, and a single record is a batch of one.
+//
+//	s, err := zrecord.Create("train", zrecord.WithCodec(zrecord.Zstd))
+//	first, err := s.Append(records)
+//	err = s.Gather([]int64{7, 3, 7}, dst, recordSize) // dense, fixed stride
+//	err = s.Close()
+//
+// # Format
+//
+// A store is a directory. All integers are little-endian.
+//
+//	meta.zr      32-byte header: magic "ZREC", version (u8), codec (u8),
+//	             tail_chunk (u32), tail_offset (u32), length (u64), and
+//	             10 reserved zero bytes
+//	{id}.loc     record-table segment id holds the entries of indices
+//	             [id<<28, (id+1)<<28); entry i sits at (i & (1<<28-1))*16
+//	             and is four u32: offset, phys_length, logic_length, chunk_id
+//	{id}.chunk   record bytes, packed back to back
+//	dict.zr      the zstd dictionary (ZstdDict stores only)
+//
+// A record lives in one chunk and never straddles two; offsets are 32-bit,
+// so a chunk holds less than 4 GiB and a record is at most 2 GiB
+// (MaxRecordSize). tail_chunk and tail_offset mark the write frontier: the
+// chunk files are exactly 0..tail_chunk and nothing at or past the frontier
+// belongs to a record. The codec is chosen at Create and applies to every
+// record; a record whose zstd frame would not be smaller than itself is
+// stored raw, recognisable by phys_length == logic_length. The table
+// grows one segment at a time, so there is no fixed record count.
+//
+// Two more files exist only while an operation runs: delete.intent (the
+// entry writes of a Delete) and compact.journal (a record that Compact
+// moves onto bytes overlapping its old place). Both carry a CRC-32C; a torn
+// one is ignored.
+//
+// # Concurrency
+//
+// A Store is safe for use by many goroutines. Gather, GatherPacked, Sizes,
+// Stats and Append share the store; Delete, Compact and Close wait for them
+// to finish and then run alone, so no reader ever sees a half-applied swap
+// or a record in motion.
+//
+// Readers take no lock against appends. Chunk files and table segments are
+// mapped once, read-only and shared, over their whole 4 GiB range, so a
+// mapping never moves while the store grows; the lists of mappings are
+// replaced (never changed in place) when a file is added. An Append
+// compresses its records first, concurrently with everything else, then,
+// under a lock shared only with other Appends, places them, writes their
+// bytes and their table entries with positional writes, writes the header,
+// and only then publishes the new length with an atomic store. A reader
+// loads the length first and touches nothing at or beyond it, so it never
+// sees a torn or premature record.
+//
+// Large batches fan out over Threads() goroutines (see SetThreads) in
+// contiguous blocks; a batch under about 1 MiB per goroutine runs on the
+// caller alone, because waking a goroutine costs more than the copy it
+// would take over. Every goroutine that reads a mapping runs with
+// debug.SetPanicOnFault and recovers, so a file truncated under a reader by
+// another process produces an error, not a crash. No panic leaves the
+// package: each exported call converts one into an error.
+//
+// A writable handle holds an exclusive flock on meta.zr for its lifetime,
+// so a second writable Open, in this process or another, fails with
+// ErrLocked. Read-only handles take no lock. They see the records that
+// existed when they were opened and stay correct while a writer appends,
+// but not while it deletes or compacts.
+//
+// # Durability
+//
+// Each Append writes record bytes, then table entries, then the header. If
+// the process dies at any point, the store reopens with a prefix of its
+// batches, never a torn record: a writable Open cuts the tail chunk back to
+// the frontier recorded in meta.zr and removes chunk files past it. Delete
+// records its table writes in delete.intent before touching the table, and
+// Compact journals every move that overlaps its own source, so both are
+// atomic with respect to the death of the process: the next writable Open
+// finishes or discards what was interrupted.
+//
+// Surviving a power failure requires Sync (Close calls it). Sync fsyncs
+// the chunk files, then the table segments, then the directory when files
+// were created or removed, then meta.zr, so the header that makes records
+// visible reaches the disk after the records. Nothing else fsyncs: what
+// was written after the last Sync may be lost, or only partly kept, when
+// the machine goes down.
+//
+// # Errors
+//
+// Every error wraps one of the sentinel errors (ErrNotStore, ErrCorrupt,
+// ErrIndexOutOfRange, ...) or an error of the file layer, with %w, and names
+// the file, index or value at fault; test with errors.Is. A missing
+// directory matches both ErrNotStore and fs.ErrNotExist. Calls that take
+// indices check all of them, and all sizes, before writing a byte or
+// changing the store, so an error leaves the destination and the store as
+// they were; a Gather that fails while decoding may have filled part of
+// dst. Open validates the whole record table and reports damage as
+// ErrCorrupt (ErrVersion, ErrMissingDict where they apply) instead of
+// returning wrong bytes later.
+//
+// If a write fails part way in a way the handle cannot undo (for instance
+// the disk fails while the table is being rewritten), the handle refuses
+// further writes, and reads too if the table may be inconsistent, with an
+// error wrapping the original failure. Reopening the store recovers it.
+package zrecord

@@ -1,0 +1,201 @@
+package zrecord
+
+import (
+	"errors"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// FS is the file layer every file operation of a store goes through. OSFS is
+// the real file system; tests substitute layers that inject faults.
+//
+// Record bytes and table entries are read through read-only shared mappings
+// of File.Fd. A File whose Fd returns NoFd is read with ReadAt instead, and
+// a writable store on such a file system takes no lock.
+type FS interface {
+	OpenFile(name string, flag int, perm os.FileMode) (File, error)
+	Remove(name string) error
+	Rename(oldname, newname string) error
+	Stat(name string) (os.FileInfo, error)
+	MkdirAll(path string, perm os.FileMode) error
+	ReadDir(name string) ([]os.DirEntry, error)
+}
+
+// File is an open file of an FS. The store uses positional I/O only, so the
+// file offset is never relied on.
+type File interface {
+	ReadAt(p []byte, off int64) (int, error)
+	WriteAt(p []byte, off int64) (int, error)
+	Truncate(size int64) error
+	Sync() error
+	Close() error
+	Stat() (os.FileInfo, error)
+	Fd() uintptr
+}
+
+// NoFd is what File.Fd returns for a file that has no descriptor to map or lock.
+const NoFd = ^uintptr(0)
+
+// OSFS is the operating system's file system.
+var OSFS FS = osFS{}
+
+type osFS struct{}
+
+func (osFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	f, err := os.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
+}
+func (osFS) Remove(name string) error                     { return os.Remove(name) }
+func (osFS) Rename(oldname, newname string) error         { return os.Rename(oldname, newname) }
+func (osFS) Stat(name string) (os.FileInfo, error)        { return os.Stat(name) }
+func (osFS) MkdirAll(path string, perm os.FileMode) error { return os.MkdirAll(path, perm) }
+func (osFS) ReadDir(name string) ([]os.DirEntry, error)   { return os.ReadDir(name) }
+
+// osFile is an *os.File that can also write a vector of buffers in one
+// positional system call.
+type osFile struct{ *os.File }
+
+// iovMax bounds the buffers handed to one pwritev.
+const iovMax = 1024
+
+func (f osFile) writeVecAt(bufs [][]byte, off int64) (int, error) {
+	return unix.Pwritev(int(f.File.Fd()), bufs, off)
+}
+
+// vectorWriter is implemented by files that can write several buffers at one
+// offset in one call. Other files are written buffer by buffer with WriteAt.
+type vectorWriter interface {
+	writeVecAt(bufs [][]byte, off int64) (int, error)
+}
+
+// readFull reads exactly len(p) bytes at off.
+func readFull(f File, p []byte, off int64) error {
+	for len(p) > 0 {
+		n, err := f.ReadAt(p, off)
+		p, off = p[n:], off+int64(n)
+		if len(p) == 0 {
+			return nil
+		}
+		if err != nil {
+			if err == io.EOF {
+				return io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		if n == 0 {
+			return io.ErrUnexpectedEOF
+		}
+	}
+	return nil
+}
+
+// writeFull writes all of p at off.
+func writeFull(f File, p []byte, off int64) error {
+	for len(p) > 0 {
+		n, err := f.WriteAt(p, off)
+		if err != nil {
+			return err
+		}
+		if n <= 0 {
+			return io.ErrShortWrite
+		}
+		p, off = p[n:], off+int64(n)
+	}
+	return nil
+}
+
+// writeVec writes the concatenation of bufs at off. It may modify bufs.
+func writeVec(f File, bufs [][]byte, off int64) error {
+	vw, ok := f.(vectorWriter)
+	if !ok {
+		for _, b := range bufs {
+			if err := writeFull(f, b, off); err != nil {
+				return err
+			}
+			off += int64(len(b))
+		}
+		return nil
+	}
+	for len(bufs) > 0 {
+		batch := bufs[:min(len(bufs), iovMax)]
+		n, err := vw.writeVecAt(batch, off)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n <= 0 {
+			return io.ErrShortWrite
+		}
+		off += int64(n)
+		// Skip what was written; a partially written buffer is resumed.
+		for n > 0 && len(bufs) > 0 {
+			if n >= len(bufs[0]) {
+				n -= len(bufs[0])
+				bufs = bufs[1:]
+				continue
+			}
+			bufs[0] = bufs[0][n:]
+			n = 0
+		}
+		for len(bufs) > 0 && len(bufs[0]) == 0 {
+			bufs = bufs[1:]
+		}
+	}
+	return nil
+}
+
+// fileSize returns the size of an open file.
+func fileSize(f File) (int64, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return fi.Size(), nil
+}
+
+// syncDir makes the directory's entries (created and removed files) durable.
+func syncDir(fsys FS, dir string) error {
+	d, err := fsys.OpenFile(dir, os.O_RDONLY, 0)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	// Some file systems refuse fsync on a directory; that is not a failure
+	// of the store.
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOTSUP) {
+		err = nil
+	}
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// lockFile takes an exclusive, non-blocking flock on f. It reports false
+// when another open file description holds the lock.
+func lockFile(f File) (bool, error) {
+	fd := f.Fd()
+	if fd == NoFd {
+		return true, nil
+	}
+	for {
+		err := unix.Flock(int(fd), unix.LOCK_EX|unix.LOCK_NB)
+		switch err {
+		case nil:
+			return true, nil
+		case unix.EINTR:
+			continue
+		case unix.EWOULDBLOCK:
+			return false, nil
+		default:
+			return false, err
+		}
+	}
+}

@@ -1,0 +1,288 @@
+package zrecord
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+)
+
+// gatherScratch is the per-call working memory of Gather, reused across calls.
+type gatherScratch struct {
+	locs []entry
+	pins [][]byte // bytes pinned in memory by a failed write, per record; nil if none
+	raw  [][]byte // per-worker staging for files that cannot be mapped
+}
+
+var gatherPool = sync.Pool{New: func() any { return new(gatherScratch) }}
+
+func getGatherScratch(n int) *gatherScratch {
+	g := gatherPool.Get().(*gatherScratch)
+	if cap(g.locs) < n {
+		g.locs = make([]entry, n)
+	}
+	g.locs = g.locs[:n]
+	g.pins = nil
+	return g
+}
+
+// Gather copies the records at indices into dst at a fixed stride: record
+// indices[k] lands in dst[k*stride:(k+1)*stride]. Every record must be
+// exactly stride bytes long (else ErrSizeMismatch naming the index); dst must
+// hold len(indices)*stride bytes (else ErrBufferTooSmall). Indices may repeat
+// and come in any order. All indices and sizes are checked before any byte
+// of dst is written.
+//
+// Compressed records are decoded straight into dst. Batches of more than
+// about 1 MiB per worker are split into contiguous blocks across Threads()
+// goroutines. Gather runs concurrently with Append and other Gathers.
+func (s *Store) Gather(indices []int64, dst []byte, stride int) (err error) {
+	defer recoverTo(&err, "gather")
+	old := guardFaults()
+	defer restoreFaults(old)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.checkRead("gather"); err != nil {
+		return err
+	}
+	n := len(indices)
+	if stride < 0 {
+		return errf(ErrInvalidArgument, "gather from %s: stride %d", s.dir, stride)
+	}
+	if n == 0 {
+		return nil
+	}
+	if stride > 0 && n > len(dst)/stride {
+		return errf(ErrBufferTooSmall, "gather from %s: %d records of %d bytes need %d bytes, dst has %d", s.dir, n, stride, int64(n)*int64(stride), len(dst))
+	}
+	g := getGatherScratch(n)
+	defer gatherPool.Put(g)
+	chunks, err := s.locate("gather", indices, g)
+	if err != nil {
+		return err
+	}
+	for k, e := range g.locs {
+		if int64(e.logic) != int64(stride) {
+			return errf(ErrSizeMismatch, "gather from %s: record %d has %d bytes, stride is %d", s.dir, indices[k], e.logic, stride)
+		}
+	}
+	total := int64(n) * int64(stride)
+	workers := workersFor(total, n, fanOutBytes)
+	g.prepare(workers)
+	return parallel(workers, "gather", func(w int) error {
+		lo, hi := n*w/workers, n*(w+1)/workers
+		// Records are filled in ascending order, and a slot's capacity runs
+		// to the end of the block: scratch bytes the decoder leaves past a
+		// record land in slots this worker fills afterwards.
+		limit := hi * stride
+		for k := lo; k < hi; k++ {
+			off := k * stride
+			if err := s.fill(g, w, k, chunks, indices[k], dst[off:off+stride:limit]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// GatherPacked copies the records at indices into dst back to back: record
+// indices[k] lands in dst[offsets[k]:offsets[k+1]], which must be exactly its
+// logical size (else ErrSizeMismatch naming the index). len(offsets) must be
+// len(indices)+1, offsets non-decreasing and non-negative
+// (ErrInvalidArgument), and offsets[len(indices)] <= len(dst)
+// (ErrBufferTooSmall). Sizes returns the logical sizes to build offsets
+// from. Everything is checked before any byte of dst is written.
+func (s *Store) GatherPacked(indices []int64, dst []byte, offsets []int64) (err error) {
+	defer recoverTo(&err, "gather")
+	old := guardFaults()
+	defer restoreFaults(old)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.checkRead("gather"); err != nil {
+		return err
+	}
+	n := len(indices)
+	if n == 0 && len(offsets) <= 1 {
+		return nil
+	}
+	if len(offsets) != n+1 {
+		return errf(ErrInvalidArgument, "gather from %s: %d offsets for %d indices, want %d", s.dir, len(offsets), n, n+1)
+	}
+	if offsets[0] < 0 {
+		return errf(ErrInvalidArgument, "gather from %s: offsets[0] is %d", s.dir, offsets[0])
+	}
+	for k := 0; k < n; k++ {
+		if offsets[k+1] < offsets[k] {
+			return errf(ErrInvalidArgument, "gather from %s: offsets[%d]=%d below offsets[%d]=%d", s.dir, k+1, offsets[k+1], k, offsets[k])
+		}
+	}
+	if offsets[n] > int64(len(dst)) {
+		return errf(ErrBufferTooSmall, "gather from %s: offsets end at %d, dst has %d bytes", s.dir, offsets[n], len(dst))
+	}
+	g := getGatherScratch(n)
+	defer gatherPool.Put(g)
+	chunks, err := s.locate("gather", indices, g)
+	if err != nil {
+		return err
+	}
+	for k, e := range g.locs {
+		if want := offsets[k+1] - offsets[k]; int64(e.logic) != want {
+			return errf(ErrSizeMismatch, "gather from %s: record %d has %d bytes, its slot has %d", s.dir, indices[k], e.logic, want)
+		}
+	}
+	total := offsets[n] - offsets[0]
+	workers := workersFor(total, n, fanOutBytes)
+	g.prepare(workers)
+	return parallel(workers, "gather", func(w int) error {
+		// Split by bytes, not by count, so records of mixed sizes balance.
+		lo := splitPoint(offsets, w, workers)
+		hi := splitPoint(offsets, w+1, workers)
+		limit := offsets[hi] // as in Gather: spare capacity up to the block's end
+		for k := lo; k < hi; k++ {
+			a, b := offsets[k], offsets[k+1]
+			if err := s.fill(g, w, k, chunks, indices[k], dst[a:b:limit]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// splitPoint returns the first record of block w of workers blocks of about
+// equal byte size.
+func splitPoint(offsets []int64, w, workers int) int {
+	n := len(offsets) - 1
+	if w <= 0 {
+		return 0
+	}
+	if w >= workers {
+		return n
+	}
+	target := offsets[0] + (offsets[n]-offsets[0])*int64(w)/int64(workers)
+	return sort.Search(n, func(k int) bool { return offsets[k] >= target })
+}
+
+// Sizes writes the logical size of each record at indices into sizes, which
+// must hold at least len(indices) values (else ErrBufferTooSmall).
+func (s *Store) Sizes(indices []int64, sizes []int64) (err error) {
+	defer recoverTo(&err, "sizes")
+	old := guardFaults()
+	defer restoreFaults(old)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.checkRead("sizes"); err != nil {
+		return err
+	}
+	if len(sizes) < len(indices) {
+		return errf(ErrBufferTooSmall, "sizes from %s: %d slots for %d indices", s.dir, len(sizes), len(indices))
+	}
+	if len(indices) == 0 {
+		return nil
+	}
+	g := getGatherScratch(len(indices))
+	defer gatherPool.Put(g)
+	if _, err := s.locate("sizes", indices, g); err != nil {
+		return err
+	}
+	for k, e := range g.locs {
+		sizes[k] = int64(e.logic)
+	}
+	return nil
+}
+
+// locate range-checks indices against the published length and loads and
+// checks their table entries into g.locs. It returns the chunk list the
+// entries refer to.
+func (s *Store) locate(op string, indices []int64, g *gatherScratch) ([]*chunk, error) {
+	n := s.length.Load()
+	for _, i := range indices {
+		if uint64(i) >= uint64(n) {
+			return nil, errf(ErrIndexOutOfRange, "%s from %s: index %d, length %d", op, s.dir, i, n)
+		}
+	}
+	// Loaded after length: the lists are published before the length that
+	// needs them, so they cover every entry below n.
+	segs := *s.segs.Load()
+	chunks := *s.chunks.Load()
+	ov := s.overlay.Load()
+	locs := g.locs
+	for k, i := range indices {
+		if ov != nil {
+			if p, ok := ov.recs[i]; ok {
+				locs[k] = p.e
+				if p.data != nil {
+					if g.pins == nil {
+						g.pins = make([][]byte, len(indices))
+					}
+					g.pins[k] = p.data
+				}
+				continue
+			}
+		}
+		e, err := readEntry(segs, i)
+		if err != nil {
+			return nil, wrapf(err, "%s from %s: read entry %d", op, s.dir, i)
+		}
+		if err := s.checkEntry(e, chunks); err != nil {
+			return nil, fmt.Errorf("zrecord: %s from %s: %s entry %d: %v: %w", op, s.dir, segName(uint32(i>>segShift)), i, err, ErrCorrupt)
+		}
+		locs[k] = e
+	}
+	return chunks, nil
+}
+
+func (g *gatherScratch) prepare(workers int) {
+	for len(g.raw) < workers {
+		g.raw = append(g.raw, nil)
+	}
+}
+
+// fill writes the k-th record of the call, idx, into out (exactly its
+// logical size). Bytes of out's spare capacity may be overwritten. w
+// selects the worker's staging buffer.
+func (s *Store) fill(g *gatherScratch, w, k int, chunks []*chunk, idx int64, out []byte) error {
+	e := g.locs[k]
+	c := chunks[e.chunk]
+	var src []byte
+	if g.pins != nil && g.pins[k] != nil {
+		src = g.pins[k]
+	} else if c.data != nil {
+		src = c.data[e.off:e.end():e.end()]
+	} else if e.phys == e.logic {
+		if err := readFull(c.f, out, int64(e.off)); err != nil {
+			return wrapf(err, "gather from %s: read record %d", s.dir, idx)
+		}
+		return nil
+	} else {
+		if cap(g.raw[w]) < int(e.phys) {
+			g.raw[w] = make([]byte, e.phys)
+		}
+		src = g.raw[w][:e.phys]
+		if err := readFull(c.f, src, int64(e.off)); err != nil {
+			return wrapf(err, "gather from %s: read record %d", s.dir, idx)
+		}
+	}
+	if e.phys == e.logic {
+		copy(out, src)
+		return nil
+	}
+	return s.decode(idx, src, out)
+}
+
+// decode decompresses the frame src of record idx into out, whose length is
+// the record's logical size. The decoder writes up to 32 scratch bytes into
+// spare capacity, and takes a faster path when it may: callers give out
+// spare capacity only where those bytes are overwritten later, and cap it
+// at the end of the record otherwise.
+func (s *Store) decode(idx int64, src, out []byte) error {
+	got, err := s.dec.DecodeAll(src, out[:0])
+	if err != nil {
+		return fmt.Errorf("zrecord: gather from %s: record %d: %v: %w", s.dir, idx, err, ErrDecode)
+	}
+	if len(got) != len(out) {
+		return errf(ErrDecode, "gather from %s: record %d decoded to %d bytes, want %d", s.dir, idx, len(got), len(out))
+	}
+	if !sameStart(got, out) {
+		copy(out, got)
+	}
+	return nil
+}

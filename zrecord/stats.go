@@ -1,0 +1,49 @@
+package zrecord
+
+// Stats describes a store's size.
+type Stats struct {
+	// Length is the number of records.
+	Length int64
+	// LiveBytes is the stored size of the live records (after compression).
+	LiveBytes int64
+	// ChunkBytes is what the chunk files hold up to the write frontier,
+	// live records and garbage alike. ChunkBytes - LiveBytes bounds what
+	// Compact can reclaim; up to one record per chunk of it is slack that
+	// stays, since records never straddle chunks.
+	ChunkBytes int64
+	// LogicalBytes is the size of the live records as Gather returns them.
+	LogicalBytes int64
+	// Codec is the store's codec.
+	Codec Codec
+	// DictBytes is the size of the dictionary (ZstdDict stores), else 0.
+	DictBytes int64
+	// Chunks is the number of chunk files.
+	Chunks int64
+}
+
+// Stats returns the store's current figures; they are kept up to date in
+// memory, so the call is cheap.
+func (s *Store) Stats() (st Stats, err error) {
+	defer recoverTo(&err, "stats")
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.checkRead("stats"); err != nil {
+		return Stats{}, err
+	}
+	s.appendMu.Lock()
+	defer s.appendMu.Unlock()
+	chunks := *s.chunks.Load()
+	var bytes int64
+	for _, c := range chunks[:s.tail.chunk+1] {
+		bytes += c.end.Load()
+	}
+	return Stats{
+		Length:       s.length.Load(),
+		LiveBytes:    s.live,
+		ChunkBytes:   bytes,
+		LogicalBytes: s.logical,
+		Codec:        s.codec,
+		DictBytes:    int64(len(s.dict)),
+		Chunks:       int64(s.tail.chunk) + 1,
+	}, nil
+}
