@@ -60,8 +60,8 @@ func lx_sample(spec *C.int64_t, out *C.int64_t, errBuf *C.char, errLen C.int64_t
 	if mode < 0 || mode > 255 {
 		return fail(errBuf, errLen, invalidf("mode %d is not a sampler mode", mode))
 	}
-	if batch < 0 || outLen < batch {
-		return fail(errBuf, errLen, invalidf("out holds %d indices: a batch of %d does not fit", outLen, batch))
+	if batch < 0 || outLen != batch {
+		return fail(errBuf, errLen, invalidf("out has shape (%d,), the batch needs (%d,)", outLen, batch))
 	}
 	dst, err := int64s(out, C.int64_t(batch), "out")
 	if err != nil {

@@ -649,7 +649,7 @@ def sample(
     ``mode`` is ``"sequential"``, ``"iid"`` or ``"cyclic"``; indices lie in
     ``[0, n)``; ``seed`` is an unsigned 64-bit integer; ``rank`` of ``world``
     names this process's shard. ``out`` is a writable C-contiguous int64 array
-    of at least ``batch_size`` values. The result is a pure function of the
+    of exactly ``batch_size`` values. The result is a pure function of the
     arguments.
 
     Each thread remembers the last ``out`` it was given (and keeps it alive

@@ -134,6 +134,22 @@ def sample(
     Raises:
         ValueError, TypeError: an argument is invalid; the message quotes it.
     """
+    # The native call checks every argument itself, so the common case goes
+    # straight to it; _validate runs only to word the error when it refuses.
+    try:
+        rank, world = shard
+        if out is None:
+            out = np.empty(batch_size, dtype=np.int64)
+        return _native.sample(mode, n, batch_size, seed, step, rank, world, out)
+    except (TypeError, ValueError, OverflowError):
+        _validate(mode, n, batch_size, step, seed, shard, out)
+        raise
+
+
+def _validate(
+    mode: Any, n: Any, batch_size: Any, step: Any, seed: Any, shard: Any, out: Any
+) -> Tuple[int, int, int, int, Tuple[int, int], Optional[np.ndarray]]:
+    """Check sample()'s arguments, raising an error that quotes the bad one."""
     _check_mode(mode)
     n = _check_positive(n, "n")
     batch_size = _check_positive(batch_size, "batch_size")
@@ -141,9 +157,9 @@ def sample(
     seed = _check_seed(seed)
     rank, world = _check_shard(shard)
     _check_global(mode, n, batch_size, world)
-    out = np.empty(batch_size, dtype=np.int64) if out is None else _check_out(out, batch_size)
-    _native.sample(mode, n, batch_size, seed, step, rank, world, out)
-    return out
+    if out is not None:
+        out = _check_out(out, batch_size)
+    return n, batch_size, step, seed, (rank, world), out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,10 +209,11 @@ class Sampler:
 
     def __call__(self, step: int, out: Optional[np.ndarray] = None) -> np.ndarray:
         """The indices of ``step`` (see :func:`sample`)."""
-        step = _check_step(step)
-        out = np.empty(self.batch_size, dtype=np.int64) if out is None else _check_out(
-            out, self.batch_size
-        )
-        rank, world = self.shard
-        _native.sample(self.mode, self.n, self.batch_size, self.seed, step, rank, world, out)
-        return out
+        if out is None:
+            out = np.empty(self.batch_size, dtype=np.int64)
+        try:
+            return _native.sample(self.mode, self.n, self.batch_size, self.seed, step, *self.shard, out)
+        except (TypeError, ValueError, OverflowError):
+            _check_step(step)
+            _check_out(out, self.batch_size)
+            raise

@@ -310,6 +310,11 @@ def machine_info():
     quota = _cgroup_cpu_quota()
     info["CPU affinity / quota"] = f"{aff} usable CPUs, " + (
         f"cgroup quota {quota:.2f} CPUs" if quota else "no cgroup CPU quota")
+    thp = _read("/sys/kernel/mm/transparent_hugepage/enabled")
+    thp_d = _read("/sys/kernel/mm/transparent_hugepage/defrag")
+    if thp:
+        pick = lambda v: (re.search(r"\[(\w[\w+]*)\]", v or "") or [None, v])[1]  # noqa: E731
+        info["transparent hugepages"] = f"enabled={pick(thp)}, defrag={pick(thp_d)}"
     mem_total = None
     for line in (_read("/proc/meminfo", "") or "").splitlines():
         if line.startswith("MemTotal:"):
@@ -582,11 +587,21 @@ def bench_sampler(args, results):
     results["sampler"] = {"space": n, "runs": args.sampler_runs, "rows": rows, "skipped": skipped}
 
 
+KNOWN_NAMES = {"numpy randint", "numpy default_rng", "zsampler iid", "zsampler iid, Sampler()",
+               "zsampler cyclic", "loaderx", "loaderx-raw", "torch", "grain"}
+
+
 def selected(args, name):
+    """--only takes exact names, or a family prefix such as `zrecord` or `zsampler`."""
     if not args.only:
         return True
-    return any(o == name or o == name.split()[0] or name.startswith(o) or name.replace(" ", "-") == o
-               for o in args.only)
+    known = KNOWN_NAMES | {c.name for c in STORES}
+    for o in args.only:
+        if o == name or o.replace("-", " ") == name:
+            return True
+        if o not in known and (name.startswith(o + "-") or name.startswith(o + " ")):
+            return True
+    return False
 
 
 # --------------------------------------------------------------------------
@@ -1289,7 +1304,8 @@ def loader_child(cfg):
             return x
 
         def close():
-            it.close()
+            it.close()  # ends the epoch iterator, which shuts its workers down
+            gc.collect()
     elif name == "grain":
         import grain.python as gp
         src = gp.ArrayRecordDataSource(cfg["data"])
@@ -1299,13 +1315,16 @@ def loader_child(cfg):
                            operations=[GrainParse(shape, cfg["dtype"], aug),
                                        gp.Batch(b, drop_remainder=True)],
                            worker_count=w)
-        it = iter(dl)
+        holder = {"it": iter(dl)}
 
         def get():
-            return next(it)["data"]
+            return next(holder["it"])["data"]
 
         def close():
-            pass
+            # dropping the iterator stops the workers and frees their shared
+            # memory; a killed tree would leave its segments in /dev/shm
+            holder.clear()
+            gc.collect()
     else:
         raise SystemExit(f"unknown loader {name}")
 
@@ -1324,11 +1343,8 @@ def loader_child(cfg):
         k += 1
     dt = time.perf_counter() - t0
     print("RESULT " + json.dumps({"batches": k, "seconds": dt}), flush=True)
-    try:
-        close()
-    except Exception:
-        pass
-    os._exit(0)  # do not wait on worker teardown: it is not part of the measurement
+    del x
+    close()  # a clean shutdown lets the workers release their shared memory
 
 
 class TreeMemory:
@@ -1346,6 +1362,7 @@ class TreeMemory:
         self.peak_procs = 0
         self.shm_base = self._shmem()
         self.peak_shm = 0
+        self.peak_anon_shm = 0
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
@@ -1395,29 +1412,72 @@ class TreeMemory:
                 self.peak_rss = max(self.peak_rss, rss)
                 self.peak_procs = max(self.peak_procs, len(pids))
                 if k % self.pss_every == 0:
-                    pss = 0
+                    pss = anon = 0
                     for p in pids:
-                        s = _read(f"/proc/{p}/smaps_rollup", "")
-                        m = re.search(r"^Pss:\s+(\d+) kB", s or "", re.M)
+                        s = _read(f"/proc/{p}/smaps_rollup", "") or ""
+                        m = re.search(r"^Pss:\s+(\d+) kB", s, re.M)
                         if m:
                             pss += int(m.group(1)) * 1024
+                        m = re.search(r"^Pss_Anon:\s+(\d+) kB", s, re.M)
+                        if m:
+                            anon += int(m.group(1)) * 1024
+                    shm = max(0, self._shmem() - self.shm_base)
                     self.peak_pss = max(self.peak_pss, pss)
-                    self.peak_shm = max(self.peak_shm, self._shmem() - self.shm_base)
+                    self.peak_shm = max(self.peak_shm, shm)
+                    self.peak_anon_shm = max(self.peak_anon_shm, anon + shm)
                 k += 1
             self._stop.wait(self.interval)
 
 
+SHM_DIR = "/dev/shm"
+SHM_PREFIXES = ("psm_", "sem.mp-", "torch_")
+
+
+def _shm_entries():
+    try:
+        return set(os.listdir(SHM_DIR))
+    except OSError:
+        return set()
+
+
+def _shm_in_use(names):
+    """Which of these /dev/shm names some live process still has mapped or open."""
+    used = set()
+    paths = {os.path.join(SHM_DIR, nm): nm for nm in names}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/maps") as fh:
+                for line in fh:
+                    p = line.rstrip("\n").split(None, 5)[-1].replace(" (deleted)", "")
+                    if p in paths:
+                        used.add(paths[p])
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    t = os.readlink(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                if t in paths:
+                    used.add(paths[t])
+        except OSError:
+            continue
+    return used
+
+
 def run_loader_child(cfg, timeout):
     cmd = [sys.executable, SCRIPT, "_loader-child", json.dumps(cfg)]
-    errf = tempfile.TemporaryFile(mode="w+")
     env = dict(os.environ)
     if cfg["name"] == "grain":
         env[GRAIN_ENV] = "1"
+    shm_before = _shm_entries()
+    errf = tempfile.TemporaryFile(mode="w+")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True,
                             start_new_session=True, cwd=REPO, env=env)
     mem = TreeMemory(proc.pid)
     mem.start()
     result = {}
+    got_result = threading.Event()
 
     def reader():
         for line in proc.stdout:
@@ -1426,21 +1486,39 @@ def run_loader_child(cfg, timeout):
             elif line.startswith("RESULT "):
                 result.update(json.loads(line[7:]))
                 mem.active = False
+                got_result.set()
 
     rt = threading.Thread(target=reader, daemon=True)
     rt.start()
+    deadline = time.monotonic() + timeout
     try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        pass
+        while proc.poll() is None and time.monotonic() < deadline and not got_result.is_set():
+            time.sleep(0.05)
+        mem.stop()
+        if got_result.is_set():  # let it shut its workers down cleanly
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                pass
     finally:
         mem.stop()
-        try:  # the child's own session: it and any workers it left behind
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        # whatever is left of the child's own session (it was started in a new one)
+        for sig, wait in ((signal.SIGTERM, 3), (signal.SIGKILL, 2)):
+            try:
+                os.killpg(proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                break
+            time.sleep(wait if sig == signal.SIGTERM else 0)
         proc.wait()
         rt.join(timeout=2)
+    # shared-memory segments the child's tree created and left behind
+    leftover = {nm for nm in _shm_entries() - shm_before if nm.startswith(SHM_PREFIXES)}
+    if leftover:
+        for nm in leftover - _shm_in_use(leftover):
+            try:
+                os.unlink(os.path.join(SHM_DIR, nm))
+            except OSError:
+                pass
     if not result:
         errf.seek(0)
         tail = "\n".join(errf.read().strip().splitlines()[-6:])
@@ -1451,6 +1529,8 @@ def run_loader_child(cfg, timeout):
     result["peak_pss"] = mem.peak_pss
     result["procs"] = mem.peak_procs
     result["peak_shm"] = max(0, mem.peak_shm)
+    result["peak_anon_shm"] = mem.peak_anon_shm
+    result["leftover_shm"] = len(leftover)
     return result
 
 
@@ -1474,7 +1554,10 @@ def bench_loader(args, results, tmp):
         "honest total of what is mapped. `shm Δ` is the peak growth of the machine's shared memory "
         "(/proc/meminfo Shmem) over its level before the loader started: batches that worker "
         "processes hand over in shared memory and that no process maps at that instant appear "
-        "only there (the figure is machine-wide, so other activity can leak into it).")
+        "only there (the figure is machine-wide, so other activity can leak into it). "
+        "`anon + shm` is the peak of anonymous PSS plus that shared-memory growth: what the loader "
+        "costs beyond the page cache, since RSS and PSS also count the pages of data files a "
+        "reader maps (npy memory maps, an mmap-based store), which the kernel can reclaim.")
     out()
     ldir = os.path.join(tmp, "loader")
     os.makedirs(ldir, exist_ok=True)
@@ -1558,7 +1641,9 @@ def bench_loader(args, results, tmp):
                 continue
             res["bps"] = res["batches"] / res["seconds"]
             log(f"[loader]   {res['bps']:.1f} batches/s, peak RSS {res['peak_rss'] / MiB:.0f} MiB, "
-                f"PSS {res['peak_pss'] / MiB:.0f} MiB, {res['procs']} processes")
+                f"PSS {res['peak_pss'] / MiB:.0f} MiB, {res['procs']} processes"
+                + (f"; removed {res['leftover_shm']} shared-memory files it left in {SHM_DIR}"
+                   if res.get("leftover_shm") else ""))
             per[c["name"]].append(res)
     rows = []
     for c in cands:
@@ -1571,17 +1656,19 @@ def bench_loader(args, results, tmp):
                      "peak_rss": max(x["peak_rss"] for x in rs),
                      "peak_pss": max(x["peak_pss"] for x in rs),
                      "peak_shm": max(x["peak_shm"] for x in rs),
+                     "peak_anon_shm": max(x["peak_anon_shm"] for x in rs),
                      "procs": max(x["procs"] for x in rs), "runs": rs})
     for name, err in errors.items():
         out(f"- {name} failed: " + err.replace("\n", " | ")[:400])
     if errors:
         out()
     out(table(["loader", "batches/s", "per batch", "samples/s", "throughput", "peak RSS",
-               "peak PSS", "shm Δ", "processes"],
+               "peak PSS", "shm Δ", "anon + shm", "processes"],
               [[r["loader"], f"{r['batches_per_s']:.1f}", f"{r['ms_per_batch']:.2f} ms",
                 f"{r['samples_per_s']:,.0f}", f"{r['mib_s']:,.0f} MiB/s",
                 f"{r['peak_rss'] / MiB:,.0f} MiB", f"{r['peak_pss'] / MiB:,.0f} MiB",
-                f"{r['peak_shm'] / MiB:,.0f} MiB", r["procs"]] for r in rows]))
+                f"{r['peak_shm'] / MiB:,.0f} MiB", f"{r['peak_anon_shm'] / MiB:,.0f} MiB",
+                r["procs"]] for r in rows]))
     out()
     results["loader"] = {"shape": list(shape), "dtype": dtype.name, "records": n, "batch": b,
                          "workers": args.workers, "transform": args.transform, "rows": rows,
@@ -1645,7 +1732,7 @@ def checks(results):
         o = by.get("torch")
         if lx and o:
             for label, f in (("RSS", lambda r: r["peak_rss"]), ("PSS", lambda r: r["peak_pss"]),
-                             ("PSS + shm Δ", lambda r: r["peak_pss"] + r["peak_shm"])):
+                             ("anon + shm", lambda r: r["peak_anon_shm"])):
                 if f(o):
                     frac = f(lx) / f(o)
                     add(f"loaderx peak {label} vs torch", f"{frac:.2f} "
@@ -1757,7 +1844,8 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=None,
                     help="runs per figure for every section (default: sampler 7, store 5 rounds, loader 3)")
     ap.add_argument("--only", type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
-                    default=None, help="comma-separated contender names (references always run)")
+                    default=None, help="comma-separated contender names or families, e.g. zrecord,npy-mmap,torch "
+                         "(memcpy and numpy default_rng always run: they are the references)")
     ap.add_argument("--transform", choices=["identity", "augment"], default="identity")
     ap.add_argument("--json", default=None, help="write every result to this file")
     ap.add_argument("--plot", default=None, help="draw the tables as bar charts into this PNG")

@@ -37,9 +37,9 @@
 // grows one segment at a time, so there is no fixed record count.
 //
 // Two more files exist only while an operation runs: delete.intent (the
-// entry writes of a Delete) and compact.journal (a record that Compact
-// moves onto bytes overlapping its old place). Both carry a CRC-32C; a torn
-// one is ignored.
+// entry writes of a Delete) and compact.journal (the moves of one group of
+// a Compact, with copies of the records they overwrite). Both carry a
+// CRC-32C; a torn one is ignored.
 //
 // # Concurrency
 //
@@ -78,18 +78,23 @@
 // Each Append writes record bytes, then table entries, then the header. If
 // the process dies at any point, the store reopens with a prefix of its
 // batches, never a torn record: a writable Open cuts the tail chunk back to
-// the frontier recorded in meta.zr and removes chunk files past it. Delete
-// records its table writes in delete.intent before touching the table, and
-// Compact journals every move that overlaps its own source, so both are
-// atomic with respect to the death of the process: the next writable Open
-// finishes or discards what was interrupted.
+// the frontier recorded in meta.zr and removes chunk files past it.
+// Appended records survive a power failure once Sync (or Close) has
+// returned. Sync fsyncs the chunk files, then the table segments, then the
+// directory when files were created or removed, then meta.zr, so the header
+// that makes records visible reaches the disk after the records.
 //
-// Surviving a power failure requires Sync (Close calls it). Sync fsyncs
-// the chunk files, then the table segments, then the directory when files
-// were created or removed, then meta.zr, so the header that makes records
-// visible reaches the disk after the records. Nothing else fsyncs: what
-// was written after the last Sync may be lost, or only partly kept, when
-// the machine goes down.
+// Delete and Compact rewrite the places of records that may already be
+// durable, so they make themselves safe against power failure as well as
+// against the death of the process; each costs a few fsyncs. Delete syncs
+// the store, writes its table writes to delete.intent and syncs it, applies
+// them, syncs again and removes the journal. Compact works in groups of
+// moves: compact.journal (synced) lists a group's moves together with a
+// copy of each record whose old bytes the group overwrites; then the
+// group's bytes are written and synced, then its table entries. The next
+// writable Open finishes or discards whatever a journal shows was
+// interrupted, so either operation leaves the store as it was before or
+// as it is after, never in between.
 //
 // # Errors
 //

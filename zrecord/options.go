@@ -11,13 +11,12 @@ const MaxRecordSize = 1 << 31
 type Option func(*options)
 
 type options struct {
-	codec     Codec
-	dict      []byte
-	dictSet   bool
-	tier      DictTier
-	capacity  int64
-	fs        FS
-	readOnly  bool
+	codec    Codec
+	dict     []byte
+	tier     DictTier
+	capacity int64
+	fs       FS
+	readOnly bool
 }
 
 func defaultOptions() options {
@@ -53,7 +52,7 @@ func WithCodec(c Codec) Option {
 // dictionary always comes from dict.zr). No default: Create with ZstdDict and
 // no dictionary fails with ErrMissingDict.
 func WithDict(dict []byte) Option {
-	return func(o *options) { o.dict = dict; o.dictSet = true }
+	return func(o *options) { o.dict = dict }
 }
 
 // WithDictTier sets the encoder level used to compress records of a ZstdDict

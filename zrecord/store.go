@@ -364,6 +364,10 @@ func (s *Store) loadFiles() (err error) {
 		if err := s.replayDeleteJournal(); err != nil {
 			return err
 		}
+		// A replayed move may have extended a chunk file.
+		for _, c := range *s.chunks.Load() {
+			c.end.Store(min(c.size, chunkSpan))
+		}
 	}
 	// Validate before cutting anything off, so that damage is reported
 	// rather than compounded.
@@ -871,9 +875,9 @@ func (s *Store) release() error {
 	return first
 }
 
-// recoverTo converts a panic in an API call into an error, and turns memory
-// faults in the calling goroutine into panics for the duration of the call.
-// Use as: defer recoverTo(&err, op) — it must be deferred directly.
+// recoverTo converts a panic in an API call into an error. Use as
+// defer recoverTo(&err, op): recover only works when it is the deferred call
+// itself. Calls that read mappings also guard memory faults (guardFaults).
 func recoverTo(errp *error, op string) {
 	if r := recover(); r != nil {
 		*errp = panicError(op, r)
