@@ -282,6 +282,9 @@ loop:
 }
 
 func TestCrashKill(t *testing.T) {
+	if raceEnabled {
+		t.Skip("crash kills are timed; run them without -race")
+	}
 	kills := 30
 	if testing.Short() {
 		kills = 8

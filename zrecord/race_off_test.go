@@ -1,0 +1,5 @@
+//go:build !race
+
+package zrecord_test
+
+const raceEnabled = false
