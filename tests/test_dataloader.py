@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from loaderx import dataloader
 from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataloader import PREFETCH_BYTES, DataLoader, LoaderOptions
 from loaderx.dataset import DenseDataset, RaggedDataset
@@ -41,6 +42,17 @@ def streams(stores):
         d.close()
 
 
+@pytest.fixture(params=["per-step workers", "one gatherer"])
+def pipeline_shape(request, monkeypatch):
+    """Run a test under both pipeline shapes: small batches, where every
+    worker samples, gathers and transforms whole steps, and large ones, where
+    one thread gathers and the workers only transform (forced here by
+    lowering the large-batch threshold to zero)."""
+    if request.param == "one gatherer":
+        monkeypatch.setattr(dataloader, "SHARED_GATHER_BYTES", 0)
+    return request.param
+
+
 def take(loader, k):
     """k batches, copied (so later steps cannot touch them)."""
     out = []
@@ -63,6 +75,7 @@ def assert_batches_equal(a, b):
 
 
 @pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.usefixtures("pipeline_shape")
 def test_batches_follow_the_sampler(streams, workers):
     with DataLoader(streams, batch_size=8, num_workers=workers, sampler="cyclic", seed=3) as loader:
         sampler = Sampler("cyclic", N, 8, seed=3)
@@ -86,6 +99,7 @@ def test_streams_line_up(streams):
             np.testing.assert_array_equal(b["image"][:, 2, 3].astype(np.int64), b["label"] * 1000 + 11)
 
 
+@pytest.mark.usefixtures("pipeline_shape")
 def test_output_does_not_depend_on_num_workers(streams):
     runs = []
     for workers in (0, 1, 3):
@@ -97,6 +111,7 @@ def test_output_does_not_depend_on_num_workers(streams):
 
 @pytest.mark.parametrize("workers", [0, 3])
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.usefixtures("pipeline_shape")
 def test_resume_equals_an_uninterrupted_run(streams, mode, workers):
     k, m = 13, 17  # k crosses a cyclic boundary (97 // 8 = 12 steps per cycle)
     with DataLoader(streams, batch_size=8, num_workers=workers, sampler=mode, seed=42) as ref:
@@ -117,6 +132,7 @@ def test_resume_equals_an_uninterrupted_run(streams, mode, workers):
         assert_batches_equal(take(direct, m), reference[k:])
 
 
+@pytest.mark.usefixtures("pipeline_shape")
 def test_load_state_dict_mid_run_discards_prefetched_work(streams):
     with DataLoader(streams, batch_size=8, num_workers=3, seed=5) as loader:
         reference = take(loader, 10)
@@ -171,6 +187,7 @@ def test_shards_are_disjoint_through_the_loader(streams):
 
 
 @pytest.mark.parametrize("workers", [0, 3])
+@pytest.mark.usefixtures("pipeline_shape")
 def test_transform_runs_on_worker_threads(streams, workers):
     seen = set()
 
@@ -202,6 +219,7 @@ def exploding_transform(batch):
 
 
 @pytest.mark.parametrize("workers", [0, 3])
+@pytest.mark.usefixtures("pipeline_shape")
 def test_transform_exception_propagates_at_its_step(streams, workers):
     loader = DataLoader(streams, batch_size=5, num_workers=workers, sampler="sequential",
                         transform=exploding_transform)
@@ -219,6 +237,7 @@ def test_transform_exception_propagates_at_its_step(streams, workers):
 
 
 @pytest.mark.parametrize("workers", [0, 3])
+@pytest.mark.usefixtures("pipeline_shape")
 def test_held_batches_are_never_overwritten(streams, workers):
     with DataLoader(streams, batch_size=8, num_workers=workers, seed=2) as loader:
         held = next(loader)
@@ -237,6 +256,7 @@ def test_held_batches_are_never_overwritten(streams, workers):
         assert len(addresses) <= loader.prefetch + 4
 
 
+@pytest.mark.usefixtures("pipeline_shape")
 def test_transform_holding_views_is_safe(streams):
     kept = []
 
@@ -255,9 +275,10 @@ def test_transform_holding_views_is_safe(streams):
 
 
 def _workers():
-    return [t for t in threading.enumerate() if t.name.startswith("loaderx-worker-")]
+    return [t for t in threading.enumerate() if t.name.startswith("loaderx-")]
 
 
+@pytest.mark.usefixtures("pipeline_shape")
 def test_close_is_prompt_and_final(streams):
     def slow(batch):
         time.sleep(0.05)
@@ -379,3 +400,21 @@ def test_closed_stream_error_reaches_the_consumer(stores):
         for _ in range(20):
             next(loader)
     loader.close()
+
+
+def test_large_batches_are_gathered_by_one_thread(streams, monkeypatch):
+    def names():
+        return sorted(t.name for t in threading.enumerate() if t.name.startswith("loaderx-"))
+
+    big = 3 * 4 * 4 * 8  # bytes of one batch of 8 images: just at the threshold
+    monkeypatch.setattr(dataloader, "SHARED_GATHER_BYTES", big)
+    with DataLoader(streams, batch_size=8, num_workers=2) as loader:
+        next(loader)
+        assert names() == ["loaderx-gather"]
+    with DataLoader(streams, batch_size=8, num_workers=2, transform=lambda b: b) as loader:
+        next(loader)
+        assert names() == ["loaderx-gather", "loaderx-worker-0", "loaderx-worker-1"][: 1 + loader.options.worker_threads]
+    monkeypatch.setattr(dataloader, "SHARED_GATHER_BYTES", 1 << 40)
+    with DataLoader(streams, batch_size=8, num_workers=2) as loader:
+        next(loader)
+        assert "loaderx-gather" not in names()
