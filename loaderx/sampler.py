@@ -194,6 +194,8 @@ class Sampler:
         set_(self, "seed", _check_seed(self.seed))
         set_(self, "shard", _check_shard(self.shard))
         _check_global(self.mode, self.n, self.batch_size, self.shard[1])
+        # the native call's arguments, read once per call instead of field by field
+        set_(self, "_args", (self.mode, self.n, self.batch_size, self.seed) + self.shard)
 
     @property
     def global_batch_size(self) -> int:
@@ -211,8 +213,9 @@ class Sampler:
         """The indices of ``step`` (see :func:`sample`)."""
         if out is None:
             out = np.empty(self.batch_size, dtype=np.int64)
+        mode, n, batch_size, seed, rank, world = self._args
         try:
-            return _native.sample(self.mode, self.n, self.batch_size, self.seed, step, *self.shard, out)
+            return _native.sample(mode, n, batch_size, seed, step, rank, world, out)
         except (TypeError, ValueError, OverflowError):
             _check_step(step)
             _check_out(out, self.batch_size)
