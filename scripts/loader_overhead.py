@@ -7,8 +7,8 @@ of steps 0..S-1 from the loader's own sampler):
 * ``gather``: a bare loop of ``DenseDataset.gather(indices, out=buffer)`` into
   one reused buffer, indices computed beforehand: the floor of what a loader
   can cost, with no sampling, no threads and no allocation.
-* ``loader``: ``DataLoader`` with an identity transform, for each
-  ``--workers`` value, consuming S batches.
+* ``loader``: a long-lived ``DataLoader`` with an identity transform, for
+  each ``--workers`` value, rewound to step 0 and consuming S batches.
 
 Rounds alternate between the two so drift on a shared machine hits both; the
 report is the median batches/s per variant and its ratio to the bare loop.
@@ -47,16 +47,21 @@ def bare(ds: DenseDataset, indices: list, out: np.ndarray) -> float:
     return len(indices) / (time.perf_counter() - t0)
 
 
-def loader_rate(ds: DenseDataset, args, workers: int) -> float:
-    with DataLoader({"x": ds}, batch_size=args.batch, num_workers=workers, sampler=args.sampler,
-                    seed=1, transform=identity) as loader:
-        next(loader)  # start the workers outside the timing
-        loader.load_state_dict({**loader.state_dict(), "step": 0})
-        t0 = time.perf_counter()
-        for _ in range(args.steps):
-            batch = next(loader)
-        del batch
-        return args.steps / (time.perf_counter() - t0)
+def make_loader(ds: DenseDataset, args, workers: int) -> DataLoader:
+    return DataLoader({"x": ds}, batch_size=args.batch, num_workers=workers, sampler=args.sampler,
+                      seed=1, transform=identity)
+
+
+def loader_rate(loader: DataLoader, steps: int) -> float:
+    """Batches/s over steps 0..steps-1. The loader is long-lived, as in
+    training: its threads and recycled buffers are warm, so what is timed is
+    the steady state, not the first allocation of its batch buffers."""
+    loader.load_state_dict({**loader.state_dict(), "step": 0})
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        batch = next(loader)
+    del batch
+    return steps / (time.perf_counter() - t0)
 
 
 def main() -> None:
@@ -92,8 +97,9 @@ def main() -> None:
         out = np.empty((args.batch, floats), dtype=np.float32)
         batch_mib = out.nbytes / (1 << 20)
         bare(ds, indices, out)  # warm the page cache and the threads
-        for w in workers:
-            loader_rate(ds, args, w)
+        loaders = {w: make_loader(ds, args, w) for w in workers}
+        for loader in loaders.values():
+            loader_rate(loader, args.steps)  # warm threads and buffers
 
         rates: dict = {"gather": []}
         rates.update({f"loader w={w}": [] for w in workers})
@@ -101,7 +107,9 @@ def main() -> None:
         for _ in range(args.rounds):
             rates["gather"].append(bare(ds, indices, out))
             for w in workers:
-                rates[f"loader w={w}"].append(loader_rate(ds, args, w))
+                rates[f"loader w={w}"].append(loader_rate(loaders[w], args.steps))
+        for loader in loaders.values():
+            loader.close()
         ds.close()
 
     print(f"records {args.records} x {args.record_kib} KiB, batch {args.batch} ({batch_mib:.1f} MiB), "
