@@ -7,6 +7,9 @@ of steps 0..S-1 from the loader's own sampler):
 * ``gather``: a bare loop of ``DenseDataset.gather(indices, out=buffer)`` into
   one reused buffer, indices computed beforehand: the floor of what a loader
   can cost, with no sampling, no threads and no allocation.
+* ``gather, 2 bufs``: the same loop alternating between two buffers, as any
+  loader must (the caller still holds the previous batch while the next one
+  is filled).
 * ``loader``: a long-lived ``DataLoader`` with an identity transform, for
   each ``--workers`` value, rewound to step 0 and consuming S batches.
 
@@ -40,10 +43,12 @@ def identity(batch):
     return batch
 
 
-def bare(ds: DenseDataset, indices: list, out: np.ndarray) -> float:
+def bare(ds: DenseDataset, indices: list, outs: list) -> float:
+    """Batches/s of gathers into the buffers of outs, taken in turn."""
+    k = len(outs)
     t0 = time.perf_counter()
-    for idx in indices:
-        ds.gather(idx, out=out)
+    for i, idx in enumerate(indices):
+        ds.gather(idx, out=outs[i % k])
     return len(indices) / (time.perf_counter() - t0)
 
 
@@ -95,17 +100,19 @@ def main() -> None:
                         seed=1) as probe:
             indices = [probe.sampler(s) for s in range(args.steps)]
         out = np.empty((args.batch, floats), dtype=np.float32)
+        out2 = np.empty_like(out)
         batch_mib = out.nbytes / (1 << 20)
-        bare(ds, indices, out)  # warm the page cache and the threads
+        bare(ds, indices, [out, out2])  # warm the page cache, the threads and both buffers
         loaders = {w: make_loader(ds, args, w) for w in workers}
         for loader in loaders.values():
             loader_rate(loader, args.steps)  # warm threads and buffers
 
-        rates: dict = {"gather": []}
+        rates: dict = {"gather": [], "gather, 2 bufs": []}
         rates.update({f"loader w={w}": [] for w in workers})
         threads = {w: LoaderOptions(num_workers=w).worker_threads for w in workers}
         for _ in range(args.rounds):
-            rates["gather"].append(bare(ds, indices, out))
+            rates["gather"].append(bare(ds, indices, [out]))
+            rates["gather, 2 bufs"].append(bare(ds, indices, [out, out2]))
             for w in workers:
                 rates[f"loader w={w}"].append(loader_rate(loaders[w], args.steps))
         for loader in loaders.values():
