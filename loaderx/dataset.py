@@ -65,6 +65,8 @@ class _StoreView:
         self._handle: Optional[int] = None
         self._path = os.fspath(path)
         self._dtype, self._item_shape = _read_schema(self._path, type(self).__name__, self._kind)
+        # bytes of one item (dense) or of one row along axis 0 (ragged)
+        self._stride = int(np.prod(self._item_shape, dtype=np.int64)) * self._dtype.itemsize
         self._handle = _native.store_open(self._path, readonly=True)
         self._codec = str(_native.store_codec(self._handle))
 
@@ -148,10 +150,6 @@ class DenseDataset(_StoreView):
     """
 
     _kind = "dense"
-
-    def __init__(self, path: PathLike) -> None:
-        super().__init__(path)
-        self._stride = int(np.prod(self._item_shape, dtype=np.int64)) * self._dtype.itemsize
 
     @property
     def item_shape(self) -> Tuple[int, ...]:
@@ -270,10 +268,6 @@ class RaggedDataset(_StoreView):
 
     _kind = "ragged"
 
-    def __init__(self, path: PathLike) -> None:
-        super().__init__(path)
-        self._row = int(np.prod(self._item_shape, dtype=np.int64)) * self._dtype.itemsize
-
     @property
     def item_shape(self) -> Tuple[int, ...]:
         """The trailing shape shared by every record (everything but axis 0)."""
@@ -288,14 +282,14 @@ class RaggedDataset(_StoreView):
         )
 
     def _rows(self, sizes: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        if self._row == 0:
+        if self._stride == 0:
             return np.zeros_like(sizes)
-        rows, rem = np.divmod(sizes, self._row)
+        rows, rem = np.divmod(sizes, self._stride)
         if rem.any():
             k = int(np.argmax(rem != 0))
             raise CorruptStoreError(
                 f"{self._path!r}: record {int(idx[k])} is {int(sizes[k])} bytes, not a "
-                f"multiple of one row ({self._row} bytes)"
+                f"multiple of one row ({self._stride} bytes)"
             )
         return rows
 
