@@ -264,10 +264,11 @@ class _Pipeline:
 
     def start(self) -> None:
         _LIVE.add(self)
-        if self.one_gatherer:
+        if self.one_gatherer and self.transform is None:
+            roles = [("gather", self._work)]  # a lone worker: it only gathers
+        elif self.one_gatherer:
             roles = [("gather", self._gather_only)]
-            if self.transform is not None:
-                roles += [(f"worker-{k}", self._transform_only) for k in range(self.num_workers)]
+            roles += [(f"worker-{k}", self._transform_only) for k in range(self.num_workers)]
         else:
             roles = [(f"worker-{k}", self._work) for k in range(self.num_workers)]
         for name, target in roles:
@@ -312,8 +313,8 @@ class _Pipeline:
             del item
 
     def _gather_only(self) -> None:
-        """The one gathering thread of a large-batch pipeline: steps go to the
-        consumer, or to the transform workers when there is a transform."""
+        """The one gathering thread of a large-batch pipeline with a
+        transform: gathered steps go to the transform workers."""
         indices = np.empty(self.batch_size, dtype=np.int64)
         while True:
             step = self._claim()
@@ -325,11 +326,7 @@ class _Pipeline:
                 if not self._publish(step, _Failure(e)):
                     return
                 continue
-            if self.transform is None:
-                if not self._publish(step, (batch, raw)):
-                    return
-            else:
-                self.todo.put((step, batch, raw))
+            self.todo.put((step, batch, raw))
             del batch, raw
 
     def _transform_only(self) -> None:
