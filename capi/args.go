@@ -17,28 +17,48 @@ func goString(p *C.char, name string) (string, error) {
 
 // int64s views n int64_t values at p as a Go slice.
 func int64s(p *C.int64_t, n C.int64_t, name string) ([]int64, error) {
-	switch {
-	case n < 0:
-		return nil, invalidf("%s: negative length %d", name, n)
-	case n == 0:
-		return nil, nil
-	case p == nil:
-		return nil, invalidf("%s is NULL with length %d", name, n)
+	if err := checkView(p == nil, n, name); err != nil || n == 0 {
+		return nil, err
 	}
 	return unsafe.Slice((*int64)(unsafe.Pointer(p)), int(n)), nil
 }
 
 // byteView views n bytes at p as a Go slice.
 func byteView(p unsafe.Pointer, n C.int64_t, name string) ([]byte, error) {
-	switch {
-	case n < 0:
-		return nil, invalidf("%s: negative length %d", name, n)
-	case n == 0:
-		return nil, nil
-	case p == nil:
-		return nil, invalidf("%s is NULL with length %d", name, n)
+	if err := checkView(p == nil, n, name); err != nil || n == 0 {
+		return nil, err
 	}
 	return unsafe.Slice((*byte)(p), int(n)), nil
+}
+
+// checkView rejects a negative length, and a NULL pointer with a positive
+// one; a zero length is a valid empty view whatever the pointer.
+func checkView(isNil bool, n C.int64_t, name string) error {
+	switch {
+	case n < 0:
+		return invalidf("%s: negative length %d", name, n)
+	case n > 0 && isNil:
+		return invalidf("%s is NULL with length %d", name, n)
+	}
+	return nil
+}
+
+// byName writes lookup(name) to *out: the body of the exports that turn a
+// name (codec, tier, sampler mode) into a number.
+func byName(name *C.char, nameArg string, out *C.int64_t, outArg string, lookup func(string) (int64, error), errBuf *C.char, errLen C.int64_t) C.int {
+	s, err := goString(name, nameArg)
+	if err != nil {
+		return fail(errBuf, errLen, err)
+	}
+	if out == nil {
+		return fail(errBuf, errLen, nullArg(outArg))
+	}
+	v, err := lookup(s)
+	if err != nil {
+		return fail(errBuf, errLen, err)
+	}
+	*out = C.int64_t(v)
+	return statusOK
 }
 
 // packed views a packed batch of n byte strings: data holds dataLen bytes and

@@ -20,19 +20,10 @@ import (
 func lx_sampler_mode(name *C.char, mode *C.int64_t, errBuf *C.char, errLen C.int64_t) (status C.int) {
 	defer guard("lx_sampler_mode", &status, errBuf, errLen)
 	defer debug.SetPanicOnFault(faultsPanic())
-	s, err := goString(name, "name")
-	if err != nil {
-		return fail(errBuf, errLen, err)
-	}
-	if mode == nil {
-		return fail(errBuf, errLen, nullArg("mode"))
-	}
-	m, err := zsampler.ParseMode(s)
-	if err != nil {
-		return fail(errBuf, errLen, err)
-	}
-	*mode = C.int64_t(m)
-	return statusOK
+	return byName(name, "name", mode, "mode", func(s string) (int64, error) {
+		m, err := zsampler.ParseMode(s)
+		return int64(m), err
+	}, errBuf, errLen)
 }
 
 // SampleSpecLen is the number of int64_t values lx_sample reads from spec.

@@ -358,19 +358,10 @@ func lx_store_sync(h C.int64_t, errBuf *C.char, errLen C.int64_t) (status C.int)
 func lx_codec_code(name *C.char, code *C.int64_t, errBuf *C.char, errLen C.int64_t) (status C.int) {
 	defer guard("lx_codec_code", &status, errBuf, errLen)
 	defer debug.SetPanicOnFault(faultsPanic())
-	s, err := goString(name, "name")
-	if err != nil {
-		return fail(errBuf, errLen, err)
-	}
-	if code == nil {
-		return fail(errBuf, errLen, nullArg("code"))
-	}
-	c, err := zrecord.ParseCodec(s)
-	if err != nil {
-		return fail(errBuf, errLen, err)
-	}
-	*code = C.int64_t(c)
-	return statusOK
+	return byName(name, "name", code, "code", func(s string) (int64, error) {
+		c, err := zrecord.ParseCodec(s)
+		return int64(c), err
+	}, errBuf, errLen)
 }
 
 // lx_dict_sample_budget writes the number of sample bytes the dictionary
@@ -380,17 +371,8 @@ func lx_codec_code(name *C.char, code *C.int64_t, errBuf *C.char, errLen C.int64
 func lx_dict_sample_budget(tier *C.char, budget *C.int64_t, errBuf *C.char, errLen C.int64_t) (status C.int) {
 	defer guard("lx_dict_sample_budget", &status, errBuf, errLen)
 	defer debug.SetPanicOnFault(faultsPanic())
-	s, err := goString(tier, "tier")
-	if err != nil {
-		return fail(errBuf, errLen, err)
-	}
-	if budget == nil {
-		return fail(errBuf, errLen, nullArg("budget"))
-	}
-	t, err := zrecord.ParseDictTier(s)
-	if err != nil {
-		return fail(errBuf, errLen, err)
-	}
-	*budget = C.int64_t(t.SampleBudget())
-	return statusOK
+	return byName(tier, "tier", budget, "budget", func(s string) (int64, error) {
+		t, err := zrecord.ParseDictTier(s)
+		return int64(t.SampleBudget()), err
+	}, errBuf, errLen)
 }
