@@ -40,12 +40,21 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
 from loader import bench_loader, loader_child
 from machine import machine_info, print_machine
 from report import checks, out, plot, write_json
 from sampler import bench_sampler
 from store import DEFAULT_RECORDS, SMALL_FACTOR, bench_store
+
+# The layers in the order `all` runs them: name -> bench(args, results, work dir).
+LAYERS: dict[str, Callable[[argparse.Namespace, dict[str, Any], str], None]] = {
+    "sampler": bench_sampler,
+    "store": bench_store,
+    "loader": bench_loader,
+}
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -65,7 +74,7 @@ def parser() -> argparse.ArgumentParser:
         prog="python3 scripts/bench",
         description="Benchmark loaderx against other samplers, record stores and data loaders.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("section", nargs="?", default="all", choices=["sampler", "store", "loader", "all"])
+    ap.add_argument("section", nargs="?", default="all", choices=[*LAYERS, "all"])
     ap.add_argument("--shape", type=parse_shape, default=None,
                     help="record shape, e.g. 512x512 (default: store runs 512x512 and 64x192, loader 512x512)")
     ap.add_argument("--dtype", default="uint8")
@@ -108,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     args.loader_runs = args.runs or 3
 
     t_start = time.perf_counter()
-    results = {"argv": argv, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    results: dict[str, Any] = {"argv": argv, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     info = machine_info()
     results["machine"] = info
     out("# loaderx benchmark")
@@ -120,12 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(tmp, exist_ok=True)
     work = tempfile.mkdtemp(prefix="run-", dir=tmp)
     try:
-        if args.section in ("sampler", "all"):
-            bench_sampler(args, results)
-        if args.section in ("store", "all"):
-            bench_store(args, results, work)
-        if args.section in ("loader", "all"):
-            bench_loader(args, results, work)
+        for name, bench in LAYERS.items():
+            if args.section in (name, "all"):
+                bench(args, results, work)
         checks(results)
     finally:
         if not args.keep:

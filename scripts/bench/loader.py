@@ -229,6 +229,7 @@ def run_loader_child(cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
     env = dict(os.environ)
     if env.get("PYTHONPATH"):  # the child starts in REPO: keep relative entries pointing where they did
         env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep) if p)
+    env = loader_named(cfg["name"]).child_env(env)
     shm_before = _shm_entries()
     with tempfile.TemporaryFile(mode="w+") as errf:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True,

@@ -30,8 +30,9 @@ def _calibrate(loop: Callable[[int], None], loop_s: float) -> int:
     return max(16, int(k * loop_s / max(dt, 1e-9)))
 
 
-def bench_sampler(args: argparse.Namespace, results: dict[str, Any]) -> None:
-    """Measure every selected sampler at every batch size; print the table, fill results["sampler"]."""
+def bench_sampler(args: argparse.Namespace, results: dict[str, Any], tmp: str) -> None:
+    """Measure every selected sampler at every batch size; print the table, fill results["sampler"].
+    (`tmp` is unused: samplers write nothing.)"""
     out("## 1. Sampler")
     out()
     out(f"Draws over a {SAMPLER_SPACE:,}-index space (IID: with replacement; cyclic: a "

@@ -11,13 +11,13 @@ import os
 import shutil
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 from contenders import STORES, selected
-from contenders.base import Store
+from contenders.base import Store, timed_batches
 from contenders.loaderx import gather_threads
 from data import allocated_bytes, apparent_bytes, make_data, read_files_allocated
 from report import MiB, fmt_num, fmt_ratio, human_bytes, log, median, out, shape_str, skip_lines, table
@@ -61,25 +61,13 @@ class Memcpy:
             f.result()
         return buf
 
+    def timed(self, read: str, batches: Sequence[tuple[Any, ...]], buf: np.ndarray, budget_s: float,
+              max_batches: int) -> list[float]:
+        return timed_batches(getattr(self, read), batches, buf, budget_s, max_batches)
+
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown()
-
-
-def timed_batches(fn: Callable[..., Any], batches: Sequence[tuple[Any, ...]], buf: np.ndarray,
-                  budget_s: float, max_batches: int) -> list[float]:
-    """Run fn over batches until the time budget is spent; returns per-batch seconds."""
-    times = []
-    total = 0.0
-    for args in batches[:max_batches]:
-        t0 = time.perf_counter()
-        fn(*args, buf)
-        dt = time.perf_counter() - t0
-        times.append(dt)
-        total += dt
-        if total >= budget_s:
-            break
-    return times
 
 
 def _write_all(args: argparse.Namespace, shape: tuple[int, ...], src: np.ndarray, sdir: str,
@@ -247,10 +235,10 @@ def bench_store_shape(args: argparse.Namespace, shape: tuple[int, ...], n: int, 
         log(f"[store {shape_str(shape)}] round {r + 1}/{runs}")
         for c in order:
             gc.collect()
-            t = timed_batches(c.gather, rnd, buf, args.store_slice, pool)
+            t = c.timed("gather", rnd, buf, args.store_slice, pool)
             per[c.name]["rnd"].append(len(t) * batch_bytes / sum(t) / MiB)
             per[c.name]["rnd_batch"].append(statistics.median(t))
-            t = timed_batches(c.window, seq, buf, args.store_slice, pool)
+            t = c.timed("window", seq, buf, args.store_slice, pool)
             per[c.name]["seq"].append(len(t) * batch_bytes / sum(t) / MiB)
 
     ceiling = mem_n.name if threads > 1 else mem1.name

@@ -12,13 +12,19 @@ An adapter module (one per library) defines any of:
 Adapters import their library inside methods, never at module level: the
 registry imports every adapter, and a loader's child process must not carry
 another contender's imports in its memory figure.
+
+A library that cannot share this process (one with loaderx's own import name,
+say) still fits: a sampler's loop, ``Store.timed`` (one timed slice of
+batches) and ``LoaderContender.child_env`` are where it can run in a process
+of its own.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +72,22 @@ class SamplerContender:
 # the one timed (`allocates` says which do not).
 
 
+def timed_batches(fn: Callable[..., Any], batches: Sequence[tuple[Any, ...]], buf: np.ndarray,
+                  budget_s: float, max_batches: int) -> list[float]:
+    """Run fn(*batch, buf) over batches until the time budget is spent; returns per-batch seconds."""
+    times = []
+    total = 0.0
+    for args in batches[:max_batches]:
+        t0 = time.perf_counter()
+        fn(*args, buf)
+        dt = time.perf_counter() - t0
+        times.append(dt)
+        total += dt
+        if total >= budget_s:
+            break
+    return times
+
+
 class Store:
     """A record store under test. Subclasses set the class attributes and
     implement write, open, gather and, where the library has a faster path,
@@ -111,6 +133,14 @@ class Store:
     def disk_path(self) -> str:
         return self.path
 
+    def timed(self, read: str, batches: Sequence[tuple[Any, ...]], buf: np.ndarray, budget_s: float,
+              max_batches: int) -> list[float]:
+        """One timed slice: `read` ("gather" or "window") over batches; per-batch seconds.
+        A library that cannot share this process (one with loaderx's import name,
+        say) overrides this to run the slice in its own process and return the
+        times measured there."""
+        return timed_batches(getattr(self, read), batches, buf, budget_s, max_batches)
+
 
 # ---------------------------------------------------------------------------
 # loader layer
@@ -130,6 +160,10 @@ class LoaderContender:
     def available(self) -> str | None:
         """None when it can run, else the skip line (without the leading name)."""
         return None
+
+    def child_env(self, env: dict[str, str]) -> dict[str, str]:
+        """The environment of this loader's child process (e.g. a PYTHONPATH of its own)."""
+        return env
 
     def prepare(self, ldir: str, data: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
         """Write the files this loader reads under `ldir`; return {"data": ..., "label": ...}."""
