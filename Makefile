@@ -46,7 +46,7 @@ bench-deps:
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[bench]'
 
 bench: bench-deps build
-	$(PYTHON) scripts/bench.py all
+	$(PYTHON) scripts/bench all
 
 clean:
 	rm -rf build dist *.egg-info loaderx/lib/*.so loaderx/lib/*.h

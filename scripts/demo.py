@@ -5,7 +5,9 @@ stores, stream batches through the DataLoader and print the throughput.
     python3 scripts/demo.py [--dir DIR] [--records N] [--steps N] [--codec zstd]
 
 The sample set is generated here (smooth synthetic 64x64 images with a class
-label each), so the demo needs nothing but loaderx itself.
+label each), so the demo needs nothing but loaderx itself, importable: installed
+(`make demo` installs it first), or from a source tree with the library built,
+`PYTHONPATH=. python3 scripts/demo.py` from the repo root.
 """
 
 from __future__ import annotations
@@ -19,12 +21,10 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-import loaderx  # noqa: E402
-from loaderx.converter import from_numpy  # noqa: E402
-from loaderx.dataloader import DataLoader  # noqa: E402
-from loaderx.dataset import DenseDataset  # noqa: E402
+import loaderx
+from loaderx.converter import from_numpy
+from loaderx.dataloader import DataLoader
+from loaderx.dataset import DenseDataset
 
 
 def sample_images(n: int, side: int = 64, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -18,6 +18,9 @@ report is the median batches/s per variant and its ratio to the bare loop.
 
     python3 scripts/loader_overhead.py                       # 12 KiB records, batch 256
     python3 scripts/loader_overhead.py --record-kib 256 --records 1024
+
+loaderx must be importable: installed, or from a source tree with the library
+built, ``PYTHONPATH=.`` from the repo root.
 """
 
 from __future__ import annotations
@@ -25,18 +28,15 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import loaderx  # noqa: E402
-from loaderx.converter import from_numpy  # noqa: E402
-from loaderx.dataloader import DataLoader, LoaderOptions  # noqa: E402
-from loaderx.dataset import DenseDataset  # noqa: E402
+import loaderx
+from loaderx.converter import from_numpy
+from loaderx.dataloader import DataLoader, LoaderOptions
+from loaderx.dataset import DenseDataset
 
 
 def identity(batch):

@@ -1,0 +1,156 @@
+"""Throughput of loaderx against the alternatives, in three layers.
+
+    python3 scripts/bench {sampler|store|loader|all} [options]
+
+sampler  index generation alone: numpy's two random APIs against zsampler.
+store    batch gather from a record store: zrecord (raw / zstd / zstd+dict)
+         against .npy memory maps, HDF5, Blosc2, TensorStore and ArrayRecord,
+         with a memcpy of the same rows from RAM as the ceiling.
+loader   the whole input pipeline (sample, fetch, collate, hand over a batch):
+         loaderx against PyTorch's DataLoader and Grain, with the peak memory
+         of each loader's whole process tree.
+
+Every contender is driven through the binding a client actually uses, so the
+foreign-call cost, the GIL and NumPy allocations are inside the timings. Each
+figure is the median of several runs; contenders are measured round-robin
+inside a run so that the load of a shared machine spreads over all of them,
+and every ratio is taken between figures measured side by side in one run.
+Gathers run on a warm page cache: every file is read and every record is
+gathered once before timing. The run ends with the checks: each ratio the
+README reports, against its target (report.TARGETS).
+
+loaderx must be importable (installed, or PYTHONPATH=<repo root>). Contenders
+that are not installed are skipped with a line saying so. The optional ones
+install with:  pip install h5py blosc2 tensorstore array-record grain torch
+matplotlib (or pip install -e '.[bench]').
+
+Layout: machine.py (the machine block), contenders/ (one adapter per library,
+registered per layer in contenders/__init__.py), data.py (the records and the
+transform), sampler.py, store.py and loader.py (one module per layer),
+report.py (tables, targets and checks, plot, JSON) and this CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+from loader import bench_loader, loader_child
+from machine import machine_info, print_machine
+from report import checks, out, plot, write_json
+from sampler import bench_sampler
+from store import DEFAULT_RECORDS, SMALL_FACTOR, bench_store
+
+# The layers in the order `all` runs them: name -> bench(args, results, work dir).
+LAYERS: dict[str, Callable[[argparse.Namespace, dict[str, Any], str], None]] = {
+    "sampler": bench_sampler,
+    "store": bench_store,
+    "loader": bench_loader,
+}
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """'512x512', '512,512' or '512 512' (or with the multiplication sign) -> (512, 512)."""
+    parts = [p for p in re.split(r"[x,×* ]+", text.strip()) if p]  # noqa: RUF001 (the multiplication sign is meant)
+    try:
+        shape = tuple(int(p) for p in parts)
+    except ValueError:
+        shape = ()
+    if not shape or any(d <= 0 for d in shape):
+        raise argparse.ArgumentTypeError(f"bad shape {text!r}")
+    return shape
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python3 scripts/bench",
+        description="Benchmark loaderx against other samplers, record stores and data loaders.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("section", nargs="?", default="all", choices=[*LAYERS, "all"])
+    ap.add_argument("--shape", type=parse_shape, default=None,
+                    help="record shape, e.g. 512x512 (default: store runs 512x512 and 64x192, loader 512x512)")
+    ap.add_argument("--dtype", default="uint8")
+    ap.add_argument("--records", type=int, default=None,
+                    help=f"records (default {DEFAULT_RECORDS}; the default store run's 12 KiB "
+                         f"shape gets {SMALL_FACTOR}x as many)")
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--workers", type=int, default=4, help="loader workers (threads or processes)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="zrecord gather threads (loaderx.set_num_threads); default: the library's")
+    ap.add_argument("--runs", type=int, default=None,
+                    help="runs per figure for every section (default: sampler 7, store 5 rounds, loader 3)")
+    ap.add_argument("--only", type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
+                    default=None, help="comma-separated contender names or families, e.g. zrecord,npy-mmap,torch "
+                    "(memcpy and numpy default_rng always run: they are the references)")
+    ap.add_argument("--transform", choices=["identity", "augment"], default="identity")
+    ap.add_argument("--json", default=None, help="write every result to this file")
+    ap.add_argument("--plot", default=None, help="draw the tables as bar charts into this PNG")
+    ap.add_argument("--tmp", default=None, help="directory for the stores (default: a new temp dir)")
+    ap.add_argument("--keep", action="store_true", help="keep the temp directory")
+    ap.add_argument("--store-slice", type=float, default=0.1,
+                    help="seconds of batches per contender and mode in each round (at least one batch)")
+    ap.add_argument("--warm-cap", type=float, default=2.0,
+                    help="seconds cap for the per-store warm-up sweep through its API")
+    ap.add_argument("--sampler-loop-ms", type=float, default=40.0)
+    ap.add_argument("--loader-warmup", type=float, default=0.5)
+    ap.add_argument("--loader-measure", type=float, default=2.5)
+    ap.add_argument("--loader-timeout", type=float, default=240.0)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "_loader-child":
+        loader_child(json.loads(argv[1]))
+        return 0
+    args = parser().parse_args(argv)
+    args.sampler_runs = args.runs or 7
+    args.store_runs = args.runs or 5
+    args.loader_runs = args.runs or 3
+
+    t_start = time.perf_counter()
+    results: dict[str, Any] = {"argv": argv, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    info = machine_info()
+    results["machine"] = info
+    out("# loaderx benchmark")
+    out()
+    print_machine(info)
+
+    made_tmp = args.tmp is None
+    tmp = tempfile.mkdtemp(prefix="loaderx-bench-") if made_tmp else os.path.abspath(args.tmp)
+    os.makedirs(tmp, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="run-", dir=tmp)
+    try:
+        for name, bench in LAYERS.items():
+            if args.section in (name, "all"):
+                bench(args, results, work)
+        checks(results)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+            if made_tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
+    elapsed = time.perf_counter() - t_start
+    try:
+        la = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        la = "n/a"
+    out(f"Finished in {elapsed:.0f}s; load average at the end: {la}.")
+    results["elapsed_s"] = elapsed
+    if args.json:
+        write_json(results, args.json)
+    if args.plot:
+        plot(results, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

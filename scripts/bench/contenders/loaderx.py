@@ -1,0 +1,213 @@
+"""loaderx itself, through its public API: zsampler (`loaderx.sampler`),
+zrecord stores (`loaderx.converter` + `loaderx.dataset`) and the DataLoader.
+
+loaderx must be importable: installed (`make bench` installs it), or the repo
+root on PYTHONPATH (`PYTHONPATH=. python3 scripts/bench ...`). When it is not,
+its contenders are skipped with the import error.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from data import augment_batch
+from report import log
+
+from contenders.base import Batches, LoaderContender, SamplerContender, Store
+
+_status: dict[str, Any] = {}
+
+
+def loaderx_status() -> str:
+    """The version and location of loaderx, or why it does not import."""
+    if not _status:
+        try:
+            import loaderx
+            import loaderx.dataset  # loads the native library
+            _status["ok"] = True
+            _status["why"] = f"{loaderx.__version__} from {os.path.dirname(loaderx.__file__)}"
+        except Exception as e:  # ImportError, OSError from dlopen, ...
+            _status["ok"] = False
+            _status["why"] = (f"not importable ({type(e).__name__}: {str(e).splitlines()[0][:120]}; "
+                              "install it or run with PYTHONPATH=<repo root>)")
+    return _status["why"]
+
+
+def have_loaderx() -> bool:
+    loaderx_status()
+    return bool(_status["ok"])
+
+
+def gather_threads(requested: int | None) -> int:
+    """Threads a zrecord gather fans out to (the threaded memcpy row uses as many):
+    `requested` is passed to loaderx.set_num_threads."""
+    if have_loaderx():
+        import loaderx
+        if requested:
+            loaderx.set_num_threads(requested)
+        return int(loaderx.get_num_threads())
+    if requested:
+        return requested
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+# ---------------------------------------------------------------------------
+# sampler
+
+
+def check_samplers() -> str | None:
+    if not have_loaderx():
+        return f"zsampler: loaderx {loaderx_status()}"
+    try:
+        from loaderx import sampler as zs
+        o = np.empty(256, np.int64)
+        zs.sample("iid", 1000, 256, 0, seed=0, out=o)
+        assert int(o.min()) >= 0 and int(o.max()) < 1000
+    except Exception as e:
+        return f"zsampler: loaderx.sampler failed: {type(e).__name__}: {e}"
+    return None
+
+
+def _sample_fn(mode: str) -> Callable[[int, int], Callable[[int], None]]:
+    def make(n: int, b: int) -> Callable[[int], None]:
+        from loaderx.sampler import sample
+        buf = np.empty(b, np.int64)
+        state = {"step": 0}
+
+        def loop(iters: int) -> None:
+            s0 = state["step"]
+            for s in range(s0, s0 + iters):
+                sample(mode, n, b, s, seed=0, out=buf)
+            state["step"] = s0 + iters
+        return loop
+    return make
+
+
+def _sampler_object(n: int, b: int) -> Callable[[int], None]:
+    from loaderx.sampler import Sampler
+    buf = np.empty(b, np.int64)
+    f = Sampler("iid", n, b, seed=0)
+    state = {"step": 0}
+
+    def loop(iters: int) -> None:
+        s0 = state["step"]
+        for s in range(s0, s0 + iters):
+            f(s, out=buf)
+        state["step"] = s0 + iters
+    return loop
+
+
+SAMPLERS = [
+    SamplerContender("zsampler iid", _sample_fn("iid")),
+    SamplerContender("zsampler iid, Sampler()", _sampler_object),
+    SamplerContender("zsampler cyclic", _sample_fn("cyclic")),
+]
+
+
+# ---------------------------------------------------------------------------
+# store
+
+
+class ZrecordStore(Store):
+    codec = "raw"
+    how = "DenseDataset.gather(idx, out=buf): one native call per batch"
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        if not have_loaderx():
+            return False, f"loaderx {loaderx_status()}"
+        return True, ""
+
+    def write(self, arr: np.ndarray) -> None:
+        from loaderx.converter import from_numpy
+        from_numpy(self.path, arr, codec=self.codec)
+
+    def open(self) -> None:
+        from loaderx.dataset import DenseDataset
+        self.ds: Any = DenseDataset(self.path)
+        assert len(self.ds) > 0
+
+    def gather(self, idx: np.ndarray, buf: np.ndarray) -> np.ndarray:
+        self.ds.gather(idx, out=buf)
+        return buf
+
+    def close(self) -> None:
+        ds = getattr(self, "ds", None)
+        if ds is not None:
+            ds.close()
+            self.ds = None
+
+
+class ZrecordRaw(ZrecordStore):
+    name = "zrecord-raw"
+    codec = "raw"
+
+
+class ZrecordZstd(ZrecordStore):
+    name = "zrecord-zstd"
+    codec = "zstd"
+    compresses = True
+
+
+class ZrecordZstdict(ZrecordStore):
+    name = "zrecord-zstdict"
+    codec = "zstd_dict"
+    compresses = True
+
+
+STORES: list[type[Store]] = [ZrecordRaw, ZrecordZstd, ZrecordZstdict]
+
+
+# ---------------------------------------------------------------------------
+# loader
+
+
+class LoaderxLoader(LoaderContender):
+    """loaderx's DataLoader over a data store of one codec and a raw label store."""
+
+    def __init__(self, name: str, codec: str) -> None:
+        self.name, self.codec = name, codec
+
+    def available(self) -> str | None:
+        return None if have_loaderx() else f"loaderx {loaderx_status()}"
+
+    def prepare(self, ldir: str, data: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
+        from loaderx.converter import from_numpy
+        dpath = os.path.join(ldir, f"data-{self.codec}")
+        lpath = os.path.join(ldir, "label")
+        log(f"[loader] writing {self.name} store ...")
+        from_numpy(dpath, data, codec=self.codec)
+        if not os.path.exists(lpath):  # shared by every loaderx variant
+            from_numpy(lpath, labels)
+        return {"data": dpath, "label": lpath}
+
+    def open(self, cfg: dict[str, Any]) -> Batches:
+        import loaderx
+        from loaderx.dataloader import DataLoader
+        from loaderx.dataset import DenseDataset
+        if cfg.get("threads"):
+            loaderx.set_num_threads(cfg["threads"])
+        data = DenseDataset(cfg["data"])
+        label = DenseDataset(cfg["label"])
+        dl = DataLoader({"data": data, "label": label}, batch_size=cfg["batch"],
+                        transform=augment_batch if cfg["transform"] == "augment" else None,
+                        num_workers=cfg["workers"], sampler="cyclic", seed=0)
+        it = iter(dl)
+
+        def get() -> np.ndarray:
+            return next(it)["data"]
+
+        def close() -> None:
+            dl.close()
+            data.close()
+            label.close()
+        return get, close
+
+
+LOADERS: list[LoaderContender] = [LoaderxLoader("loaderx", "zstd"), LoaderxLoader("loaderx-raw", "raw")]

@@ -1,0 +1,376 @@
+"""Layer 3, the loader: the whole input pipeline (sample, fetch, collate, hand
+over a batch) with the peak memory of each loader's whole process tree.
+
+Each loader runs in a fresh interpreter (`_loader-child`), so one loader's
+imports and worker processes never sit in another's memory figure. The
+parent samples the child's whole process tree from /proc, from outside.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+import numpy as np
+from contenders import LOADERS, loader_named, selected
+from data import make_data, read_files_allocated
+from machine import read_text
+from report import MiB, log, median, out, shape_str, skip_lines, table
+from store import DEFAULT_RECORDS, DEFAULT_SHAPE
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(BENCH_DIR))
+
+SHM_DIR = "/dev/shm"
+SHM_PREFIXES = ("psm_", "sem.mp-", "torch_")
+
+
+def loader_child(cfg: dict[str, Any]) -> None:
+    """In the child: run one loader for a while and print its throughput as JSON."""
+    import warnings
+    warnings.filterwarnings("ignore")
+    b = cfg["batch"]
+    shape = tuple(cfg["shape"])
+    get, close = loader_named(cfg["name"]).open(cfg)
+    x = get()
+    assert tuple(x.shape) == (b, *shape), (tuple(x.shape), (b, *shape))
+    print("FLOW", flush=True)
+    t0 = time.perf_counter()
+    k = 0
+    while k < 2 or time.perf_counter() - t0 < cfg["warmup_s"]:
+        get()
+        k += 1
+    t0 = time.perf_counter()
+    k = 0
+    while k < 3 or time.perf_counter() - t0 < cfg["measure_s"]:
+        get()
+        k += 1
+    dt = time.perf_counter() - t0
+    print("RESULT " + json.dumps({"batches": k, "seconds": dt}), flush=True)
+    del x
+    close()  # a clean shutdown lets the workers release their shared memory
+
+
+class TreeMemory:
+    """Samples RSS (and PSS) summed over a process and all its descendants."""
+
+    PAGE = os.sysconf("SC_PAGE_SIZE")
+
+    def __init__(self, root_pid: int, interval: float = 0.05, pss_every: int = 4) -> None:
+        self.root = root_pid
+        self.interval = interval
+        self.pss_every = pss_every
+        self.active = False
+        self.peak_rss = 0
+        self.peak_pss = 0
+        self.peak_procs = 0
+        self.shm_base = self._shmem()
+        self.peak_shm = 0
+        self.peak_anon_shm = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._t.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._t.join(timeout=2)
+
+    @staticmethod
+    def _shmem() -> int:
+        for line in (read_text("/proc/meminfo", "") or "").splitlines():
+            if line.startswith("Shmem:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def _children(self, pid: int) -> list[int]:
+        kids = []
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                s = read_text(f"/proc/{pid}/task/{tid}/children", "")
+                if s:
+                    kids += [int(x) for x in s.split()]
+        except OSError:
+            pass
+        return kids
+
+    def _tree(self) -> list[int]:
+        pids, todo = [], [self.root]
+        while todo:
+            p = todo.pop()
+            pids.append(p)
+            todo += self._children(p)
+        return pids
+
+    def _sample_pss(self, pids: list[int]) -> None:
+        pss = anon = 0
+        for p in pids:
+            s = read_text(f"/proc/{p}/smaps_rollup", "") or ""
+            m = re.search(r"^Pss:\s+(\d+) kB", s, re.M)
+            if m:
+                pss += int(m.group(1)) * 1024
+            m = re.search(r"^Pss_Anon:\s+(\d+) kB", s, re.M)
+            if m:
+                anon += int(m.group(1)) * 1024
+        shm = max(0, self._shmem() - self.shm_base)
+        self.peak_pss = max(self.peak_pss, pss)
+        self.peak_shm = max(self.peak_shm, shm)
+        self.peak_anon_shm = max(self.peak_anon_shm, anon + shm)
+
+    def _run(self) -> None:
+        k = 0
+        while not self._stop.is_set():
+            if self.active:
+                pids = self._tree()
+                rss = 0
+                for p in pids:
+                    s = read_text(f"/proc/{p}/statm")
+                    if s:
+                        rss += int(s.split()[1]) * self.PAGE
+                self.peak_rss = max(self.peak_rss, rss)
+                self.peak_procs = max(self.peak_procs, len(pids))
+                if k % self.pss_every == 0:
+                    self._sample_pss(pids)
+                k += 1
+            self._stop.wait(self.interval)
+
+
+def _shm_entries() -> set[str]:
+    try:
+        return set(os.listdir(SHM_DIR))
+    except OSError:
+        return set()
+
+
+def _shm_in_use(names: set[str]) -> set[str]:
+    """Which of these /dev/shm names some live process still has mapped or open."""
+    used = set()
+    paths = {os.path.join(SHM_DIR, nm): nm for nm in names}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/maps") as fh:
+                for line in fh:
+                    p = line.rstrip("\n").split(None, 5)[-1].replace(" (deleted)", "")
+                    if p in paths:
+                        used.add(paths[p])
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    t = os.readlink(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                if t in paths:
+                    used.add(paths[t])
+        except OSError:
+            continue
+    return used
+
+
+def _end_session(proc: subprocess.Popen[str]) -> None:
+    """Whatever is left of the child's own session (it was started in a new one)."""
+    for sig, wait in ((signal.SIGTERM, 3), (signal.SIGKILL, 2)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            break
+        time.sleep(wait if sig == signal.SIGTERM else 0)
+    proc.wait()
+
+
+def _watch(proc: subprocess.Popen[str], mem: TreeMemory, timeout: float) -> dict[str, Any]:
+    """Follow the child's FLOW / RESULT lines (memory is sampled in between) until its
+    result, its exit or the timeout; then end what is left of its session."""
+    result: dict[str, Any] = {}
+    got_result = threading.Event()
+
+    def reader() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("FLOW"):
+                mem.active = True
+            elif line.startswith("RESULT "):
+                result.update(json.loads(line[7:]))
+                mem.active = False
+                got_result.set()
+
+    rt = threading.Thread(target=reader, daemon=True)
+    rt.start()
+    deadline = time.monotonic() + timeout
+    try:
+        while proc.poll() is None and time.monotonic() < deadline and not got_result.is_set():
+            time.sleep(0.05)
+        mem.stop()
+        if got_result.is_set():  # let it shut its workers down cleanly
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=60)
+    finally:
+        mem.stop()
+        _end_session(proc)
+        rt.join(timeout=2)
+    return result
+
+
+def run_loader_child(cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Run one loader in a fresh interpreter, sampling its process tree's memory while batches flow."""
+    cmd = [sys.executable, BENCH_DIR, "_loader-child", json.dumps(cfg)]
+    env = dict(os.environ)
+    if env.get("PYTHONPATH"):  # the child starts in REPO: keep relative entries pointing where they did
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep) if p)
+    env = loader_named(cfg["name"]).child_env(env)
+    shm_before = _shm_entries()
+    with tempfile.TemporaryFile(mode="w+") as errf:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True,
+                                start_new_session=True, cwd=REPO, env=env)
+        mem = TreeMemory(proc.pid)
+        mem.start()
+        result = _watch(proc, mem, timeout)
+        errf.seek(0)
+        err_tail = "\n".join(errf.read().strip().splitlines()[-6:])
+    # shared-memory segments the child's tree created and left behind
+    leftover = {nm for nm in _shm_entries() - shm_before if nm.startswith(SHM_PREFIXES)}
+    for nm in leftover - _shm_in_use(leftover):
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(SHM_DIR, nm))
+    if not result:
+        return {"error": err_tail or f"exit code {proc.returncode}"}
+    result["peak_rss"] = mem.peak_rss
+    result["peak_pss"] = mem.peak_pss
+    result["procs"] = mem.peak_procs
+    result["peak_shm"] = max(0, mem.peak_shm)
+    result["peak_anon_shm"] = mem.peak_anon_shm
+    result["leftover_shm"] = len(leftover)
+    return result
+
+
+def _prepare(args: argparse.Namespace, ldir: str, shape: tuple[int, ...], dtype: np.dtype[Any],
+             n: int) -> tuple[list[dict[str, Any]], list[str]]:
+    """Write every selected loader's files; return their configs and the skip lines."""
+    cands: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    if args.transform == "augment":
+        log("[loader] transform augment: per-sample flip + scale in Python")
+    want = [c for c in LOADERS if selected(args.only, c.name)]
+    log(f"[loader] generating {n:,} records ...")
+    data = make_data(n, shape, dtype, seed=2)
+    labels = np.random.default_rng(3).integers(0, 1000, n).astype(np.int64)
+    for c in want:
+        why = c.available()
+        if why:
+            skipped.append(f"{c.name}: {why}")
+            continue
+        try:
+            cands.append({"name": c.name, **c.prepare(ldir, data, labels)})
+        except Exception as e:
+            skipped.append(f"{c.name}: setup failed: {type(e).__name__}: {str(e)[:200]}")
+    del data
+    gc.collect()
+    return cands, skipped
+
+
+def _summarize(per: dict[str, list[dict[str, Any]]], cands: list[dict[str, Any]], b: int,
+               sample_bytes: int) -> list[dict[str, Any]]:
+    rows = []
+    for c in cands:
+        rs = per[c["name"]]
+        if not rs:
+            continue
+        bps = median([x["bps"] for x in rs])
+        assert bps is not None
+        rows.append({"loader": c["name"], "batches_per_s": bps, "ms_per_batch": 1e3 / bps,
+                     "samples_per_s": bps * b, "mib_s": bps * b * sample_bytes / MiB,
+                     "peak_rss": max(x["peak_rss"] for x in rs),
+                     "peak_pss": max(x["peak_pss"] for x in rs),
+                     "peak_shm": max(x["peak_shm"] for x in rs),
+                     "peak_anon_shm": max(x["peak_anon_shm"] for x in rs),
+                     "procs": max(x["procs"] for x in rs), "runs": rs})
+    return rows
+
+
+def bench_loader(args: argparse.Namespace, results: dict[str, Any], tmp: str) -> None:
+    """Every selected loader, round-robin over --runs fresh child processes; fills results["loader"]."""
+    shape = tuple(args.shape) if args.shape else DEFAULT_SHAPE
+    dtype = np.dtype(args.dtype)
+    n = args.records or DEFAULT_RECORDS
+    b = min(args.batch, n)
+    rec_bytes = int(np.prod(shape)) * dtype.itemsize
+    sample_bytes = rec_bytes + 8
+    out("## 3. Loader")
+    out()
+    out(f"The whole pipeline — sample, fetch, collate, hand over a batch — for a stream pair "
+        f"(data {shape_str(shape)} {dtype.name} + int64 label), {n:,} records, batch {b}, "
+        f"{args.workers} workers, transform `{args.transform}`. Each loader runs in its own fresh "
+        f"interpreter; figures are the median of {args.loader_runs} runs (loaders round-robin), each "
+        f"{args.loader_measure:.0f}s of batches after {args.loader_warmup:.1f}s of warm-up. "
+        "Peak memory is sampled from /proc every 50 ms over the loader's whole process tree while "
+        "batches flow: `peak RSS` sums resident sets (shared pages counted once per process), "
+        "`peak PSS` sums proportional set sizes (each shared page split among its users) — the "
+        "honest total of what is mapped. `shm Δ` is the peak growth of the machine's shared memory "
+        "(/proc/meminfo Shmem) over its level before the loader started: batches that worker "
+        "processes hand over in shared memory and that no process maps at that instant appear "
+        "only there (the figure is machine-wide, so other activity can leak into it). "
+        "`anon + shm` is the peak of anonymous PSS plus that shared-memory growth: what the loader "
+        "costs beyond the page cache, since RSS and PSS also count the pages of data files a "
+        "reader maps (npy memory maps, an mmap-based store), which the kernel can reclaim.")
+    out()
+    ldir = os.path.join(tmp, "loader")
+    os.makedirs(ldir, exist_ok=True)
+    cands, skipped = _prepare(args, ldir, shape, dtype, n)
+    skip_lines(skipped)
+    if not cands:
+        results["loader"] = {"rows": [], "skipped": skipped}
+        return
+    read_files_allocated(ldir)
+    per: dict[str, list[dict[str, Any]]] = {c["name"]: [] for c in cands}
+    errors: dict[str, str] = {}
+    for r in range(args.loader_runs):
+        order = cands[r % len(cands):] + cands[: r % len(cands)]
+        for c in order:
+            if c["name"] in errors:
+                continue
+            cfg = {**c, "batch": b, "workers": args.workers, "transform": args.transform,
+                   "shape": list(shape), "dtype": dtype.name, "records": n,
+                   "warmup_s": args.loader_warmup, "measure_s": args.loader_measure,
+                   "threads": args.threads}
+            log(f"[loader] run {r + 1}/{args.loader_runs}: {c['name']} ...")
+            res = run_loader_child(cfg, timeout=args.loader_timeout)
+            if "error" in res:
+                errors[c["name"]] = res["error"]
+                log(f"[loader] {c['name']} failed:\n{res['error']}")
+                continue
+            res["bps"] = res["batches"] / res["seconds"]
+            log(f"[loader]   {res['bps']:.1f} batches/s, peak RSS {res['peak_rss'] / MiB:.0f} MiB, "
+                f"PSS {res['peak_pss'] / MiB:.0f} MiB, {res['procs']} processes"
+                + (f"; removed {res['leftover_shm']} shared-memory files it left in {SHM_DIR}"
+                   if res.get("leftover_shm") else ""))
+            per[c["name"]].append(res)
+    rows = _summarize(per, cands, b, sample_bytes)
+    for name, err in errors.items():
+        out(f"- {name} failed: " + err.replace("\n", " | ")[:400])
+    if errors:
+        out()
+    out(table(["loader", "batches/s", "per batch", "samples/s", "throughput", "peak RSS",
+               "peak PSS", "shm Δ", "anon + shm", "processes"],
+              [[r["loader"], f"{r['batches_per_s']:.1f}", f"{r['ms_per_batch']:.2f} ms",
+                f"{r['samples_per_s']:,.0f}", f"{r['mib_s']:,.0f} MiB/s",
+                f"{r['peak_rss'] / MiB:,.0f} MiB", f"{r['peak_pss'] / MiB:,.0f} MiB",
+                f"{r['peak_shm'] / MiB:,.0f} MiB", f"{r['peak_anon_shm'] / MiB:,.0f} MiB",
+                r["procs"]] for r in rows]))
+    out()
+    results["loader"] = {"shape": list(shape), "dtype": dtype.name, "records": n, "batch": b,
+                         "workers": args.workers, "transform": args.transform, "rows": rows,
+                         "skipped": skipped, "errors": errors, "runs": args.loader_runs,
+                         # per-run figures, paired by run for the checks' ratios
+                         "per_run": {k: [x["bps"] for x in v] for k, v in per.items()}}
