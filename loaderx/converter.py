@@ -24,7 +24,7 @@ import numpy as np
 
 from loaderx import _native
 from loaderx._args import as_int, check_codec
-from loaderx._pages import PageReleaser
+from loaderx._pages import PageReleaser as _PageReleaser
 from loaderx._progress import Progress
 from loaderx._store import packed_offsets
 from loaderx.errors import StoreExistsError
@@ -276,7 +276,7 @@ def from_numpy(
     max_rows = max(1, min(chunk // max(item_nbytes, 1), _MAX_PIECE_RECORDS))
     rows = max(1, min(max_rows, _FIRST_PIECE_BYTES // max(item_nbytes, 1)))
     offsets = np.arange(min(max_rows, max(n, 1)) + 1, dtype=np.int64) * item_nbytes
-    releaser = PageReleaser(array)
+    releaser = _PageReleaser(array)
     bar = Progress(f"from_numpy {path}", n, n * item_nbytes, enabled=progress)
 
     handle = _create_store(path, "dense", target, item_shape, codec, dict_tier, dict_size_n, samples)
