@@ -10,6 +10,7 @@ turn into their own result type. The public store classes derive from it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -121,7 +122,5 @@ class StoreHandle:
         self.close()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:
-            pass

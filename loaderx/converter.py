@@ -257,9 +257,8 @@ def from_numpy(
             f"a record of shape {item_shape} and dtype {target} is {item_nbytes} bytes; "
             f"a record may be at most {MAX_RECORD_BYTES} bytes (2 GiB)"
         )
-    if codec == "zstd_dict":
-        if n == 0:
-            raise ValueError("codec 'zstd_dict' needs at least one record to train the dictionary on")
+    if codec == "zstd_dict" and n == 0:
+        raise ValueError("codec 'zstd_dict' needs at least one record to train the dictionary on")
     _prepare_path(path, overwrite)
 
     samples = None

@@ -119,7 +119,7 @@ class DenseDataset(_StoreView):
     @property
     def shape(self) -> tuple[int, ...]:
         """``(len(self), *item_shape)``: the shape of the whole dataset."""
-        return (len(self),) + self._item_shape
+        return (len(self), *self._item_shape)
 
     @property
     def ndim(self) -> int:
@@ -255,7 +255,7 @@ class RaggedDataset(_StoreView):
         bounds = (offsets // self._dtype.itemsize).tolist()
         tail = self._item_shape
         return [
-            flat[bounds[k] : bounds[k + 1]].reshape((r,) + tail)
+            flat[bounds[k] : bounds[k + 1]].reshape((r, *tail))
             for k, r in enumerate(rows.tolist())
         ]
 
@@ -314,7 +314,7 @@ def pad(records: Sequence[Any], value: Any = 0, dtype: Any = None) -> tuple[np.n
             )
     out_dtype = np.result_type(*{a.dtype for a in arrays}) if dtype is None else np.dtype(dtype)
     lengths = np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays))
-    out = np.full((len(arrays), int(lengths.max())) + trailing, value, dtype=out_dtype)
+    out = np.full((len(arrays), int(lengths.max()), *trailing), value, dtype=out_dtype)
     for k, a in enumerate(arrays):
         out[k, : a.shape[0]] = a
     return out, lengths

@@ -132,7 +132,7 @@ class Sampler:
         set_(self, "shard", check_shard(self.shard))
         check_global(self.mode, self.n, self.batch_size, self.shard[1])
         # the native call's arguments, read once per call instead of field by field
-        set_(self, "_args", (self.mode, self.n, self.batch_size, self.seed) + self.shard)
+        set_(self, "_args", (self.mode, self.n, self.batch_size, self.seed, *self.shard))
 
     @property
     def global_batch_size(self) -> int:
