@@ -35,16 +35,13 @@ def packed_offsets(sizes: np.ndarray) -> np.ndarray:
 
 
 class StoreHandle:
-    """An open store, named by its path in every message.
+    """A store at ``path``, closed until a subclass opens it and hands the
+    handle to :meth:`_adopt`. Messages name the store by its class name and
+    path."""
 
-    Subclasses open the handle (``self._handle = _native.store_open(...)``)
-    after calling :meth:`_init_handle`; the name used in messages is the
-    class name.
-    """
+    _handle: int | None = None  # also what a half-built instance's finaliser sees
 
-    _handle: int | None = None
-
-    def _init_handle(self, path: PathLike) -> None:
+    def __init__(self, path: PathLike) -> None:
         self._handle = None
         self._path = os.fspath(path)
 

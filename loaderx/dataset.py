@@ -64,7 +64,7 @@ class _StoreView(StoreHandle):
     _kind = ""
 
     def __init__(self, path: PathLike) -> None:
-        self._init_handle(path)
+        super().__init__(path)
         self._dtype, self._item_shape = _read_schema(self._path, self._kind)
         # bytes of one item (dense) or of one row along axis 0 (ragged)
         self._stride = int(np.prod(self._item_shape, dtype=np.int64)) * self._dtype.itemsize

@@ -70,7 +70,7 @@ class Zrecord(StoreHandle):
         samples: Sequence[Any] | None = None,
         dict_size: int | None = None,
     ) -> None:
-        self._init_handle(path)
+        super().__init__(path)
         self._readonly = bool(readonly)
         if create:
             if readonly:
