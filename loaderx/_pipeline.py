@@ -151,6 +151,9 @@ class Pipeline:
     ) -> None:
         self.streams = streams
         self.sampler = sampler
+        # bound once: calling the bound method skips the lookup of __call__
+        # that calling the instance makes on every step
+        self.draw = sampler.__call__
         self.transform = transform
         self.num_workers = num_workers
         self.prefetch = prefetch
@@ -175,7 +178,7 @@ class Pipeline:
 
     def gather(self, step: int, indices: np.ndarray) -> tuple[Batch, list[np.ndarray]]:
         """Sample the indices of ``step`` and gather every stream there."""
-        self.sampler(step, indices)
+        self.draw(step, indices)
         batch: Batch = {}
         raw = []
         for name, ds, pool in self.streams:
@@ -295,8 +298,20 @@ class Pipeline:
 
     def next(self) -> Any:
         """The item of the next step, in step order; its batch arrays go back
-        to their pools. A failure of that step is raised here."""
-        _, item = self._next_threaded() if self.num_workers else self._next_sync()
+        to their pools. A failure of that step is raised here. Without
+        workers the step is made here, in the caller."""
+        if self.num_workers:
+            item = self._take_finished()
+        else:
+            if self.stopped:
+                raise ClosedError("the DataLoader is closed")
+            step = self.next_out
+            try:
+                item = self.produce(step, self.sync_indices)
+            except Exception as e:
+                item = _Failure(e)
+            # a KeyboardInterrupt leaves the step unconsumed
+            self.next_out = step + 1
         if isinstance(item, _Failure):
             error = item.error
             del item
@@ -310,7 +325,8 @@ class Pipeline:
             pool.give(buf)
         return out
 
-    def _next_threaded(self) -> tuple[int, Any]:
+    def _take_finished(self) -> Any:
+        """Wait for the worker's result of the next step and take it."""
         with self.lock:
             step = self.next_out
             results = self.results
@@ -323,19 +339,7 @@ class Pipeline:
             item = results.pop(step)
             self.next_out = step + 1
             self.space.notify()
-        return step, item
-
-    def _next_sync(self) -> tuple[int, Any]:
-        if self.stopped:
-            raise ClosedError("the DataLoader is closed")
-        step = self.next_out
-        try:
-            item: Any = self.produce(step, self.sync_indices)
-        except Exception as e:
-            item = _Failure(e)
-        # a KeyboardInterrupt leaves the step unconsumed
-        self.next_out = step + 1
-        return step, item
+        return item
 
     def stop(self, join_timeout: float = _JOIN_TIMEOUT) -> None:
         """Stop the workers and drop finished steps, waiting up to
