@@ -31,6 +31,7 @@ test: setup check test-go test-race test-py
 check:
 	@out=$$(gofmt -l capi zrecord zsampler internal); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet ./...
+	ruff check
 
 test-go:
 	$(GO) test -count=1 ./...

@@ -14,6 +14,26 @@ Modules: :mod:`loaderx.converter` (NumPy → store), :mod:`loaderx.dataset`
 (dense and ragged views), :mod:`loaderx.dataloader` (the endless, step-based
 loader), :mod:`loaderx.sampler` (index generation), :mod:`loaderx.zrecord`
 (raw byte records) and :mod:`loaderx.errors`.
+
+Layers, top to bottom; a module imports only from rows below its own, and
+never a private (``_``) name of a public module (``tests/test_layers.py``
+reads this table and checks the imports against it)::
+
+    dataloader
+    _pipeline
+    converter  dataset  zrecord
+    sampler  _store
+    _native
+    errors  _args  _pages  _progress
+
+``dataloader`` is the public loader over ``_pipeline`` (worker threads, the
+step window, recycled batch buffers). ``converter`` writes stores;
+``dataset`` and ``zrecord`` read them, both built on ``_store`` (the one
+owner of a native store handle). ``sampler`` draws indices. ``_native`` is
+the binding, the only module that knows the C ABI. At the bottom, with no
+loaderx imports: ``errors`` (exceptions), ``_args`` (argument checks),
+``_pages`` (releasing pages of a memory-mapped source) and ``_progress`` (the
+progress line). This package module loads the public names on first use.
 """
 
 from __future__ import annotations

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Optional, TextIO
+from typing import TextIO
 
 _MIB = float(1 << 20)
 
 
 def _fmt_duration(seconds: float) -> str:
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     h, rem = divmod(seconds, 3600)
     m, s = divmod(rem, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
@@ -37,11 +37,11 @@ class Progress:
     def __init__(
         self,
         label: str,
-        total_records: Optional[int] = None,
-        total_bytes: Optional[int] = None,
+        total_records: int | None = None,
+        total_bytes: int | None = None,
         *,
-        enabled: Optional[bool] = None,
-        stream: Optional[TextIO] = None,
+        enabled: bool | None = None,
+        stream: TextIO | None = None,
         min_interval: float = 0.2,
     ) -> None:
         self.stream = sys.stderr if stream is None else stream
@@ -78,7 +78,7 @@ class Progress:
             if now - self._last_draw >= self.min_interval:
                 self._draw(now)
 
-    def line(self, now: Optional[float] = None) -> str:
+    def line(self, now: float | None = None) -> str:
         """The status line as it would be drawn now."""
         now = time.perf_counter() if now is None else now
         elapsed = max(now - self._start, 1e-9)
@@ -88,10 +88,8 @@ class Progress:
             recs = f"{self.records:,}/{self.total_records:,} records"
         else:
             recs = f"{self.records:,} records"
-        if self.total_bytes is not None:
-            size = f"{mib:,.1f}/{self.total_bytes / _MIB:,.1f} MiB"
-        else:
-            size = f"{mib:,.1f} MiB"
+        total = "" if self.total_bytes is None else f"/{self.total_bytes / _MIB:,.1f}"
+        size = f"{mib:,.1f}{total} MiB"
         parts = [f"{self.label}: {recs}", size, f"{rate:,.1f} MiB/s"]
         if self.total_records:
             frac = self.records / self.total_records

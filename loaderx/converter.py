@@ -13,19 +13,24 @@ leaves a valid store holding every record written so far, then re-raises
 
 from __future__ import annotations
 
-import mmap
 import os
 import re
 import shutil
 import time
-from typing import Any, Iterable, List, Optional, Tuple
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from loaderx import _native
+from loaderx._args import as_int, check_codec
+from loaderx._pages import PageReleaser as _PageReleaser
 from loaderx._progress import Progress
+from loaderx._store import packed_offsets
 from loaderx.errors import StoreExistsError
-from loaderx.zrecord import _as_int, _check_codec
+
+if TYPE_CHECKING:
+    from loaderx._args import PathLike
 
 __all__ = ["from_numpy", "from_iterator", "DICT_TIERS"]
 
@@ -70,8 +75,8 @@ def _native_order(dtype: np.dtype) -> np.dtype:
 
 def _check_options(
     codec: Any, dict_tier: Any, dict_size: Any, piece_bytes: Any, piece_name: str, progress: Any
-) -> Tuple[int, int]:
-    _check_codec(codec)
+) -> tuple[int, int]:
+    check_codec(codec)
     if dict_tier not in DICT_TIERS:
         raise ValueError(
             f"dict_tier must be one of {', '.join(map(repr, DICT_TIERS))}; got {dict_tier!r}"
@@ -81,10 +86,10 @@ def _check_options(
     else:
         if codec != "zstd_dict":
             raise ValueError(f"dict_size applies to codec 'zstd_dict' only, not {codec!r}")
-        size = _as_int(dict_size, "dict_size")
+        size = as_int(dict_size, "dict_size")
         if size <= 0:
             raise ValueError(f"dict_size must be positive, got {dict_size!r}")
-    piece = _as_int(piece_bytes, piece_name)
+    piece = as_int(piece_bytes, piece_name)
     if piece <= 0:
         raise ValueError(f"{piece_name} must be positive, got {piece_bytes!r}")
     if progress not in (None, True, False):
@@ -124,14 +129,33 @@ def _prepare_path(path: str, overwrite: bool) -> None:
 
 
 def _create_store(
-    path: str, codec: str, dict_tier: str, dict_size: int, samples: Optional[List[bytes]]
+    path: str,
+    kind: str,
+    dtype: np.dtype,
+    item_shape: tuple[int, ...],
+    codec: str,
+    dict_tier: str,
+    dict_size: int,
+    samples: list[bytes] | None,
+) -> int:
+    """Create the store at ``path`` with its schema (``kind``, ``dtype``,
+    ``item_shape``) and return its open handle."""
+    handle = _open_new_store(path, codec, dict_tier, dict_size, samples)
+    try:
+        _native.schema_write(path, kind, dtype.str, item_shape)
+    except BaseException:
+        _native.store_close(handle)
+        raise
+    return handle
+
+
+def _open_new_store(
+    path: str, codec: str, dict_tier: str, dict_size: int, samples: list[bytes] | None
 ) -> int:
     if codec != "zstd_dict":
         return _native.store_create(path, codec)
     try:
-        return _native.store_create(
-            path, codec, dict_tier=dict_tier, dict_size=dict_size, samples=samples
-        )
+        return _native.store_create(path, codec, dict_tier=dict_tier, dict_size=dict_size, samples=samples)
     except ValueError as e:
         if "dictionary" not in str(e):
             raise
@@ -165,74 +189,15 @@ def _finish(handle: int, failed: bool) -> None:
         _native.store_close(handle)
 
 
-# ---------------------------------------------------------------------------
-# releasing pages of a memory-mapped source
-
-
-class _PageReleaser:
-    """Drops the pages of an ``np.memmap`` source once a piece is written.
-
-    Pages of a file mapping count towards the resident set as long as they
-    stay mapped, so reading a large ``.npy`` through ``mmap_mode='r'`` would
-    grow the process to the file's size. ``MADV_DONTNEED`` unmaps them again
-    (the data stays in the page cache). Only shared mappings are touched:
-    on a copy-on-write mapping (mode 'c') it would discard the caller's edits.
-    """
-
-    def __init__(self, array: np.ndarray) -> None:
-        self._mm = None
-        mm = getattr(array, "_mmap", None)
-        if (
-            isinstance(array, np.memmap)
-            and mm is not None
-            and getattr(array, "mode", None) in ("r", "r+", "w+")
-            and hasattr(mm, "madvise")
-            and hasattr(mmap, "MADV_DONTNEED")
-        ):
-            try:
-                probe = np.frombuffer(mm, dtype=np.uint8)
-                self._base = int(probe.__array_interface__["data"][0])
-                self._size = len(mm)
-                del probe
-                self._mm = mm
-            except (TypeError, ValueError, BufferError):
-                self._mm = None
-
-    def release(self, piece: np.ndarray) -> None:
-        mm = self._mm
-        if mm is None or piece.size == 0:
-            return
-        lo = hi = int(piece.__array_interface__["data"][0])
-        for extent, stride in zip(piece.shape, piece.strides):
-            if stride < 0:
-                lo += stride * (extent - 1)
-            else:
-                hi += stride * (extent - 1)
-        hi += piece.itemsize
-        start, stop = lo - self._base, hi - self._base
-        if start < 0 or stop > self._size:
-            return
-        page = mmap.PAGESIZE
-        start -= start % page
-        stop = min(-(-stop // page) * page, self._size)
-        try:
-            mm.madvise(mmap.MADV_DONTNEED, start, stop - start)
-        except (OSError, ValueError):
-            self._mm = None
-
-
-# ---------------------------------------------------------------------------
-
-
 def from_numpy(
-    path: "str | os.PathLike[str]",
+    path: PathLike,
     array: Any,
     codec: str = "zstd",
     *,
     dict_tier: str = "balanced",
-    dict_size: Optional[int] = None,
+    dict_size: int | None = None,
     chunk_bytes: int = 64 << 20,
-    progress: Optional[bool] = None,
+    progress: bool | None = None,
     overwrite: bool = False,
 ) -> None:
     """Write ``array`` to a new dense store at ``path``, one record per slice
@@ -292,9 +257,8 @@ def from_numpy(
             f"a record of shape {item_shape} and dtype {target} is {item_nbytes} bytes; "
             f"a record may be at most {MAX_RECORD_BYTES} bytes (2 GiB)"
         )
-    if codec == "zstd_dict":
-        if n == 0:
-            raise ValueError("codec 'zstd_dict' needs at least one record to train the dictionary on")
+    if codec == "zstd_dict" and n == 0:
+        raise ValueError("codec 'zstd_dict' needs at least one record to train the dictionary on")
     _prepare_path(path, overwrite)
 
     samples = None
@@ -314,11 +278,10 @@ def from_numpy(
     releaser = _PageReleaser(array)
     bar = Progress(f"from_numpy {path}", n, n * item_nbytes, enabled=progress)
 
-    handle = _create_store(path, codec, dict_tier, dict_size_n, samples)
+    handle = _create_store(path, "dense", target, item_shape, codec, dict_tier, dict_size_n, samples)
     del samples
     failed = True
     try:
-        _native.schema_write(path, "dense", target.str, item_shape)
         start = 0
         while start < n:
             stop = min(n, start + rows)
@@ -341,14 +304,14 @@ def from_numpy(
 
 
 def from_iterator(
-    path: "str | os.PathLike[str]",
+    path: PathLike,
     arrays: Iterable[Any],
     codec: str = "zstd",
     *,
     dict_tier: str = "balanced",
-    dict_size: Optional[int] = None,
+    dict_size: int | None = None,
     group_bytes: int = 16 << 20,
-    progress: Optional[bool] = None,
+    progress: bool | None = None,
     overwrite: bool = False,
 ) -> None:
     """Write a stream of arrays to a new ragged store at ``path``, one record
@@ -430,7 +393,7 @@ def from_iterator(
             raise ValueError(f"record {i} is {a.nbytes} bytes; a record may be at most 2 GiB")
         return np.ascontiguousarray(a, dtype=state["dtype"])
 
-    pending: List[np.ndarray] = []
+    pending: list[np.ndarray] = []
     count = 0
     first = next(it, _END)
     if first is _END:
@@ -453,12 +416,13 @@ def from_iterator(
             buffered += rec.nbytes
         samples = [r.tobytes() for r in pending]
 
-    handle = _create_store(path, codec, dict_tier, dict_size_n, samples)
+    handle = _create_store(
+        path, "ragged", state["dtype"], state["trailing"], codec, dict_tier, dict_size_n, samples
+    )
     del samples
     bar = Progress(f"from_iterator {path}", total, None, enabled=progress)
     failed = True
     try:
-        _native.schema_write(path, "ragged", state["dtype"].str, state["trailing"])
         pending_bytes = sum(r.nbytes for r in pending)
         while True:
             value = next(it, _END)
@@ -487,11 +451,9 @@ def from_iterator(
 _END = object()
 
 
-def _append_group(handle: int, records: List[np.ndarray]) -> None:
+def _append_group(handle: int, records: list[np.ndarray]) -> None:
     sizes = np.fromiter((r.nbytes for r in records), dtype=np.int64, count=len(records))
-    offsets = np.empty(len(records) + 1, dtype=np.int64)
-    offsets[0] = 0
-    np.cumsum(sizes, out=offsets[1:])
+    offsets = packed_offsets(sizes)
     data = np.empty(int(offsets[-1]), dtype=np.uint8)
     bounds = offsets.tolist()
     for k, r in enumerate(records):

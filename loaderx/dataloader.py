@@ -10,33 +10,24 @@ saves it and :meth:`DataLoader.load_state_dict` seeks back to it.
 Work runs on threads: each worker claims the next step, draws its indices,
 gathers every stream (the copy runs natively with the GIL released) and runs
 the ``transform`` callback; batches are handed out strictly in step order, so
-the output is the same whatever ``num_workers`` is.
+the output is the same whatever ``num_workers`` is. The threads, the step
+window and the recycled batch buffers live in :mod:`loaderx._pipeline`.
 """
 
 from __future__ import annotations
 
-import atexit
-import collections
 import dataclasses
 import os
-import queue
-import sys
-import threading
-import time
-import weakref
-from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Tuple
+from collections.abc import Callable, Mapping
+from typing import Any
 
-import numpy as np
-
-from loaderx import _native
+from loaderx._args import as_int, check_mode, check_seed, check_shard, check_step
+from loaderx._pipeline import Batch, BufferPool, Pipeline, Stream
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import ClosedError
-from loaderx.sampler import Sampler, _check_mode, _check_seed, _check_shard, _check_step
-from loaderx.zrecord import _as_int
+from loaderx.sampler import Sampler
 
 __all__ = ["DataLoader", "LoaderOptions"]
-
-Batch = Dict[str, np.ndarray]
 
 _STATE_KEYS = ("step", "seed", "sampler", "batch_size", "shard")
 
@@ -45,8 +36,6 @@ PREFETCH_BYTES = 64 << 20
 #: Batches of at least this many bytes (all streams) are gathered one at a
 #: time: the native gather already fans such a batch out over every core.
 SHARED_GATHER_BYTES = 8 << 20
-_POLL = 0.1  # seconds between checks of the stop flag while waiting
-_JOIN_TIMEOUT = 2.0  # total seconds close() waits for workers to finish
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,29 +61,29 @@ class LoaderOptions:
     num_workers: int = 4
     sampler: str = "cyclic"
     seed: int = 0
-    shard: Tuple[int, int] = (0, 1)
+    shard: tuple[int, int] = (0, 1)
     start_step: int = 0
-    prefetch: Optional[int] = None
+    prefetch: int | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        bs = _as_int(self.batch_size, "batch_size")
+        bs = as_int(self.batch_size, "batch_size")
         if bs < 1:
             raise ValueError(f"batch_size must be at least 1, got {self.batch_size!r}")
         set_(self, "batch_size", bs)
-        nw = _as_int(self.num_workers, "num_workers")
+        nw = as_int(self.num_workers, "num_workers")
         if nw < 0:
             raise ValueError(f"num_workers must be 0 or more, got {self.num_workers!r}")
         set_(self, "num_workers", nw)
-        set_(self, "start_step", _check_step(self.start_step))
+        set_(self, "start_step", check_step(self.start_step))
         if self.prefetch is not None:
-            pf = _as_int(self.prefetch, "prefetch")
+            pf = as_int(self.prefetch, "prefetch")
             if pf < 1:
                 raise ValueError(f"prefetch must be at least 1, got {self.prefetch!r}")
             set_(self, "prefetch", pf)
-        _check_mode(self.sampler)
-        set_(self, "seed", _check_seed(self.seed))
-        set_(self, "shard", _check_shard(self.shard))
+        check_mode(self.sampler)
+        set_(self, "seed", check_seed(self.seed))
+        set_(self, "shard", check_shard(self.shard))
 
     @property
     def worker_threads(self) -> int:
@@ -118,275 +107,11 @@ class LoaderOptions:
         return max(1, min(by_count, by_bytes))
 
 
-class _BufferPool:
-    """Batch arrays of one stream, recycled between steps.
-
-    A fresh multi-MiB allocation per batch costs more in page faults than the
-    gather itself, so arrays handed out are kept here and refilled later. An
-    array is refilled only when ``sys.getrefcount`` shows that nothing but
-    the pool refers to it: the batch dict, the array itself, a view or slice
-    of it (views keep their base alive), a memoryview or an ``np.frombuffer``
-    of it all hold a reference, so anything the caller can still reach is
-    never overwritten; it simply stays out of the pool. (A raw pointer taken
-    through ``.ctypes`` or ``__array_interface__`` holds no reference; copy
-    the batch if you keep one.) The baseline count is measured on this
-    interpreter when the pool is built.
-    """
-
-    def __init__(self, shape: Tuple[int, ...], dtype: np.dtype, capacity: int) -> None:
-        self.shape = shape
-        self.dtype = dtype
-        self.nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        self.capacity = capacity
-        self._free: Deque[np.ndarray] = collections.deque()
-        self._lock = threading.Lock()
-        self._free.append(np.empty(0, dtype=np.uint8))
-        self._baseline = self._refs(0)  # the pool's own references and nothing else
-        self._free.clear()
-
-    def _refs(self, i: int) -> int:
-        buf = self._free[i]
-        return sys.getrefcount(buf)
-
-    def take(self) -> np.ndarray:
-        """An array no one else can reach: a recycled one, or a new one."""
-        with self._lock:
-            free = self._free
-            # newest first: the buffer released last is the likeliest to be
-            # still in the CPU caches
-            for i in range(len(free) - 1, -1, -1):
-                if self._refs(i) == self._baseline:
-                    buf = free[i]
-                    del free[i]
-                    return buf
-        return np.empty(self.shape, dtype=self.dtype)
-
-    def give(self, buf: np.ndarray) -> None:
-        """Offer an array handed to the caller for reuse once the caller
-        lets go of it. Beyond ``capacity`` the oldest offers are forgotten."""
-        with self._lock:
-            self._free.append(buf)
-            while len(self._free) > self.capacity:
-                self._free.popleft()
-
-    def __len__(self) -> int:
-        return len(self._free)
-
-
 def _available_cpus() -> int:
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
-
-
-class _Failure:
-    """A step whose production raised; re-raised at that step."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-
-_LIVE: "weakref.WeakSet[_Pipeline]" = weakref.WeakSet()
-
-
-@atexit.register
-def _stop_all() -> None:
-    for pipe in list(_LIVE):
-        pipe.stop(join_timeout=0.5)
-
-
-class _Pipeline:
-    """The moving parts of one run from a given step: workers, the step
-    window and the finished steps. The workers refer to this object, never to
-    the :class:`DataLoader`, so a loader that goes out of scope is collected
-    and stops its workers."""
-
-    def __init__(
-        self,
-        streams: List[Tuple[str, DenseDataset, _BufferPool]],
-        sampler: Sampler,
-        transform: Optional[Callable[[Batch], Any]],
-        num_workers: int,
-        prefetch: int,
-        start_step: int,
-    ) -> None:
-        self.streams = streams
-        rank, world = sampler.shard
-        self.sample_args = (sampler.mode, sampler.n, sampler.batch_size, sampler.seed)
-        self.rank, self.world = rank, world
-        self.batch_size = sampler.batch_size
-        self.transform = transform
-        self.num_workers = num_workers
-        self.prefetch = prefetch
-        self.next_out = start_step  # the next step handed to the consumer
-        self.next_claim = start_step  # the next step a worker will produce
-        self.results: Dict[int, Any] = {}
-        self.lock = threading.Lock()
-        self.ready = threading.Condition(self.lock)  # consumer waits for a step
-        self.space = threading.Condition(self.lock)  # workers wait for the window
-        self.stopped = False
-        self.threads: List[threading.Thread] = []
-        self.sync_indices = np.empty(self.batch_size, dtype=np.int64)
-        # A batch big enough that one native gather already spreads over
-        # every core is gathered by one thread only: a second gather beside
-        # it adds cache and scheduler contention, and gathers that alternate
-        # between calling threads measured ~40% slower per batch than one
-        # thread calling throughout. The other workers then only transform.
-        batch_bytes = sum(pool.nbytes for _, _, pool in streams)
-        self.one_gatherer = num_workers > 0 and batch_bytes >= SHARED_GATHER_BYTES
-        self.todo: "queue.Queue[Tuple[int, Batch, List[np.ndarray]]]" = queue.Queue()
-
-    # -- production --------------------------------------------------------
-
-    def gather(self, step: int, indices: np.ndarray) -> Tuple[Batch, List[np.ndarray]]:
-        """Sample the indices of ``step`` and gather every stream there."""
-        mode, n, bs, seed = self.sample_args
-        _native.sample(mode, n, bs, seed, step, self.rank, self.world, indices)
-        batch: Batch = {}
-        raw = []
-        for name, ds, pool in self.streams:
-            buf = pool.take()
-            ds._gather_unchecked(indices, buf)
-            batch[name] = buf
-            raw.append(buf)
-        return batch, raw
-
-    def produce(self, step: int, indices: np.ndarray) -> Tuple[Any, List[np.ndarray]]:
-        batch, raw = self.gather(step, indices)
-        if self.transform is not None:
-            out = self.transform(batch)
-            del batch
-            return out, raw
-        return batch, raw
-
-    def start(self) -> None:
-        _LIVE.add(self)
-        if self.one_gatherer and self.transform is None:
-            roles = [("gather", self._work)]  # a lone worker: it only gathers
-        elif self.one_gatherer:
-            roles = [("gather", self._gather_only)]
-            roles += [(f"worker-{k}", self._transform_only) for k in range(self.num_workers)]
-        else:
-            roles = [(f"worker-{k}", self._work) for k in range(self.num_workers)]
-        for name, target in roles:
-            t = threading.Thread(target=target, name=f"loaderx-{name}", daemon=True)
-            self.threads.append(t)
-            t.start()
-
-    def _claim(self) -> Optional[int]:
-        """The next step to produce, once it is inside the prefetch window;
-        None when the pipeline stops."""
-        with self.lock:
-            while not self.stopped and self.next_claim >= self.next_out + self.prefetch:
-                self.space.wait(_POLL)
-            if self.stopped:
-                return None
-            step = self.next_claim
-            self.next_claim = step + 1
-            return step
-
-    def _publish(self, step: int, item: Any) -> bool:
-        """Hand a finished step to the consumer; False when the pipeline stops."""
-        with self.lock:
-            if self.stopped:
-                return False
-            self.results[step] = item
-            self.ready.notify()
-        return True
-
-    def _work(self) -> None:
-        """A worker that samples, gathers and transforms whole steps."""
-        indices = np.empty(self.batch_size, dtype=np.int64)
-        while True:
-            step = self._claim()
-            if step is None:
-                return
-            try:
-                item: Any = self.produce(step, indices)
-            except BaseException as e:  # handed to the consumer at this step
-                item = _Failure(e)
-            if not self._publish(step, item):
-                return
-            del item
-
-    def _gather_only(self) -> None:
-        """The one gathering thread of a large-batch pipeline with a
-        transform: gathered steps go to the transform workers."""
-        indices = np.empty(self.batch_size, dtype=np.int64)
-        while True:
-            step = self._claim()
-            if step is None:
-                return
-            try:
-                batch, raw = self.gather(step, indices)
-            except BaseException as e:
-                if not self._publish(step, _Failure(e)):
-                    return
-                continue
-            self.todo.put((step, batch, raw))
-            del batch, raw
-
-    def _transform_only(self) -> None:
-        """A transform worker of a large-batch pipeline."""
-        while not self.stopped:
-            try:
-                step, batch, raw = self.todo.get(timeout=_POLL)
-            except queue.Empty:
-                continue
-            try:
-                item: Any = (self.transform(batch), raw)  # type: ignore[misc]
-            except BaseException as e:
-                item = _Failure(e)
-            del batch, raw
-            if not self._publish(step, item):
-                return
-            del item
-
-    # -- consumption -------------------------------------------------------
-
-    def next_threaded(self) -> Tuple[int, Any]:
-        with self.lock:
-            step = self.next_out
-            results = self.results
-            while step not in results:
-                if self.stopped:
-                    raise ClosedError("the DataLoader is closed")
-                if not any(t.is_alive() for t in self.threads):
-                    raise RuntimeError("the DataLoader's worker threads have exited")
-                self.ready.wait(_POLL)
-            item = results.pop(step)
-            self.next_out = step + 1
-            self.space.notify()
-        return step, item
-
-    def next_sync(self) -> Tuple[int, Any]:
-        if self.stopped:
-            raise ClosedError("the DataLoader is closed")
-        step = self.next_out
-        try:
-            item: Any = self.produce(step, self.sync_indices)
-        except Exception as e:
-            item = _Failure(e)
-        # a KeyboardInterrupt leaves the step unconsumed
-        self.next_out = step + 1
-        return step, item
-
-    def stop(self, join_timeout: float = _JOIN_TIMEOUT) -> None:
-        with self.lock:
-            self.stopped = True
-            self.results.clear()
-            self.space.notify_all()
-            self.ready.notify_all()
-        me = threading.current_thread()
-        if join_timeout > 0:
-            deadline = time.monotonic() + join_timeout
-            for t in self.threads:
-                if t is not me:
-                    t.join(max(0.0, deadline - time.monotonic()))
-        _LIVE.discard(self)
 
 
 class DataLoader:
@@ -444,15 +169,15 @@ class DataLoader:
         streams: Mapping[str, DenseDataset],
         batch_size: int = 256,
         *,
-        transform: Optional[Callable[[Batch], Any]] = None,
+        transform: Callable[[Batch], Any] | None = None,
         num_workers: int = 4,
         sampler: str = "cyclic",
         seed: int = 0,
-        shard: Tuple[int, int] = (0, 1),
+        shard: tuple[int, int] = (0, 1),
         start_step: int = 0,
-        prefetch: Optional[int] = None,
+        prefetch: int | None = None,
     ) -> None:
-        self._pipe: Optional[_Pipeline] = None
+        self._pipe: Pipeline | None = None
         self._closed = False
         self.options = LoaderOptions(
             batch_size=batch_size,
@@ -497,8 +222,8 @@ class DataLoader:
         workers = opts.worker_threads
         self._workers = workers
         capacity = self._prefetch + workers + 3
-        self._streams = [
-            (name, ds, _BufferPool((opts.batch_size,) + ds.item_shape, ds.dtype, capacity))
+        self._streams: list[Stream] = [
+            (name, ds, BufferPool((opts.batch_size, *ds.item_shape), ds.dtype, capacity))
             for name, ds in streams.items()
         ]
         self._step = opts.start_step  # next step to yield while no pipeline runs
@@ -506,7 +231,7 @@ class DataLoader:
     # -- properties --------------------------------------------------------
 
     @property
-    def streams(self) -> Dict[str, DenseDataset]:
+    def streams(self) -> dict[str, DenseDataset]:
         """The streams, by name."""
         return {name: ds for name, ds, _ in self._streams}
 
@@ -542,7 +267,7 @@ class DataLoader:
 
     # -- iteration ---------------------------------------------------------
 
-    def __iter__(self) -> "DataLoader":
+    def __iter__(self) -> DataLoader:
         return self
 
     def __next__(self) -> Any:
@@ -550,34 +275,24 @@ class DataLoader:
         if pipe is None:
             if self._closed:
                 raise ClosedError("the DataLoader is closed")
-            pipe = _Pipeline(
+            batch_bytes = sum(pool.nbytes for _, _, pool in self._streams)
+            pipe = Pipeline(
                 self._streams,
                 self.sampler,
                 self._transform,
                 self._workers,
                 self._prefetch,
                 self._step,
+                one_gatherer=batch_bytes >= SHARED_GATHER_BYTES,
             )
             self._pipe = pipe
             if pipe.num_workers:
                 pipe.start()
-        step, item = pipe.next_threaded() if pipe.num_workers else pipe.next_sync()
-        if isinstance(item, _Failure):
-            error = item.error
-            del item
-            try:
-                raise error
-            finally:
-                del error
-        batch, raw = item
-        del item
-        for (_, _, pool), buf in zip(self._streams, raw):
-            pool.give(buf)
-        return batch
+        return pipe.next()
 
     # -- state -------------------------------------------------------------
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         """The loader's position, JSON-serialisable: ``{"step": next step to be
         yielded, "seed", "sampler", "batch_size", "shard": [rank, world]}``."""
         o = self.options
@@ -617,7 +332,7 @@ class DataLoader:
                 raise ValueError(
                     f"state_dict has {key}={state[key]!r} but this loader has {key}={mine[key]!r}"
                 )
-        step = _check_step(state["step"])
+        step = check_step(state["step"])
         if self._closed:
             raise ClosedError("the DataLoader is closed")
         self._reset()
@@ -638,7 +353,7 @@ class DataLoader:
         self._closed = True
         self._reset()
 
-    def __enter__(self) -> "DataLoader":
+    def __enter__(self) -> DataLoader:
         return self
 
     def __exit__(self, *exc: Any) -> None:

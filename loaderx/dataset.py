@@ -15,23 +15,25 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from loaderx import _native
-from loaderx.errors import ClosedError, CorruptStoreError
-from loaderx.zrecord import _as_indices, _normalize_index, _packed_offsets
+from loaderx._args import is_scalar_index, normalize_index
+from loaderx._store import StoreHandle
+from loaderx.errors import CorruptStoreError
+
+if TYPE_CHECKING:
+    from loaderx._args import IndexLike, PathLike
 
 __all__ = ["DenseDataset", "RaggedDataset", "pad"]
-
-PathLike = Union[str, "os.PathLike[str]"]
-IndexLike = Union[int, Sequence[int], np.ndarray, slice]
 
 _ITER_BYTES = 4 << 20  # iteration reads this much per native call
 
 
-def _read_schema(path: str, cls: str, want: str) -> Tuple[np.dtype, Tuple[int, ...]]:
+def _read_schema(path: str, want: str) -> tuple[np.dtype, tuple[int, ...]]:
     if not os.path.isdir(path):
         raise FileNotFoundError(errno.ENOENT, f"no loaderx store at {path!r}", path)
     try:
@@ -56,75 +58,33 @@ def _read_schema(path: str, cls: str, want: str) -> Tuple[np.dtype, Tuple[int, .
     return dtype, tuple(int(d) for d in shape)
 
 
-class _StoreView:
-    """What both dataset kinds share: the handle, its lifetime, the schema."""
+class _StoreView(StoreHandle):
+    """What both dataset kinds add to a store handle: the schema."""
 
     _kind = ""
 
     def __init__(self, path: PathLike) -> None:
-        self._handle: Optional[int] = None
-        self._path = os.fspath(path)
-        self._dtype, self._item_shape = _read_schema(self._path, type(self).__name__, self._kind)
+        super().__init__(path)
+        self._dtype, self._item_shape = _read_schema(self._path, self._kind)
         # bytes of one item (dense) or of one row along axis 0 (ragged)
         self._stride = int(np.prod(self._item_shape, dtype=np.int64)) * self._dtype.itemsize
-        self._handle = _native.store_open(self._path, readonly=True)
-        self._codec = str(_native.store_codec(self._handle))
-
-    @property
-    def _h(self) -> int:
-        h = self._handle
-        if h is None:
-            raise ClosedError(f"{type(self).__name__}({self._path!r}) is closed")
-        return h
-
-    @property
-    def path(self) -> str:
-        """The store directory."""
-        return self._path
+        self._adopt(_native.store_open(self._path, readonly=True))
 
     @property
     def dtype(self) -> np.dtype:
         """The dtype of every element."""
         return self._dtype
 
-    @property
-    def codec(self) -> str:
-        """The codec the store was written with: "raw", "zstd" or "zstd_dict"."""
-        return self._codec
+    def __repr__(self) -> str:
+        name = type(self).__name__
+        if self._handle is None:
+            return f"{name}({self._path!r}, closed)"
+        return (
+            f"{name}({self._path!r}, len={len(self)}, dtype={self._dtype}, "
+            f"item_shape={self._item_shape}, codec={self._codec!r})"
+        )
 
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` has been called."""
-        return self._handle is None
-
-    def __len__(self) -> int:
-        return int(_native.store_len(self._h))
-
-    def stats(self) -> dict:
-        """Storage figures of the underlying store (see :meth:`Zrecord.stats`)."""
-        return dict(_native.store_stats(self._h))
-
-    def close(self) -> None:
-        """Close the store. Safe to call twice; any later read raises
-        :class:`loaderx.errors.ClosedError`."""
-        h, self._handle = self._handle, None
-        if h is not None:
-            _native.store_close(h)
-
-    def __enter__(self):  # type: ignore[no-untyped-def]
-        self._h  # raises if closed
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __reduce__(self):  # type: ignore[no-untyped-def]
+    def __reduce__(self) -> tuple[type, tuple[str]]:
         # Reopen by path: handles do not survive a process boundary.
         return (type(self), (self._path,))
 
@@ -152,14 +112,14 @@ class DenseDataset(_StoreView):
     _kind = "dense"
 
     @property
-    def item_shape(self) -> Tuple[int, ...]:
+    def item_shape(self) -> tuple[int, ...]:
         """The shape of one record."""
         return self._item_shape
 
     @property
-    def shape(self) -> Tuple[int, ...]:
+    def shape(self) -> tuple[int, ...]:
         """``(len(self), *item_shape)``: the shape of the whole dataset."""
-        return (len(self),) + self._item_shape
+        return (len(self), *self._item_shape)
 
     @property
     def ndim(self) -> int:
@@ -171,14 +131,6 @@ class DenseDataset(_StoreView):
         """The size of one record in bytes."""
         return self._stride
 
-    def __repr__(self) -> str:
-        if self._handle is None:
-            return f"DenseDataset({self._path!r}, closed)"
-        return (
-            f"DenseDataset({self._path!r}, len={len(self)}, dtype={self._dtype}, "
-            f"item_shape={self._item_shape}, codec={self._codec!r})"
-        )
-
     def _gather_unchecked(self, indices: np.ndarray, out: np.ndarray) -> None:
         """Fill ``out`` from valid, C-contiguous int64 ``indices``: the loader's
         path, one native call with the GIL released."""
@@ -187,8 +139,8 @@ class DenseDataset(_StoreView):
 
     def __getitem__(self, key: IndexLike) -> np.ndarray:
         h = self._h
-        if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
-            i = _normalize_index(int(key), int(_native.store_len(h)), "DenseDataset")
+        if is_scalar_index(key):
+            i = normalize_index(int(key), int(_native.store_len(h)), "DenseDataset")
             out = np.empty(self._item_shape, dtype=self._dtype)
             self._gather_unchecked(np.array([i], dtype=np.int64), out)
             return out
@@ -197,12 +149,12 @@ class DenseDataset(_StoreView):
                 "DenseDataset indexes records along axis 0 only; got a tuple key "
                 f"{key!r}: index the records first, then slice the returned array"
             )
-        idx, shape = _as_indices(key, int(_native.store_len(h)), "DenseDataset")
+        idx, shape = self._indices(key)
         out = np.empty(shape + self._item_shape, dtype=self._dtype)
         self._gather_unchecked(idx, out)
         return out
 
-    def gather(self, indices: IndexLike, out: Optional[np.ndarray] = None) -> np.ndarray:
+    def gather(self, indices: IndexLike, out: np.ndarray | None = None) -> np.ndarray:
         """Read the records at ``indices`` into ``out`` (allocated if None).
 
         Args:
@@ -218,7 +170,7 @@ class DenseDataset(_StoreView):
             ValueError: ``out`` has the wrong shape, is not C-contiguous or is
                 read-only.
         """
-        idx, shape = _as_indices(indices, int(_native.store_len(self._h)), "DenseDataset")
+        idx, shape = self._indices(indices)
         want = shape + self._item_shape
         if out is None:
             out = np.empty(want, dtype=self._dtype)
@@ -269,17 +221,9 @@ class RaggedDataset(_StoreView):
     _kind = "ragged"
 
     @property
-    def item_shape(self) -> Tuple[int, ...]:
+    def item_shape(self) -> tuple[int, ...]:
         """The trailing shape shared by every record (everything but axis 0)."""
         return self._item_shape
-
-    def __repr__(self) -> str:
-        if self._handle is None:
-            return f"RaggedDataset({self._path!r}, closed)"
-        return (
-            f"RaggedDataset({self._path!r}, len={len(self)}, dtype={self._dtype}, "
-            f"item_shape={self._item_shape}, codec={self._codec!r})"
-        )
 
     def _rows(self, sizes: np.ndarray, idx: np.ndarray) -> np.ndarray:
         if self._stride == 0:
@@ -293,45 +237,37 @@ class RaggedDataset(_StoreView):
             )
         return rows
 
-    def lengths(self, indices: Optional[IndexLike] = None) -> np.ndarray:
+    def lengths(self, indices: IndexLike | None = None) -> np.ndarray:
         """The first-axis length of each record (all records if ``indices`` is
         None), as int64, without reading the records."""
-        h = self._h
-        n = int(_native.store_len(h))
-        key = slice(None) if indices is None else indices
-        idx, shape = _as_indices(key, n, "RaggedDataset")
+        idx, shape = self._indices(slice(None) if indices is None else indices)
         if not idx.size:
             return np.zeros(shape, dtype=np.int64)
-        sizes = np.asarray(_native.store_sizes(h, idx), dtype=np.int64)
-        return self._rows(sizes, idx).reshape(shape)
+        return self._rows(self._sizes(idx), idx).reshape(shape)
 
-    def _read(self, idx: np.ndarray) -> List[np.ndarray]:
-        h = self._h
+    def _read(self, idx: np.ndarray) -> list[np.ndarray]:
         if not idx.size:
             return []
-        sizes = np.asarray(_native.store_sizes(h, idx), dtype=np.int64)
+        sizes = self._sizes(idx)
         rows = self._rows(sizes, idx)
-        offsets = _packed_offsets(sizes)
-        buf = np.empty(int(offsets[-1]), dtype=np.uint8)
-        if buf.size:
-            _native.store_gather_packed(h, idx, buf, offsets)
+        buf, offsets = self._read_packed(idx, sizes)
         flat = buf.view(self._dtype)
         bounds = (offsets // self._dtype.itemsize).tolist()
         tail = self._item_shape
         return [
-            flat[bounds[k] : bounds[k + 1]].reshape((r,) + tail)
+            flat[bounds[k] : bounds[k + 1]].reshape((r, *tail))
             for k, r in enumerate(rows.tolist())
         ]
 
-    def __getitem__(self, key: IndexLike) -> Union[np.ndarray, List[np.ndarray]]:
+    def __getitem__(self, key: IndexLike) -> np.ndarray | list[np.ndarray]:
         """``rs[i]`` is one array; a list, array, slice or mask gives a list."""
         h = self._h
-        if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
-            i = _normalize_index(int(key), int(_native.store_len(h)), "RaggedDataset")
+        if is_scalar_index(key):
+            i = normalize_index(int(key), int(_native.store_len(h)), "RaggedDataset")
             return self._read(np.array([i], dtype=np.int64))[0]
         if isinstance(key, tuple):
             raise TypeError(f"RaggedDataset indexes records only; got a tuple key {key!r}")
-        idx, _ = _as_indices(key, int(_native.store_len(h)), "RaggedDataset")
+        idx, _ = self._indices(key)
         return self._read(idx)
 
     def __iter__(self) -> Iterator[np.ndarray]:
@@ -341,9 +277,7 @@ class RaggedDataset(_StoreView):
             yield from self[start : min(n, start + 256)]
 
 
-def pad(
-    records: Sequence[Any], value: Any = 0, dtype: Any = None
-) -> Tuple[np.ndarray, np.ndarray]:
+def pad(records: Sequence[Any], value: Any = 0, dtype: Any = None) -> tuple[np.ndarray, np.ndarray]:
     """Stack arrays of varying first-axis length into one padded array.
 
     Args:
@@ -380,7 +314,7 @@ def pad(
             )
     out_dtype = np.result_type(*{a.dtype for a in arrays}) if dtype is None else np.dtype(dtype)
     lengths = np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays))
-    out = np.full((len(arrays), int(lengths.max())) + trailing, value, dtype=out_dtype)
+    out = np.full((len(arrays), int(lengths.max()), *trailing), value, dtype=out_dtype)
     for k, a in enumerate(arrays):
         out[k, : a.shape[0]] = a
     return out, lengths

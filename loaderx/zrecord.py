@@ -14,115 +14,22 @@ number of threads; ``delete`` and ``compact`` need the store to themselves.
 from __future__ import annotations
 
 import io
-import operator
-import os
-from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from loaderx import _native
-from loaderx.errors import ClosedError
+from loaderx._args import CODECS, as_int, check_codec, is_scalar_index, normalize_index
+from loaderx._store import StoreHandle
 
-__all__ = ["Zrecord", "CODECS"]
+if TYPE_CHECKING:
+    from loaderx._args import IndexLike, PathLike
 
-#: The codecs a store can be created with.
-CODECS = ("raw", "zstd", "zstd_dict")
-
-PathLike = Union[str, "os.PathLike[str]"]
-IndexLike = Union[int, Sequence[int], np.ndarray, slice]
+__all__ = ["CODECS", "Zrecord"]
 
 
-# ---------------------------------------------------------------------------
-# index handling shared by the record and dataset classes
-
-
-def _index_error(index: Any, n: int, what: str) -> IndexError:
-    return IndexError(f"index {index} is out of range for {what} of length {n}")
-
-
-def _as_int(value: Any, name: str) -> int:
-    """``operator.index(value)`` with a TypeError that quotes the value."""
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer, got {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer, got {value!r}") from None
-
-
-def _normalize_index(index: int, n: int, what: str) -> int:
-    """One Python-style index (negatives count from the end) into ``[0, n)``."""
-    i = index + n if index < 0 else index
-    if not 0 <= i < n:
-        raise _index_error(index, n, what)
-    return i
-
-
-def _as_indices(key: Any, n: int, what: str) -> Tuple[np.ndarray, Tuple[int, ...]]:
-    """Turn a batch key into a C-contiguous int64 array of indices in ``[0, n)``.
-
-    Accepts a slice, a sequence or array of integers (negative ones count from
-    the end) or a boolean mask of length ``n``. Returns the flat indices and
-    the shape of the key, so a 2-D index array gives a 2-D batch.
-    """
-    if isinstance(key, slice):
-        return np.arange(*key.indices(n), dtype=np.int64), (len(range(*key.indices(n))),)
-    if isinstance(key, (str, bytes)):
-        raise TypeError(f"indices must be integers, got {key!r}")
-    arr = key if isinstance(key, np.ndarray) else np.asarray(key)
-    kind = arr.dtype.kind
-    if kind == "b":
-        if arr.shape != (n,):
-            raise IndexError(
-                f"boolean mask of shape {arr.shape} does not match {what} of length {n}"
-            )
-        flat = np.flatnonzero(arr).astype(np.int64, copy=False)
-        return flat, flat.shape
-    if kind not in "iu":
-        if arr.size == 0:  # [] and np.array([]) are float64 by default
-            return np.empty(0, dtype=np.int64), arr.shape
-        raise TypeError(f"indices must be integers, got an array of dtype {arr.dtype}")
-    shape = arr.shape
-    if arr.ndim != 1:
-        arr = arr.reshape(-1)
-    if arr.size == 0:
-        return np.empty(0, dtype=np.int64), shape
-    lo = arr.min()
-    hi = arr.max()
-    if kind == "u":
-        if hi >= n:
-            raise _index_error(arr[np.argmax(arr >= n)], n, what)
-        return np.ascontiguousarray(arr, dtype=np.int64), shape
-    if lo < 0:
-        if lo < -n:
-            raise _index_error(arr[np.argmax(arr < -n)], n, what)
-        if hi >= n:
-            raise _index_error(arr[np.argmax(arr >= n)], n, what)
-        fixed = arr.astype(np.int64)  # a copy: the caller's array is left alone
-        fixed[fixed < 0] += n
-        return fixed, shape
-    if hi >= n:
-        raise _index_error(arr[np.argmax(arr >= n)], n, what)
-    return np.ascontiguousarray(arr, dtype=np.int64), shape
-
-
-def _check_codec(codec: Any) -> str:
-    if codec not in CODECS:
-        raise ValueError(f"codec must be one of {', '.join(map(repr, CODECS))}; got {codec!r}")
-    return codec
-
-
-def _packed_offsets(sizes: np.ndarray) -> np.ndarray:
-    offsets = np.empty(len(sizes) + 1, dtype=np.int64)
-    offsets[0] = 0
-    np.cumsum(sizes, out=offsets[1:])
-    return offsets
-
-
-# ---------------------------------------------------------------------------
-
-
-class Zrecord:
+class Zrecord(StoreHandle):
     """A store of raw byte records.
 
     Args:
@@ -160,16 +67,15 @@ class Zrecord:
         create: bool = False,
         codec: str = "raw",
         readonly: bool = False,
-        samples: Optional[Sequence[Any]] = None,
-        dict_size: Optional[int] = None,
+        samples: Sequence[Any] | None = None,
+        dict_size: int | None = None,
     ) -> None:
-        self._handle: Optional[int] = None
-        self._path = os.fspath(path)
+        super().__init__(path)
         self._readonly = bool(readonly)
         if create:
             if readonly:
                 raise ValueError("create=True and readonly=True contradict each other")
-            _check_codec(codec)
+            check_codec(codec)
             if codec == "zstd_dict":
                 if not samples:
                     raise ValueError(
@@ -180,25 +86,17 @@ class Zrecord:
                 raise ValueError(
                     f"samples= and dict_size= apply to codec 'zstd_dict' only, not {codec!r}"
                 )
-            size = 0 if dict_size is None else _as_int(dict_size, "dict_size")
+            size = 0 if dict_size is None else as_int(dict_size, "dict_size")
             if size < 0:
                 raise ValueError(f"dict_size must not be negative, got {dict_size!r}")
             kwargs = {"samples": list(samples), "dict_size": size} if codec == "zstd_dict" else {}
-            self._handle = _native.store_create(self._path, codec, **kwargs)
+            self._adopt(_native.store_create(self._path, codec, **kwargs))
         else:
             if samples is not None or dict_size is not None:
                 raise ValueError("samples= and dict_size= apply only with create=True")
-            self._handle = _native.store_open(self._path, readonly=self._readonly)
-        self._codec = _native.store_codec(self._handle)
+            self._adopt(_native.store_open(self._path, readonly=self._readonly))
 
     # -- plumbing ----------------------------------------------------------
-
-    @property
-    def _h(self) -> int:
-        h = self._handle
-        if h is None:
-            raise ClosedError(f"Zrecord({self._path!r}) is closed")
-        return h
 
     def _writable(self, op: str) -> int:
         h = self._h
@@ -206,33 +104,12 @@ class Zrecord:
             raise io.UnsupportedOperation(f"{op}: Zrecord({self._path!r}) is open read-only")
         return h
 
-    def _indices(self, indices: Any) -> Tuple[np.ndarray, Tuple[int, ...]]:
-        return _as_indices(indices, _native.store_len(self._h), "Zrecord")
-
     # -- properties --------------------------------------------------------
-
-    @property
-    def path(self) -> str:
-        """The store directory."""
-        return self._path
-
-    @property
-    def codec(self) -> str:
-        """The codec the store was created with."""
-        return self._codec
 
     @property
     def readonly(self) -> bool:
         """Whether the store was opened read-only."""
         return self._readonly
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` has been called."""
-        return self._handle is None
-
-    def __len__(self) -> int:
-        return int(_native.store_len(self._h))
 
     def __repr__(self) -> str:
         if self._handle is None:
@@ -289,18 +166,14 @@ class Zrecord:
         idx, shape = self._indices(indices)
         if not idx.size:
             return np.zeros(shape, dtype=np.int64)
-        return np.asarray(_native.store_sizes(self._h, idx), dtype=np.int64).reshape(shape)
+        return self._sizes(idx).reshape(shape)
 
-    def gather(self, indices: IndexLike) -> List[bytes]:
+    def gather(self, indices: IndexLike) -> list[bytes]:
         """Read records into a list of ``bytes`` with one native call."""
-        h = self._h
         idx, _ = self._indices(indices)
         if not idx.size:
             return []
-        offsets = _packed_offsets(_native.store_sizes(h, idx))
-        buf = np.empty(int(offsets[-1]), dtype=np.uint8)
-        if buf.size:
-            _native.store_gather_packed(h, idx, buf, offsets)
+        buf, offsets = self._read_packed(idx, self._sizes(idx))
         mv = memoryview(buf)
         bounds = offsets.tolist()
         return [bytes(mv[bounds[k] : bounds[k + 1]]) for k in range(len(idx))]
@@ -339,38 +212,9 @@ class Zrecord:
         if idx.size:
             _native.store_gather_packed(h, idx, out, offs)
 
-    def __getitem__(self, key: IndexLike) -> Union[bytes, List[bytes]]:
+    def __getitem__(self, key: IndexLike) -> bytes | list[bytes]:
         """``zr[i]`` is one record as ``bytes``; any other key gives a list."""
-        if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        if is_scalar_index(key):
             n = len(self)
-            return self.gather([_normalize_index(int(key), n, "Zrecord")])[0]
+            return self.gather([normalize_index(int(key), n, "Zrecord")])[0]
         return self.gather(key)
-
-    def stats(self) -> dict:
-        """Storage figures: ``length``, ``live_bytes`` (stored bytes of live
-        records), ``chunk_bytes`` (bytes in chunk files, garbage included),
-        ``logical_bytes`` (uncompressed size), ``codec``, ``dict_bytes`` and
-        ``chunks``. ``chunk_bytes - live_bytes`` bounds what :meth:`compact`
-        can reclaim."""
-        return dict(_native.store_stats(self._h))
-
-    # -- lifetime ----------------------------------------------------------
-
-    def close(self) -> None:
-        """Close the store (syncing pending writes). Safe to call twice."""
-        h, self._handle = self._handle, None
-        if h is not None:
-            _native.store_close(h)
-
-    def __enter__(self) -> "Zrecord":
-        self._h  # raises if closed
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
