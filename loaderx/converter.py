@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import re
-import shutil
 import time
 from typing import Any, Iterable, List, Optional, Tuple
 
@@ -36,12 +34,6 @@ DICT_TIERS = ("fast", "balanced", "max")
 #: The largest record a store accepts, in bytes.
 MAX_RECORD_BYTES = 1 << 31
 
-# Files a store directory may hold; overwrite=True removes a directory only if
-# it holds a meta.zr and nothing outside this list.
-_STORE_FILE = re.compile(
-    r"^(meta\.zr|dict\.zr|schema\.msgpack|delete\.intent|compact\.journal|\d+\.loc|\d+\.chunk"
-    r"|\.schema\.msgpack\..*\.tmp)$"
-)
 _MAX_DICT_SAMPLES = 100_000
 _MAX_PIECE_RECORDS = 1 << 20
 _FIRST_PIECE_BYTES = 4 << 20
@@ -94,7 +86,8 @@ def _check_options(
 
 def _prepare_path(path: str, overwrite: bool) -> None:
     """Refuse to write over anything but an empty directory or, with
-    ``overwrite=True``, a previous store."""
+    ``overwrite=True``, a directory; whether that holds a previous store
+    (and nothing else) the store's creation checks, as it replaces it."""
     if not os.path.lexists(path):
         return
     if os.path.islink(path) or not os.path.isdir(path):
@@ -107,30 +100,18 @@ def _prepare_path(path: str, overwrite: bool) -> None:
             f"{path!r} already exists and is not empty; pass overwrite=True to replace "
             "a previous loaderx store"
         )
-    if "meta.zr" not in entries:
-        raise StoreExistsError(
-            f"{path!r} is not a loaderx store (it has no meta.zr); overwrite=True only "
-            "replaces a previous store"
-        )
-    foreign = sorted(
-        e for e in entries if not _STORE_FILE.match(e) or not os.path.isfile(os.path.join(path, e))
-    )
-    if foreign:
-        raise StoreExistsError(
-            f"{path!r} holds files that are not part of a loaderx store ({', '.join(foreign[:5])}"
-            f"{', ...' if len(foreign) > 5 else ''}); refusing to overwrite it"
-        )
-    shutil.rmtree(path)
 
 
 def _create_store(
-    path: str, codec: str, dict_tier: str, dict_size: int, samples: Optional[List[bytes]]
+    path: str, codec: str, dict_tier: str, dict_size: int, samples: Optional[List[bytes]],
+    schema: Tuple[str, str, Tuple[int, ...]], overwrite: bool,
 ) -> int:
     if codec != "zstd_dict":
-        return _native.store_create(path, codec)
+        return _native.store_create(path, codec, schema=schema, overwrite=overwrite)
     try:
         return _native.store_create(
-            path, codec, dict_tier=dict_tier, dict_size=dict_size, samples=samples
+            path, codec, dict_tier=dict_tier, dict_size=dict_size, samples=samples,
+            schema=schema, overwrite=overwrite,
         )
     except ValueError as e:
         if "dictionary" not in str(e):
@@ -314,11 +295,12 @@ def from_numpy(
     releaser = _PageReleaser(array)
     bar = Progress(f"from_numpy {path}", n, n * item_nbytes, enabled=progress)
 
-    handle = _create_store(path, codec, dict_tier, dict_size_n, samples)
+    handle = _create_store(
+        path, codec, dict_tier, dict_size_n, samples, ("dense", target.str, item_shape), overwrite
+    )
     del samples
     failed = True
     try:
-        _native.schema_write(path, "dense", target.str, item_shape)
         start = 0
         while start < n:
             stop = min(n, start + rows)
@@ -453,12 +435,14 @@ def from_iterator(
             buffered += rec.nbytes
         samples = [r.tobytes() for r in pending]
 
-    handle = _create_store(path, codec, dict_tier, dict_size_n, samples)
+    handle = _create_store(
+        path, codec, dict_tier, dict_size_n, samples,
+        ("ragged", state["dtype"].str, state["trailing"]), overwrite,
+    )
     del samples
     bar = Progress(f"from_iterator {path}", total, None, enabled=progress)
     failed = True
     try:
-        _native.schema_write(path, "ragged", state["dtype"].str, state["trailing"])
         pending_bytes = sum(r.nbytes for r in pending)
         while True:
             value = next(it, _END)
