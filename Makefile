@@ -28,9 +28,12 @@ demo: setup
 ## test: every test, Go then Python
 test: setup check test-go test-race test-py
 
+## check: gofmt, go vet and staticcheck (go install honnef.co/go/tools/cmd/staticcheck@latest)
+STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 check:
-	@out=$$(gofmt -l capi zrecord zsampler internal); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet ./...
+	$(STATICCHECK) ./...
 
 test-go:
 	$(GO) test -count=1 ./...

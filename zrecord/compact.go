@@ -31,15 +31,11 @@ type move struct {
 //
 // A record never moves to a higher address, so it only lands on bytes no
 // live record needs, and the store is consistent after every step: a
-// Compact cut short is simply run again. Moves run in groups. Before a
-// group, compact.journal records its moves and a copy of every record
-// whose old bytes the group overwrites (a record moved down by less than
-// its length, or onto the old place of a record moved just before it), and
-// is synced. Then the group's bytes are written and synced, then its table
-// entries, which are synced too. So whether the process dies or the power
-// fails, the next writable Open can finish the group from the journal. At
-// the end the frontier moves down in meta.zr (synced), each chunk file is
-// cut to its packed size and chunk files past the new frontier are removed.
+// Compact cut short is simply run again. Moves run in groups journalled in
+// compact.journal, so whether the process dies or the power fails, the
+// next writable Open finishes the group that was cut short; see Durability
+// in the package documentation for the protocol. At the end the chunk files
+// shrink to the packed size.
 func (s *Store) Compact() (err error) {
 	defer recoverTo(&err, "compact")
 	old := guardFaults()

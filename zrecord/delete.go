@@ -13,11 +13,9 @@ import (
 // changes nothing. It waits for running Gathers and Appends and runs alone.
 //
 // Delete rewrites table entries of records that may already be durable, so
-// it is made safe against both the death of the process and power failure:
-// it syncs the store, records the table writes in a checksummed intent
-// journal (delete.intent) and syncs that, applies the writes and the new
-// length, syncs again, and only then removes the journal. A writable Open
-// that finds the journal applies it again.
+// it journals them first (delete.intent) and is safe against the death of
+// the process and power failure; see Durability in the package
+// documentation for the protocol.
 func (s *Store) Delete(indices []int64) (err error) {
 	defer recoverTo(&err, "delete")
 	old := guardFaults()
