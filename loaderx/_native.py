@@ -25,6 +25,14 @@ Conventions:
   the Go runtime does not survive a fork. Use worker processes started with
   the ``spawn`` or ``forkserver`` method, or threads.
 
+* Every number that crosses the ABI (status codes, codec tags, sampler
+  modes, the order of the stats, the layout of the sample spec, the limits)
+  is read from the loaded library, which defines them once (capi's cgo
+  preamble, copied into ``cdef.h`` by the build); nothing here repeats them.
+* Cold-path functions go through one wrapper, :func:`_call` (fork check,
+  per-thread error buffer, status to exception, the ``int64_t``
+  out-parameter); the hot paths (gather, sample, len) spell it out.
+
 The library is looked up as ``loaderx/lib/libloaderx.so`` (``.dylib`` on
 macOS, ``loaderx.dll`` on Windows) unless the environment variable
 ``LOADERX_LIB`` names another file; its declarations are read from
