@@ -1,5 +1,9 @@
 """The binding to the native library: the only module that knows the C ABI.
 
+It is one file, past the size of the others, because it is the whole
+boundary: each export's argument checks sit next to its call, so that what
+crosses the ABI is reviewed in one place.
+
 It loads ``libloaderx`` (built from the Go sources in ``capi/``) with cffi in
 ABI mode, declares its functions from ``cdef.h`` (the ``lx_*`` prototypes
 extracted at build time from the header that ``go build`` emits), and turns
