@@ -3,8 +3,10 @@
 #   make test   set everything up and run every test (Go and Python)
 PYTHON ?= python3
 GO ?= go
+STATICCHECK_VERSION ?= v0.8.2
+STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 LIB := loaderx/lib/libloaderx.so
-GO_SOURCES := $(shell find capi zrecord zsampler internal -name '*.go' -not -name '*_test.go' 2>/dev/null)
+GO_SOURCES := $(shell find capi zrecord zsampler -name '*.go' -not -name '*_test.go' 2>/dev/null)
 
 .PHONY: all build setup demo test test-go test-race test-py check bench bench-deps clean
 
@@ -19,6 +21,7 @@ build: $(LIB)
 ## setup: Go modules, the Python package in editable mode (builds the library) and test deps
 setup:
 	$(GO) mod download
+	$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test]'
 
 ## demo: the main job: convert a sample dataset, stream batches, print throughput
@@ -28,10 +31,12 @@ demo: setup
 ## test: every test, Go then Python
 test: setup check test-go test-race test-py
 
+## check: gofmt, go vet, staticcheck and ruff (make setup installs both linters)
 check:
-	@out=$$(gofmt -l capi zrecord zsampler internal); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet ./...
-	ruff check
+	$(STATICCHECK) ./...
+	$(PYTHON) -m ruff check
 
 test-go:
 	$(GO) test -count=1 ./...

@@ -5,7 +5,11 @@ package main
 */
 import "C"
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/loaderx/loaderx/zrecord"
+)
 
 // goString copies a required C string argument.
 func goString(p *C.char, name string) (string, error) {
@@ -43,23 +47,17 @@ func checkView(isNil bool, n C.int64_t, name string) error {
 	return nil
 }
 
-// byName writes lookup(name) to *out: the body of the exports that turn a
-// name (codec, tier, sampler mode) into a number.
-func byName(name *C.char, nameArg string, out *C.int64_t, outArg string, lookup func(string) (int64, error), errBuf *C.char, errLen C.int64_t) C.int {
-	s, err := goString(name, nameArg)
-	if err != nil {
-		return fail(errBuf, errLen, err)
+// setOut writes v to the out-parameter p called name.
+func setOut(p *C.int64_t, name string, v int64) error {
+	if p == nil {
+		return nullArg(name)
 	}
-	if out == nil {
-		return fail(errBuf, errLen, nullArg(outArg))
-	}
-	v, err := lookup(s)
-	if err != nil {
-		return fail(errBuf, errLen, err)
-	}
-	*out = C.int64_t(v)
-	return statusOK
+	*p = C.int64_t(v)
+	return nil
 }
+
+// storeOf returns the store behind the handle h.
+func storeOf(h C.int64_t) (*zrecord.Store, error) { return lookup(int64(h)) }
 
 // packed views a packed batch of n byte strings: data holds dataLen bytes and
 // offsets n+1 nondecreasing positions in it. Each view's capacity ends where

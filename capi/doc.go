@@ -2,7 +2,9 @@
 // built with -buildmode=c-shared into libloaderx.so, that the Python binding
 // (loaderx/_native.py) loads with cffi in ABI mode. It holds no logic of its
 // own: it checks arguments, turns C pointers into Go slices and Go errors into
-// status codes, and calls the zrecord, zsampler and schema packages.
+// status codes, and calls the zrecord and zsampler packages. The one thing it
+// implements itself is the schema file kept beside a store (schemafile.go),
+// since it is the only user of it.
 //
 // # Conventions
 //
@@ -35,12 +37,30 @@
 // also turns a memory fault on its goroutine into a panic for the duration
 // of the call (runtime/debug.SetPanicOnFault), so a bad pointer becomes an
 // error rather than a crash. Goroutines that an operation starts are the
-// called package's to guard (zrecord does).
+// called package's to guard (zrecord does). One function, call, does all of
+// that and maps the error; each export is a call whose body converts the
+// arguments and calls into the packages. The hot paths (lx_store_gather,
+// lx_store_gather_packed, lx_sample) spell the same prologue out, to spare
+// the closure per call.
+//
+// # Numbers
+//
+// Every number that crosses the ABI is defined once, in the cgo preamble of
+// main.go, which cgo copies into the header it emits: LX_ABI_VERSION, the
+// status codes (enum lx_status), the codec tags (enum lx_codec), the sampler
+// modes (enum lx_sampler_mode), the positions of the values lx_store_stats
+// writes (enum lx_stat, LX_STATS_LEN of them) and of lx_sample's spec (enum
+// lx_sample_spec, LX_SPEC_LEN of them), the flags of lx_store_create (enum
+// lx_create_flag), LX_MAX_DIMS and LX_MAX_RECORD_SIZE. The codec tags, modes
+// and record limit are also constants of zrecord and zsampler; main.go fails
+// to compile if they drift apart.
 //
 // The library runs the Go runtime, which does not survive fork(): a forked
 // child must not call any export. The Python binding enforces this.
 //
 // # Status codes
+//
+// (enum lx_status)
 //
 //	0  LX_OK            success
 //	1  LX_INVALID       invalid argument: a bad value, name, length or
@@ -62,7 +82,8 @@
 // Stores:
 //
 //	lx_store_create(path, codec, dict_tier, dict_size, samples, samples_len,
-//	                sample_offsets, n_samples, *handle, err, errlen)
+//	                sample_offsets, n_samples, kind, dtype, shape, ndim,
+//	                flags, *handle, err, errlen)
 //	lx_store_open(path, readonly, *handle, err, errlen)
 //	lx_store_close(h, err, errlen)
 //	lx_store_len(h, *len, err, errlen)
@@ -76,9 +97,8 @@
 //	lx_store_stats(h, out, out_len, err, errlen)
 //	lx_store_sync(h, err, errlen)
 //
-// Codec and tier names (zrecord.ParseCodec, zrecord.ParseDictTier):
+// Dictionary tiers (zrecord.ParseDictTier):
 //
-//	lx_codec_code(name, *code, err, errlen)
 //	lx_dict_sample_budget(tier, *bytes, err, errlen)
 //
 // Sampling (zsampler.Fill) and native threads (zrecord.SetThreads):
@@ -88,28 +108,30 @@
 //	lx_set_threads(n, err, errlen)
 //	lx_get_threads(*n, err, errlen)
 //
-// Schema files (internal/schema):
+// Schema files (schemafile.go; lx_store_create also writes one):
 //
 //	lx_schema_write(dir, kind, dtype, shape, ndim, err, errlen)
 //	lx_schema_read(dir, kind, kind_len, dtype, dtype_len, shape, shape_cap,
 //	               *ndim, err, errlen)
 //
-// ABI version (ABIVersion):
+// ABI version (LX_ABI_VERSION):
 //
 //	lx_abi_version(*version, err, errlen)
 //
-// lx_sample takes its scalar arguments in one array, spec, of SampleSpecLen
+// lx_sample takes its scalar arguments in one array, spec, of LX_SPEC_LEN
 // int64_t values: mode, n, batch, seed (the bits of a uint64_t), step, rank,
-// world, out_len. A cffi ABI-mode call costs about 50-70 ns per argument on
+// world, out_len (enum lx_sample_spec). A cffi ABI-mode call costs about 50-70 ns per argument on
 // top of ~200 ns per call (measured here), and sampling is a per-step hot
 // path whose own work is a few hundred nanoseconds, so it takes 4 arguments
 // instead of 11.
 //
-// lx_store_stats writes StatsLen values, in this order: length, live_bytes,
-// chunk_bytes, logical_bytes, codec, dict_bytes, chunks. A codec is its
-// on-disk tag: 0 raw, 1 zstd, 2 zstd with a dictionary.
+// lx_store_stats writes LX_STATS_LEN values, in the order of enum lx_stat:
+// length, live_bytes, chunk_bytes, logical_bytes, codec, dict_bytes, chunks.
+// A codec is its on-disk tag (enum lx_codec): 0 raw, 1 zstd, 2 zstd with a
+// dictionary.
 //
 // The header that go build emits (libloaderx.h) is the single source of the
-// cffi declarations: python/build_native.py extracts the lx_* prototypes from
-// it, and tests/test_cdef.py checks that the two agree.
+// cffi declarations: python/build_native.py extracts the lx_* prototypes and
+// the LX_* constants from it, and tests/test_cdef.py checks that the
+// binding agrees with it.
 package main

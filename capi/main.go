@@ -1,28 +1,180 @@
 package main
 
+// The preamble below is the one definition of every number that crosses the
+// C ABI. cgo copies it into the header it emits (libloaderx.h), from which
+// python/build_native.py extracts it with the prototypes, so the binding
+// reads these values from the library instead of repeating them.
+
 /*
 #include <stdint.h>
+
+#ifndef LX_ABI_CONSTANTS
+#define LX_ABI_CONSTANTS
+
+// The version of the exported interface: it changes whenever an export is
+// added, removed or changes its signature or meaning.
+#define LX_ABI_VERSION 2
+
+// The largest number of dimensions an item shape may have (NumPy's limit).
+#define LX_MAX_DIMS 64
+
+// The largest record a store holds, in bytes (zrecord.MaxRecordSize).
+#define LX_MAX_RECORD_SIZE 2147483648
+
+// The status every export returns.
+enum lx_status {
+	LX_OK = 0,
+	LX_INVALID = 1,
+	LX_OUT_OF_RANGE = 2,
+	LX_NOT_FOUND = 3,
+	LX_CORRUPT = 4,
+	LX_CLOSED = 5,
+	LX_IO = 6,
+	LX_BUSY = 7,
+	LX_INTERNAL = 8,
+	LX_EXISTS = 9
+};
+
+// A store's codec, as lx_store_codec and lx_store_stats report it: the tag
+// written in meta.zr. The lower-cased name after LX_CODEC_ is the codec's
+// name.
+enum lx_codec {
+	LX_CODEC_RAW = 0,
+	LX_CODEC_ZSTD = 1,
+	LX_CODEC_ZSTD_DICT = 2
+};
+
+// Sampler modes, as lx_sample reads them; the lower-cased name after
+// LX_MODE_ is the mode's name.
+enum lx_sampler_mode {
+	LX_MODE_SEQUENTIAL = 0,
+	LX_MODE_IID = 1,
+	LX_MODE_CYCLIC = 2
+};
+
+// The values lx_store_stats writes, by position; LX_STATS_LEN counts them.
+enum lx_stat {
+	LX_STAT_LENGTH = 0,
+	LX_STAT_LIVE_BYTES = 1,
+	LX_STAT_CHUNK_BYTES = 2,
+	LX_STAT_LOGICAL_BYTES = 3,
+	LX_STAT_CODEC = 4,
+	LX_STAT_DICT_BYTES = 5,
+	LX_STAT_CHUNKS = 6,
+	LX_STATS_LEN = 7
+};
+
+// The int64_t values of lx_sample's spec, by position; LX_SPEC_LEN counts
+// them. The seed holds the bits of a uint64_t.
+enum lx_sample_spec {
+	LX_SPEC_MODE = 0,
+	LX_SPEC_N = 1,
+	LX_SPEC_BATCH = 2,
+	LX_SPEC_SEED = 3,
+	LX_SPEC_STEP = 4,
+	LX_SPEC_RANK = 5,
+	LX_SPEC_WORLD = 6,
+	LX_SPEC_OUT_LEN = 7,
+	LX_SPEC_LEN = 8
+};
+
+// Flags of lx_store_create.
+enum lx_create_flag {
+	LX_CREATE_REPLACE = 1
+};
+
+#endif
 */
 import "C"
 
-import "runtime/debug"
+import (
+	"github.com/loaderx/loaderx/zrecord"
+	"github.com/loaderx/loaderx/zsampler"
+)
 
-// ABIVersion is the version of the exported interface. It changes whenever
-// an export is added, removed or changes its signature or meaning, so the
-// binding can refuse a library it was not written for.
-const ABIVersion = 1
+// ABIVersion is the version of the exported interface (LX_ABI_VERSION). It
+// changes whenever an export is added, removed or changes its signature or
+// meaning, so the binding can refuse a library it was not written for.
+const ABIVersion = C.LX_ABI_VERSION
+
+// Numbers of the ABI, from the preamble.
+const (
+	// StatsLen is the number of values lx_store_stats writes.
+	StatsLen = C.LX_STATS_LEN
+	// SampleSpecLen is the number of int64_t values lx_sample reads from spec.
+	SampleSpecLen = C.LX_SPEC_LEN
+	// maxDims bounds the dimensions of a schema's item shape.
+	maxDims = C.LX_MAX_DIMS
+)
+
+// Status codes returned by every export (enum lx_status); see the package
+// documentation.
+const (
+	statusOK         C.int = C.LX_OK
+	statusInvalid    C.int = C.LX_INVALID
+	statusOutOfRange C.int = C.LX_OUT_OF_RANGE
+	statusNotFound   C.int = C.LX_NOT_FOUND
+	statusCorrupt    C.int = C.LX_CORRUPT
+	statusClosed     C.int = C.LX_CLOSED
+	statusIO         C.int = C.LX_IO
+	statusBusy       C.int = C.LX_BUSY
+	statusInternal   C.int = C.LX_INTERNAL
+	statusExists     C.int = C.LX_EXISTS
+)
+
+// createReplace is lx_store_create's flag LX_CREATE_REPLACE.
+const createReplace = C.LX_CREATE_REPLACE
+
+// Positions of the values lx_store_stats writes (enum lx_stat).
+const (
+	statLength       = C.LX_STAT_LENGTH
+	statLiveBytes    = C.LX_STAT_LIVE_BYTES
+	statChunkBytes   = C.LX_STAT_CHUNK_BYTES
+	statLogicalBytes = C.LX_STAT_LOGICAL_BYTES
+	statCodec        = C.LX_STAT_CODEC
+	statDictBytes    = C.LX_STAT_DICT_BYTES
+	statChunks       = C.LX_STAT_CHUNKS
+)
+
+// Positions of the values in lx_sample's spec (enum lx_sample_spec).
+const (
+	specMode   = C.LX_SPEC_MODE
+	specN      = C.LX_SPEC_N
+	specBatch  = C.LX_SPEC_BATCH
+	specSeed   = C.LX_SPEC_SEED
+	specStep   = C.LX_SPEC_STEP
+	specRank   = C.LX_SPEC_RANK
+	specWorld  = C.LX_SPEC_WORLD
+	specOutLen = C.LX_SPEC_OUT_LEN
+)
+
+// The packages behind the exports define the same numbers for their own
+// use; these declarations fail to compile if one of them drifts from the
+// ABI (an array length may not be negative).
+var (
+	_ [C.LX_CODEC_RAW - int(zrecord.Raw)]struct{}
+	_ [int(zrecord.Raw) - C.LX_CODEC_RAW]struct{}
+	_ [C.LX_CODEC_ZSTD - int(zrecord.Zstd)]struct{}
+	_ [int(zrecord.Zstd) - C.LX_CODEC_ZSTD]struct{}
+	_ [C.LX_CODEC_ZSTD_DICT - int(zrecord.ZstdDict)]struct{}
+	_ [int(zrecord.ZstdDict) - C.LX_CODEC_ZSTD_DICT]struct{}
+	_ [C.LX_MODE_SEQUENTIAL - int(zsampler.Sequential)]struct{}
+	_ [int(zsampler.Sequential) - C.LX_MODE_SEQUENTIAL]struct{}
+	_ [C.LX_MODE_IID - int(zsampler.IID)]struct{}
+	_ [int(zsampler.IID) - C.LX_MODE_IID]struct{}
+	_ [C.LX_MODE_CYCLIC - int(zsampler.Cyclic)]struct{}
+	_ [int(zsampler.Cyclic) - C.LX_MODE_CYCLIC]struct{}
+	_ [C.LX_MAX_RECORD_SIZE - zrecord.MaxRecordSize]struct{}
+	_ [zrecord.MaxRecordSize - C.LX_MAX_RECORD_SIZE]struct{}
+)
 
 func main() {}
 
 // lx_abi_version writes ABIVersion to *version.
 //
 //export lx_abi_version
-func lx_abi_version(version *C.int64_t, errBuf *C.char, errLen C.int64_t) (status C.int) {
-	defer guard("lx_abi_version", &status, errBuf, errLen)
-	defer debug.SetPanicOnFault(faultsPanic())
-	if version == nil {
-		return fail(errBuf, errLen, nullArg("version"))
-	}
-	*version = ABIVersion
-	return statusOK
+func lx_abi_version(version *C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
+	return call("lx_abi_version", errBuf, errLen, func() error {
+		return setOut(version, "version", ABIVersion)
+	})
 }

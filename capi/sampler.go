@@ -13,31 +13,38 @@ import (
 	"github.com/loaderx/loaderx/zsampler"
 )
 
-// lx_sampler_mode writes the number of the sampler mode called name to
-// *mode.
+// lx_sampler_mode writes the number of the sampler mode called name (enum
+// lx_sampler_mode) to *mode.
 //
 //export lx_sampler_mode
-func lx_sampler_mode(name *C.char, mode *C.int64_t, errBuf *C.char, errLen C.int64_t) (status C.int) {
-	defer guard("lx_sampler_mode", &status, errBuf, errLen)
-	defer debug.SetPanicOnFault(faultsPanic())
-	return byName(name, "name", mode, "mode", func(s string) (int64, error) {
+func lx_sampler_mode(name *C.char, mode *C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
+	return call("lx_sampler_mode", errBuf, errLen, func() error {
+		s, err := goString(name, "name")
+		if err != nil {
+			return err
+		}
+		if mode == nil {
+			return nullArg("mode")
+		}
 		m, err := zsampler.ParseMode(s)
-		return int64(m), err
-	}, errBuf, errLen)
+		if err != nil {
+			return err
+		}
+		*mode = C.int64_t(m)
+		return nil
+	})
 }
 
-// SampleSpecLen is the number of int64_t values lx_sample reads from spec.
-const SampleSpecLen = 8
-
 // lx_sample writes the batch indices of one step into out. spec points to
-// SampleSpecLen values: mode (a number from lx_sampler_mode), n (the size of
-// the index space), batch, seed (the bits of a uint64_t), step, rank, world
-// (the shard of this process) and out_len (how many values out holds, at
-// least batch).
+// LX_SPEC_LEN values, each at its position in enum lx_sample_spec: mode (a
+// number from lx_sampler_mode), n (the size of the index space), batch,
+// seed (the bits of a uint64_t), step, rank, world (the shard of this
+// process) and out_len (how many values out holds, exactly batch).
 //
 // The arguments travel in one array because a cffi ABI-mode call pays per
 // argument (about 50-70 ns each, measured), and sampling is a per-step hot
-// path whose native work is comparable.
+// path whose native work is comparable. For the same reason the export
+// spells out the prologue that call wraps for the others.
 //
 //export lx_sample
 func lx_sample(spec *C.int64_t, out *C.int64_t, errBuf *C.char, errLen C.int64_t) (status C.int) {
@@ -47,7 +54,8 @@ func lx_sample(spec *C.int64_t, out *C.int64_t, errBuf *C.char, errLen C.int64_t
 		return fail(errBuf, errLen, nullArg("spec"))
 	}
 	p := unsafe.Slice((*int64)(unsafe.Pointer(spec)), SampleSpecLen)
-	mode, n, batch, seed, step, rank, world, outLen := p[0], p[1], p[2], uint64(p[3]), p[4], p[5], p[6], p[7]
+	mode, n, batch, seed := p[specMode], p[specN], p[specBatch], uint64(p[specSeed])
+	step, rank, world, outLen := p[specStep], p[specRank], p[specWorld], p[specOutLen]
 	if mode < 0 || mode > 255 {
 		return fail(errBuf, errLen, invalidf("mode %d is not a sampler mode", mode))
 	}
@@ -68,25 +76,21 @@ func lx_sample(spec *C.int64_t, out *C.int64_t, errBuf *C.char, errLen C.int64_t
 // means is zrecord.SetThreads's choice.
 //
 //export lx_set_threads
-func lx_set_threads(n C.int64_t, errBuf *C.char, errLen C.int64_t) (status C.int) {
-	defer guard("lx_set_threads", &status, errBuf, errLen)
-	defer debug.SetPanicOnFault(faultsPanic())
-	if n < 0 || n > 1<<20 {
-		return fail(errBuf, errLen, invalidf("threads %d: want 0 to %d", n, 1<<20))
-	}
-	zrecord.SetThreads(int(n))
-	return statusOK
+func lx_set_threads(n C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
+	return call("lx_set_threads", errBuf, errLen, func() error {
+		if n < 0 || n > 1<<20 {
+			return invalidf("threads %d: want 0 to %d", n, 1<<20)
+		}
+		zrecord.SetThreads(int(n))
+		return nil
+	})
 }
 
 // lx_get_threads writes how many threads a store operation may use to *n.
 //
 //export lx_get_threads
-func lx_get_threads(n *C.int64_t, errBuf *C.char, errLen C.int64_t) (status C.int) {
-	defer guard("lx_get_threads", &status, errBuf, errLen)
-	defer debug.SetPanicOnFault(faultsPanic())
-	if n == nil {
-		return fail(errBuf, errLen, nullArg("n"))
-	}
-	*n = C.int64_t(zrecord.Threads())
-	return statusOK
+func lx_get_threads(n *C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
+	return call("lx_get_threads", errBuf, errLen, func() error {
+		return setOut(n, "n", int64(zrecord.Threads()))
+	})
 }

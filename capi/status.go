@@ -13,23 +13,8 @@ import (
 	"unicode/utf8"
 	"unsafe"
 
-	"github.com/loaderx/loaderx/internal/schema"
 	"github.com/loaderx/loaderx/zrecord"
 	"github.com/loaderx/loaderx/zsampler"
-)
-
-// Status codes returned by every export; see the package documentation.
-const (
-	statusOK         C.int = 0
-	statusInvalid    C.int = 1
-	statusOutOfRange C.int = 2
-	statusNotFound   C.int = 3
-	statusCorrupt    C.int = 4
-	statusClosed     C.int = 5
-	statusIO         C.int = 6
-	statusBusy       C.int = 7
-	statusInternal   C.int = 8
-	statusExists     C.int = 9
 )
 
 // statusError is an error raised by the ABI layer itself (an argument check
@@ -66,7 +51,7 @@ var statusTable = []struct {
 	{zrecord.ErrCorrupt, statusCorrupt},
 	{zrecord.ErrMissingDict, statusCorrupt},
 	{zrecord.ErrDecode, statusCorrupt},
-	{schema.ErrCorrupt, statusCorrupt},
+	{errSchemaCorrupt, statusCorrupt},
 	{zrecord.ErrInvalidArgument, statusInvalid},
 	{zrecord.ErrDuplicateIndex, statusInvalid},
 	{zrecord.ErrSizeMismatch, statusInvalid},
@@ -74,7 +59,7 @@ var statusTable = []struct {
 	{zrecord.ErrRecordTooLarge, statusInvalid},
 	{zrecord.ErrReadOnly, statusInvalid},
 	{zsampler.ErrInvalid, statusInvalid},
-	{schema.ErrInvalid, statusInvalid},
+	{errSchemaInvalid, statusInvalid},
 }
 
 // statusOf maps an error to its status. An error that matches no sentinel
@@ -124,8 +109,24 @@ func writeMessage(buf []byte, msg string) {
 	buf[n] = 0
 }
 
+// call runs body as the export name and returns its status: LX_OK, the
+// status of the error body returns (its message written to the caller's
+// buffer), or LX_INTERNAL for a panic. A memory fault on this goroutine is a
+// panic for the duration (a bad pointer from C becomes an error, not a
+// crash). Every export is one call whose body converts the arguments and
+// calls into the packages, except the hot paths (gather, sample), which
+// inline the same prologue to avoid a closure per call.
+func call(name string, errBuf *C.char, errLen C.int64_t, body func() error) (status C.int) {
+	defer guard(name, &status, errBuf, errLen)
+	defer debug.SetPanicOnFault(faultsPanic())
+	if err := body(); err != nil {
+		return fail(errBuf, errLen, err)
+	}
+	return statusOK
+}
+
 // guard recovers a panic in the export name and reports it as LX_INTERNAL.
-// Every export defers it first thing.
+// call and every hand-written export defer it first thing.
 func guard(name string, status *C.int, errBuf *C.char, errLen C.int64_t) {
 	if r := recover(); r != nil {
 		*status = report(errBuf, errLen, statusInternal, fmt.Sprintf("internal error: %s: %v", name, r))

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/loaderx/loaderx/internal/schema"
 	"github.com/loaderx/loaderx/zrecord"
 	"github.com/loaderx/loaderx/zsampler"
 )
@@ -27,7 +26,7 @@ func TestStatusOf(t *testing.T) {
 		{wrap(zrecord.ErrRecordTooLarge), 1},
 		{wrap(zrecord.ErrReadOnly), 1},
 		{wrap(zsampler.ErrInvalid), 1},
-		{wrap(schema.ErrInvalid), 1},
+		{wrap(errSchemaInvalid), 1},
 		{invalidf("x"), 1},
 		{wrap(zrecord.ErrIndexOutOfRange), 2},
 		{notExist, 3},
@@ -37,7 +36,7 @@ func TestStatusOf(t *testing.T) {
 		{wrap(zrecord.ErrCorrupt), 4},
 		{wrap(zrecord.ErrMissingDict), 4},
 		{wrap(zrecord.ErrDecode), 4},
-		{wrap(schema.ErrCorrupt), 4},
+		{wrap(errSchemaCorrupt), 4},
 		{wrap(zrecord.ErrClosed), 5},
 		{badHandle(3, 5), 5},
 		{badHandle(6, 5), 1},

@@ -1,5 +1,9 @@
 """The binding to the native library: the only module that knows the C ABI.
 
+It is one file, past the size of the others, because it is the whole
+boundary: each export's argument checks sit next to its call, so that what
+crosses the ABI is reviewed in one place.
+
 It loads ``libloaderx`` (built from the Go sources in ``capi/``) with cffi in
 ABI mode, declares its functions from ``cdef.h`` (the ``lx_*`` prototypes
 extracted at build time from the header that ``go build`` emits), and turns
@@ -24,6 +28,14 @@ Conventions:
 * After ``os.fork()`` every function raises :class:`ForkError` in the child:
   the Go runtime does not survive a fork. Use worker processes started with
   the ``spawn`` or ``forkserver`` method, or threads.
+
+* Every number that crosses the ABI (status codes, codec tags, sampler
+  modes, the order of the stats, the layout of the sample spec, the limits)
+  is read from the loaded library, which defines them once (capi's cgo
+  preamble, copied into ``cdef.h`` by the build); nothing here repeats them.
+* Cold-path functions go through one wrapper, :func:`_call` (fork check,
+  per-thread error buffer, status to exception, the ``int64_t``
+  out-parameter); the hot paths (gather, sample, len) spell it out.
 
 The library is looked up as ``loaderx/lib/libloaderx.so`` (``.dylib`` on
 macOS, ``loaderx.dll`` on Windows) unless the environment variable
@@ -77,58 +89,11 @@ __all__ = [
     "get_threads",
 ]
 
-#: The version of the C ABI this module is written for (capi.ABIVersion).
-ABI_VERSION = 1
+#: The version of the C ABI this module is written for (LX_ABI_VERSION).
+ABI_VERSION = 2
 
 #: Bytes of the per-thread buffer that receives error messages.
 ERRLEN = 4096
-
-#: Largest number of dimensions an item shape may have (schema.MaxDims).
-MAX_DIMS = 64
-
-# Status codes (capi/doc.go).
-OK = 0
-INVALID = 1
-OUT_OF_RANGE = 2
-NOT_FOUND = 3
-CORRUPT = 4
-CLOSED = 5
-IO = 6
-BUSY = 7
-INTERNAL = 8
-EXISTS = 9
-
-#: The exception class raised for each status, indexed by status.
-_EXCEPTIONS: tuple[type[BaseException], ...] = (
-    LoaderxError,  # 0 never raises
-    ValueError,
-    IndexError,
-    FileNotFoundError,
-    CorruptStoreError,
-    ClosedError,
-    OSError,
-    StoreLockedError,
-    LoaderxError,
-    StoreExistsError,
-)
-
-#: Codec names by on-disk tag; the store reports codecs as tags.
-CODEC_NAMES: tuple[str, ...] = ("raw", "zstd", "zstd_dict")
-
-#: Sampler mode numbers by name. A name missing here is looked up in the
-#: library (which also produces the error message for an unknown name).
-SAMPLER_MODES: dict[str, int] = {"sequential": 0, "iid": 1, "cyclic": 2}
-
-#: Field names of store_stats, in the order lx_store_stats writes them.
-STATS_FIELDS: tuple[str, ...] = (
-    "length",
-    "live_bytes",
-    "chunk_bytes",
-    "logical_bytes",
-    "codec",
-    "dict_bytes",
-    "chunks",
-)
 
 FORK_MESSAGE = (
     "loaderx cannot be used in a forked child process: the Go runtime does not "
@@ -176,7 +141,7 @@ def _load() -> tuple[FFI, Any, str]:
         status = lib.lx_abi_version(version, err, ERRLEN)
     except AttributeError:
         raise ImportError(f"{path} is not a loaderx library (no lx_abi_version): {_BUILD_HINT}") from None
-    if status != OK or version[0] != ABI_VERSION:
+    if status or version[0] != ABI_VERSION:
         raise ImportError(
             f"{path} implements loaderx ABI version {version[0]}, this binding needs {ABI_VERSION}: {_BUILD_HINT}"
         )
@@ -184,6 +149,93 @@ def _load() -> tuple[FFI, Any, str]:
 
 
 ffi, lib, library_path = _load()
+
+
+# --- the ABI's numbers, read from the library --------------------------------------
+#
+# capi's cgo preamble defines every number that crosses the ABI; the build
+# copies it into cdef.h, so these come from the library this module loaded.
+
+
+def _enum(name: str, prefix: str, end: str | None = None) -> dict[str, int]:
+    """The members of ``enum name`` as {lower-cased name after prefix: value},
+    in value order; with ``end``, only the members below that member's value."""
+    members = ffi.typeof(f"enum {name}").relements
+    limit = members[end] if end is not None else None
+    out = {}
+    for member, value in sorted(members.items(), key=lambda kv: kv[1]):
+        if member == end or (limit is not None and value >= limit):
+            continue
+        if not member.startswith(prefix):
+            raise ImportError(f"{library_path}: enum {name} member {member} lacks the prefix {prefix}")
+        out[member[len(prefix):].lower()] = value
+    return out
+
+
+def _dense(names: dict[str, int], what: str) -> tuple[str, ...]:
+    """Names numbered 0..n-1, in number order."""
+    if sorted(names.values()) != list(range(len(names))):
+        raise ImportError(f"{library_path}: {what} are not numbered 0..{len(names) - 1}: {names}")
+    return tuple(names)
+
+
+#: Status codes (enum lx_status).
+OK: int = lib.LX_OK
+INVALID: int = lib.LX_INVALID
+OUT_OF_RANGE: int = lib.LX_OUT_OF_RANGE
+NOT_FOUND: int = lib.LX_NOT_FOUND
+CORRUPT: int = lib.LX_CORRUPT
+CLOSED: int = lib.LX_CLOSED
+IO: int = lib.LX_IO
+BUSY: int = lib.LX_BUSY
+INTERNAL: int = lib.LX_INTERNAL
+EXISTS: int = lib.LX_EXISTS
+
+#: The exception class for each failing status (LoaderxError for one the
+#: binding does not know).
+STATUS_EXCEPTIONS: dict[int, type[BaseException]] = {
+    INVALID: ValueError,
+    OUT_OF_RANGE: IndexError,
+    NOT_FOUND: FileNotFoundError,
+    CORRUPT: CorruptStoreError,
+    CLOSED: ClosedError,
+    IO: OSError,
+    BUSY: StoreLockedError,
+    INTERNAL: LoaderxError,
+    EXISTS: StoreExistsError,
+}
+
+#: The exception class raised for each status, indexed by status.
+_EXCEPTIONS: tuple[type[BaseException], ...] = tuple(
+    STATUS_EXCEPTIONS.get(s, LoaderxError) for s in range(max(_enum("lx_status", "LX_").values()) + 1)
+)
+
+#: Codec names by on-disk tag (enum lx_codec); the store reports codecs as tags.
+CODEC_NAMES: tuple[str, ...] = _dense(_enum("lx_codec", "LX_CODEC_"), "codec tags")
+
+#: Sampler mode numbers by name (enum lx_sampler_mode).
+SAMPLER_MODES: dict[str, int] = _enum("lx_sampler_mode", "LX_MODE_")
+
+#: Field names of store_stats, in the order lx_store_stats writes them (enum lx_stat).
+STATS_FIELDS: tuple[str, ...] = _dense(_enum("lx_stat", "LX_STAT_", end="LX_STATS_LEN"), "stats fields")
+
+#: Largest number of dimensions an item shape may have (LX_MAX_DIMS).
+MAX_DIMS: int = lib.LX_MAX_DIMS
+
+#: The largest record a store holds, in bytes (LX_MAX_RECORD_SIZE).
+MAX_RECORD_SIZE: int = lib.LX_MAX_RECORD_SIZE
+
+#: Flags of lx_store_create (enum lx_create_flag).
+_CREATE_REPLACE: int = lib.LX_CREATE_REPLACE
+
+#: The fields of lx_sample's spec in their positions (enum lx_sample_spec).
+#: sample() packs its arguments in this order, so a library that lays the
+#: spec out otherwise is refused.
+SAMPLE_SPEC_FIELDS: tuple[str, ...] = _dense(_enum("lx_sample_spec", "LX_SPEC_", end="LX_SPEC_LEN"), "spec fields")
+if SAMPLE_SPEC_FIELDS != ("mode", "n", "batch", "seed", "step", "rank", "world", "out_len"):
+    raise ImportError(
+        f"{library_path}: lx_sample's spec is laid out as {SAMPLE_SPEC_FIELDS}, not as this binding packs it"
+    )
 
 # Hot-path names, bound once.
 _from_buffer = ffi.from_buffer
@@ -198,9 +250,8 @@ _lx_store_gather = lib.lx_store_gather
 _lx_store_gather_packed = lib.lx_store_gather_packed
 _lx_store_len = lib.lx_store_len
 
-#: The layout of lx_sample's spec (capi.SampleSpecLen int64 values): mode, n,
-#: batch, seed (as uint64), step, rank, world, out_len.
-_SAMPLE_SPEC = struct.Struct("=qqqQqqqq")
+#: The layout of lx_sample's spec: LX_SPEC_LEN int64 values, the seed as uint64.
+_SAMPLE_SPEC = struct.Struct("=" + "".join("Q" if f == "seed" else "q" for f in SAMPLE_SPEC_FIELDS))
 _pack_spec = _SAMPLE_SPEC.pack_into
 
 
@@ -265,6 +316,34 @@ def _check(status: int, err: Any) -> None:
 def _fork_check() -> None:
     if _forked:
         raise ForkError(FORK_MESSAGE)
+
+
+#: Marks where _call puts its int64_t out-parameter.
+_OUT: Any = object()
+
+
+def _call(fn: Any, *args: Any) -> int:
+    """Call the cold-path export ``fn`` with ``args``, then this thread's error
+    buffer and its length.
+
+    Raises :class:`ForkError` in a forked child and the status's exception
+    when the call fails. One argument may be ``_OUT``: it becomes an
+    ``int64_t *`` whose value is returned (0 without one). The hot paths
+    (gather, sample, len) inline the same steps instead.
+    """
+    if _forked:
+        raise ForkError(FORK_MESSAGE)
+    try:
+        ctx = _tls.ctx
+    except AttributeError:
+        ctx = _new_context()
+    out = any(a is _OUT for a in args)
+    if out:
+        args = tuple(ctx.cell if a is _OUT else a for a in args)
+    status = fn(*args, ctx.err, ERRLEN)
+    if status:
+        _raise(status, ctx.err)
+    return int(ctx.cell[0]) if out else 0
 
 
 # --- argument conversion -------------------------------------------------------
@@ -365,6 +444,8 @@ def store_create(
     dict_tier: str = "balanced",
     dict_size: int = 0,
     samples: list[Any] | None = None,
+    schema: tuple[str, str, Sequence[int]] | None = None,
+    overwrite: bool = False,
 ) -> int:
     """Create a record store in the directory ``path`` and return its handle.
 
@@ -375,24 +456,33 @@ def store_create(
     useful) at the given ``dict_tier`` (``"fast"``, ``"balanced"`` or
     ``"max"``), its size capped at ``dict_size`` bytes when positive; other
     codecs ignore the samples.
+
+    ``schema``, a ``(kind, dtype, shape)`` triple as :func:`schema_write`
+    takes it, is written with the store, before the store becomes visible:
+    no failure or interruption leaves the store without it. With
+    ``overwrite=True`` a previous store in ``path`` is replaced; a directory
+    that holds anything besides a store's files and its schema still raises
+    :class:`StoreExistsError`, naming what it found, and is left alone.
     """
-    _fork_check()
     p = _cpath(path)
     c = _cstr(codec, "codec")
     t = _cstr(dict_tier, "dict_tier")
     if isinstance(dict_size, bool) or not isinstance(dict_size, int):
         raise TypeError(f"dict_size must be an int, not {type(dict_size).__name__}")
     data, offsets = _pack(samples if samples is not None else [], "samples")
-    handle = _new("int64_t *")
-    err = _errbuf()
-    _check(
-        lib.lx_store_create(
-            p, c, t, dict_size, _byte_view(data, "samples"), len(data),
-            _from_buffer(_I64_ARRAY, offsets), len(offsets) - 1, handle, err, ERRLEN,
-        ),
-        err,
+    if schema is None:
+        kind, dtype, shape, ndim = _NULL, _NULL, _NULL, 0
+    else:
+        try:
+            kind_s, dtype_s, shape_s = schema
+        except (TypeError, ValueError):
+            raise TypeError(f"schema must be a (kind, dtype, shape) tuple, not {schema!r}") from None
+        kind, dtype, shape, ndim = _schema_args(kind_s, dtype_s, shape_s)
+    return _call(
+        lib.lx_store_create, p, c, t, dict_size, _byte_view(data, "samples"), len(data),
+        _from_buffer(_I64_ARRAY, offsets), len(offsets) - 1, kind, dtype, shape, ndim,
+        _CREATE_REPLACE if overwrite else 0, _OUT,
     )
-    return int(handle[0])
 
 
 def store_open(path: str | os.PathLike[str], *, readonly: bool = False) -> int:
@@ -401,19 +491,12 @@ def store_open(path: str | os.PathLike[str], *, readonly: bool = False) -> int:
     A store has at most one writable handle at a time (in any process); a
     second raises :class:`StoreLockedError`. Read-only handles take no lock.
     """
-    _fork_check()
-    p = _cpath(path)
-    handle = _new("int64_t *")
-    err = _errbuf()
-    _check(lib.lx_store_open(p, 1 if readonly else 0, handle, err, ERRLEN), err)
-    return int(handle[0])
+    return _call(lib.lx_store_open, _cpath(path), 1 if readonly else 0, _OUT)
 
 
 def store_close(h: int) -> None:
     """Close a store handle. Closing a closed handle does nothing."""
-    _fork_check()
-    err = _errbuf()
-    _check(lib.lx_store_close(h, err, ERRLEN), err)
+    _call(lib.lx_store_close, h)
 
 
 def store_len(h: int) -> int:
@@ -432,11 +515,7 @@ def store_len(h: int) -> int:
 
 def store_codec(h: int) -> str:
     """The store's codec: ``"raw"``, ``"zstd"`` or ``"zstd_dict"``."""
-    _fork_check()
-    out = _new("int64_t *")
-    err = _errbuf()
-    _check(lib.lx_store_codec(h, out, err, ERRLEN), err)
-    return _codec_name(int(out[0]))
+    return _codec_name(_call(lib.lx_store_codec, h, _OUT))
 
 
 def _codec_name(tag: int) -> str:
@@ -453,15 +532,11 @@ def store_append_packed(h: int, data: Any, offsets: np.ndarray) -> int:
     ``data[offsets[i]:offsets[i+1]]``, so ``offsets`` (int64) must be
     nondecreasing and within ``data``.
     """
-    _fork_check()
     d = _byte_view(data, "data")
     o = _i64_view(offsets, "offsets")
     if len(o) == 0:
         raise ValueError("offsets must hold n+1 values for n records, at least one")
-    first = _new("int64_t *")
-    err = _errbuf()
-    _check(lib.lx_store_append(h, d, len(d), o, len(o) - 1, first, err, ERRLEN), err)
-    return int(first[0])
+    return _call(lib.lx_store_append, h, d, len(d), o, len(o) - 1, _OUT)
 
 
 def store_append(h: int, records: Sequence[Any]) -> int:
@@ -504,11 +579,9 @@ def store_gather(h: int, indices: np.ndarray, out: Any, stride: int) -> None:
 
 def store_sizes(h: int, indices: np.ndarray) -> np.ndarray:
     """The size in bytes of each record at ``indices``, as an int64 array of the same shape."""
-    _fork_check()
     ib = _i64_view(indices, "indices")
     sizes = np.empty(np.shape(indices), dtype=np.int64)
-    err = _errbuf()
-    _check(lib.lx_store_sizes(h, ib, len(ib), _from_buffer(_I64_ARRAY, sizes, True), err, ERRLEN), err)
+    _call(lib.lx_store_sizes, h, ib, len(ib), _from_buffer(_I64_ARRAY, sizes, True))
     return sizes
 
 
@@ -534,26 +607,20 @@ def store_gather_packed(h: int, indices: np.ndarray, out: Any, offsets: np.ndarr
 def store_delete(h: int, indices: np.ndarray) -> None:
     """Delete the records at ``indices`` (distinct). The tail records move into
     the holes, so other indices may change."""
-    _fork_check()
     ib = _i64_view(indices, "indices")
-    err = _errbuf()
-    _check(lib.lx_store_delete(h, ib, len(ib), err, ERRLEN), err)
+    _call(lib.lx_store_delete, h, ib, len(ib))
 
 
 def store_compact(h: int) -> None:
     """Reclaim the space of deleted records. Needs exclusive access to the store."""
-    _fork_check()
-    err = _errbuf()
-    _check(lib.lx_store_compact(h, err, ERRLEN), err)
+    _call(lib.lx_store_compact, h)
 
 
 def store_stats(h: int) -> dict[str, Any]:
     """Store statistics: ``length``, ``live_bytes``, ``chunk_bytes``,
     ``logical_bytes``, ``codec`` (a name), ``dict_bytes`` and ``chunks``."""
-    _fork_check()
     out = _new("int64_t[]", len(STATS_FIELDS))
-    err = _errbuf()
-    _check(lib.lx_store_stats(h, out, len(STATS_FIELDS), err, ERRLEN), err)
+    _call(lib.lx_store_stats, h, out, len(STATS_FIELDS))
     stats: dict[str, Any] = {name: int(out[i]) for i, name in enumerate(STATS_FIELDS)}
     stats["codec"] = _codec_name(stats["codec"])
     return stats
@@ -561,64 +628,46 @@ def store_stats(h: int) -> dict[str, Any]:
 
 def store_sync(h: int) -> None:
     """Make every record appended so far durable."""
-    _fork_check()
-    err = _errbuf()
-    _check(lib.lx_store_sync(h, err, ERRLEN), err)
-
-
-def codec_code(name: str) -> int:
-    """The on-disk tag of the codec called ``name`` (ValueError if there is none)."""
-    _fork_check()
-    out = _new("int64_t *")
-    err = _errbuf()
-    _check(lib.lx_codec_code(_cstr(name, "codec"), out, err, ERRLEN), err)
-    return int(out[0])
+    _call(lib.lx_store_sync, h)
 
 
 def dict_sample_budget(tier: str) -> int:
     """How many bytes of samples a dictionary of ``tier`` trains on."""
-    _fork_check()
-    out = _new("int64_t *")
-    err = _errbuf()
-    _check(lib.lx_dict_sample_budget(_cstr(tier, "tier"), out, err, ERRLEN), err)
-    return int(out[0])
+    return _call(lib.lx_dict_sample_budget, _cstr(tier, "tier"), _OUT)
 
 
 # --- schema --------------------------------------------------------------------
 
 
-def schema_write(path: str | os.PathLike[str], kind: str, dtype: str, shape: tuple[int, ...]) -> None:
-    """Write ``path/schema.msgpack``: ``kind`` (``"dense"`` or ``"ragged"``), the
-    NumPy dtype string ``dtype`` (``numpy.dtype.str``, such as ``"<f4"``) and
-    the item ``shape``. The directory must exist; an existing schema is
-    replaced atomically."""
-    _fork_check()
-    p = _cpath(path)
+def _schema_args(kind: str, dtype: str, shape: Sequence[int]) -> tuple[bytes, bytes, Any, int]:
+    """The kind, dtype, shape and ndim arguments of a schema, for C."""
     k = _cstr(kind, "kind")
     t = _cstr(dtype, "dtype")
     try:
         dims = [int(d) for d in shape]
     except TypeError:
         raise TypeError(f"shape must be a sequence of ints, not {type(shape).__name__}") from None
-    s = _new("int64_t[]", dims) if dims else _NULL
-    err = _errbuf()
-    _check(lib.lx_schema_write(p, k, t, s, len(dims), err, ERRLEN), err)
+    return k, t, (_new("int64_t[]", dims) if dims else _NULL), len(dims)
+
+
+def schema_write(path: str | os.PathLike[str], kind: str, dtype: str, shape: tuple[int, ...]) -> None:
+    """Write ``path/schema.msgpack``: ``kind`` (``"dense"`` or ``"ragged"``), the
+    NumPy dtype string ``dtype`` (``numpy.dtype.str``, such as ``"<f4"``) and
+    the item ``shape``. The directory must exist; an existing schema is
+    replaced atomically. :func:`store_create` writes a new store's schema itself."""
+    _call(lib.lx_schema_write, _cpath(path), *_schema_args(kind, dtype, shape))
 
 
 def schema_read(path: str | os.PathLike[str]) -> tuple[str, str, tuple[int, ...]]:
     """Read ``path/schema.msgpack`` and return ``(kind, dtype, shape)``."""
-    _fork_check()
-    p = _cpath(path)
     kind = _new("char[]", 32)
     dtype = _new("char[]", 64)
     shape = _new("int64_t[]", MAX_DIMS)
-    ndim = _new("int64_t *")
-    err = _errbuf()
-    _check(lib.lx_schema_read(p, kind, len(kind), dtype, len(dtype), shape, MAX_DIMS, ndim, err, ERRLEN), err)
+    ndim = _call(lib.lx_schema_read, _cpath(path), kind, len(kind), dtype, len(dtype), shape, MAX_DIMS, _OUT)
     return (
         _string(kind).decode("utf-8"),
         _string(dtype).decode("utf-8"),
-        tuple(int(shape[i]) for i in range(ndim[0])),
+        tuple(int(shape[i]) for i in range(ndim)),
     )
 
 
@@ -627,11 +676,7 @@ def schema_read(path: str | os.PathLike[str]) -> tuple[str, str, tuple[int, ...]
 
 def _mode_number(mode: str) -> int:
     """Look a sampler mode name up in the library (the slow path of sample)."""
-    _fork_check()
-    out = _new("int64_t *")
-    err = _errbuf()
-    _check(lib.lx_sampler_mode(_cstr(mode, "mode"), out, err, ERRLEN), err)
-    return int(out[0])
+    return _call(lib.lx_sampler_mode, _cstr(mode, "mode"), _OUT)
 
 
 def sample(
@@ -700,15 +745,9 @@ def _spec_error(**args: Any) -> Exception:
 
 def set_threads(n: int) -> None:
     """Set how many threads one store operation may use (0: the library's default)."""
-    _fork_check()
-    err = _errbuf()
-    _check(lib.lx_set_threads(n, err, ERRLEN), err)
+    _call(lib.lx_set_threads, n)
 
 
 def get_threads() -> int:
     """How many threads one store operation may use."""
-    _fork_check()
-    out = _new("int64_t *")
-    err = _errbuf()
-    _check(lib.lx_get_threads(out, err, ERRLEN), err)
-    return int(out[0])
+    return _call(lib.lx_get_threads, _OUT)

@@ -14,8 +14,6 @@ leaves a valid store holding every record written so far, then re-raises
 from __future__ import annotations
 
 import os
-import re
-import shutil
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -41,12 +39,6 @@ DICT_TIERS = ("fast", "balanced", "max")
 #: The largest record a store accepts, in bytes.
 MAX_RECORD_BYTES = 1 << 31
 
-# Files a store directory may hold; overwrite=True removes a directory only if
-# it holds a meta.zr and nothing outside this list.
-_STORE_FILE = re.compile(
-    r"^(meta\.zr|dict\.zr|schema\.msgpack|delete\.intent|compact\.journal|\d+\.loc|\d+\.chunk"
-    r"|\.schema\.msgpack\..*\.tmp)$"
-)
 _MAX_DICT_SAMPLES = 100_000
 _MAX_PIECE_RECORDS = 1 << 20
 _FIRST_PIECE_BYTES = 4 << 20
@@ -99,7 +91,8 @@ def _check_options(
 
 def _prepare_path(path: str, overwrite: bool) -> None:
     """Refuse to write over anything but an empty directory or, with
-    ``overwrite=True``, a previous store."""
+    ``overwrite=True``, a directory; whether that holds a previous store
+    (and nothing else) the store's creation checks, as it replaces it."""
     if not os.path.lexists(path):
         return
     if os.path.islink(path) or not os.path.isdir(path):
@@ -112,50 +105,27 @@ def _prepare_path(path: str, overwrite: bool) -> None:
             f"{path!r} already exists and is not empty; pass overwrite=True to replace "
             "a previous loaderx store"
         )
-    if "meta.zr" not in entries:
-        raise StoreExistsError(
-            f"{path!r} is not a loaderx store (it has no meta.zr); overwrite=True only "
-            "replaces a previous store"
-        )
-    foreign = sorted(
-        e for e in entries if not _STORE_FILE.match(e) or not os.path.isfile(os.path.join(path, e))
-    )
-    if foreign:
-        raise StoreExistsError(
-            f"{path!r} holds files that are not part of a loaderx store ({', '.join(foreign[:5])}"
-            f"{', ...' if len(foreign) > 5 else ''}); refusing to overwrite it"
-        )
-    shutil.rmtree(path)
 
 
 def _create_store(
     path: str,
-    kind: str,
-    dtype: np.dtype,
-    item_shape: tuple[int, ...],
     codec: str,
     dict_tier: str,
     dict_size: int,
     samples: list[bytes] | None,
+    schema: tuple[str, str, tuple[int, ...]],
+    overwrite: bool,
 ) -> int:
-    """Create the store at ``path`` with its schema (``kind``, ``dtype``,
-    ``item_shape``) and return its open handle."""
-    handle = _open_new_store(path, codec, dict_tier, dict_size, samples)
-    try:
-        _native.schema_write(path, kind, dtype.str, item_shape)
-    except BaseException:
-        _native.store_close(handle)
-        raise
-    return handle
-
-
-def _open_new_store(
-    path: str, codec: str, dict_tier: str, dict_size: int, samples: list[bytes] | None
-) -> int:
+    """Create the store at ``path`` together with its ``schema`` (kind, dtype
+    string, item shape), replacing a previous store when ``overwrite``, and
+    return its open handle."""
     if codec != "zstd_dict":
-        return _native.store_create(path, codec)
+        return _native.store_create(path, codec, schema=schema, overwrite=overwrite)
     try:
-        return _native.store_create(path, codec, dict_tier=dict_tier, dict_size=dict_size, samples=samples)
+        return _native.store_create(
+            path, codec, dict_tier=dict_tier, dict_size=dict_size, samples=samples,
+            schema=schema, overwrite=overwrite,
+        )
     except ValueError as e:
         if "dictionary" not in str(e):
             raise
@@ -278,7 +248,9 @@ def from_numpy(
     releaser = _PageReleaser(array)
     bar = Progress(f"from_numpy {path}", n, n * item_nbytes, enabled=progress)
 
-    handle = _create_store(path, "dense", target, item_shape, codec, dict_tier, dict_size_n, samples)
+    handle = _create_store(
+        path, codec, dict_tier, dict_size_n, samples, ("dense", target.str, item_shape), overwrite
+    )
     del samples
     failed = True
     try:
@@ -417,7 +389,8 @@ def from_iterator(
         samples = [r.tobytes() for r in pending]
 
     handle = _create_store(
-        path, "ragged", state["dtype"], state["trailing"], codec, dict_tier, dict_size_n, samples
+        path, codec, dict_tier, dict_size_n, samples,
+        ("ragged", state["dtype"].str, state["trailing"]), overwrite,
     )
     del samples
     bar = Progress(f"from_iterator {path}", total, None, enabled=progress)

@@ -9,9 +9,13 @@ runs ``go build -buildmode=c-shared`` on ``./capi`` and writes, into OUT_DIR
 * ``libloaderx.so`` (``.dylib`` on macOS, ``loaderx.dll`` on Windows),
 * ``libloaderx.h``, the header that cgo emits,
 * ``cdef.h``, the ``lx_*`` prototypes of that header in the plain C that
-  cffi parses (cgo's own typedefs mapped to ``<stdint.h>`` types). The header
-  is the single source of truth: ``loaderx/_native.py`` declares exactly what
-  ``cdef.h`` says, and ``tests/test_cdef.py`` checks the two agree.
+  cffi parses (cgo's own typedefs mapped to ``<stdint.h>`` types), followed
+  by the ABI's numbers: the ``#define LX_*`` integer constants and the
+  ``enum lx_*`` types that ``capi``'s cgo preamble defines and cgo copies
+  into the header. The header is the single source of truth:
+  ``loaderx/_native.py`` declares exactly what ``cdef.h`` says and reads the
+  numbers from the loaded library, and ``tests/test_cdef.py`` checks the
+  two agree.
 
 Environment: ``GO`` names the go command (default ``go`` on PATH);
 ``GOFLAGS`` and the rest of the Go environment are passed through.
@@ -49,6 +53,10 @@ GO_TYPES = {
 
 #: cgo types that have no plain-C equivalent cffi could call with.
 UNSUPPORTED = ("GoString", "GoSlice", "GoInterface", "GoMap", "GoChan", "GoComplex64", "GoComplex128", "_GoString_")
+
+_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(LX_\w+)[ \t]+(\d+)[ \t]*$", re.M)
+_ENUM = re.compile(r"^[ \t]*enum[ \t]+(lx_\w+)[ \t]*\{(?P<body>[^}]*)\}[ \t]*;", re.M)
+_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 
 _PROTO = re.compile(
     r"^extern[ \t]+(?P<ret>[^;(\n]*?)[ \t]*\b(?P<name>lx_\w+)[ \t]*\((?P<args>[^)\n]*)\)[ \t]*;", re.M
@@ -122,6 +130,36 @@ def prototypes(header: str) -> list[tuple[str, str, list[tuple[str, str]]]]:
     return protos
 
 
+def constants(header: str) -> tuple[dict[str, int], dict[str, list[tuple[str, int]]]]:
+    """The ABI's numbers in a cgo header.
+
+    Returns the ``#define LX_* <integer>`` constants as ``{name: value}`` and
+    the ``enum lx_*`` types as ``{enum name: [(member, value), ...]}``, the
+    members in declaration order with implicit values filled in.
+    """
+    text = _COMMENT.sub("", header)
+    defines: dict[str, int] = {}
+    for name, value in _DEFINE.findall(text):
+        if defines.setdefault(name, int(value)) != int(value):
+            raise ValueError(f"#define {name} has two values in the header")
+    enums: dict[str, list[tuple[str, int]]] = {}
+    for m in _ENUM.finditer(text):
+        name, members, nxt = m.group(1), [], 0
+        for i, item in enumerate(x.strip() for x in m.group("body").split(",")):
+            if not item:
+                continue
+            em = re.fullmatch(r"(LX_\w+)\s*(?:=\s*(\d+))?", item)
+            if not em:
+                raise ValueError(f"enum {name}: cannot parse member {i} {item!r}; use LX_NAME = <decimal>")
+            nxt = int(em.group(2)) if em.group(2) is not None else nxt
+            members.append((em.group(1), nxt))
+            nxt += 1
+        if name in enums and enums[name] != members:
+            raise ValueError(f"enum {name} is declared twice, differently")
+        enums[name] = members
+    return defines, enums
+
+
 def extract_cdef(header: str) -> str:
     """The cffi declarations (``cdef.h``) for a cgo header."""
     lines = [
@@ -130,12 +168,20 @@ def extract_cdef(header: str) -> str:
     for ret, name, params in prototypes(header):
         args = ", ".join(f"{t} {n}" for t, n in params) or "void"
         lines.append(f"{ret} {name}({args});")
+    defines, enums = constants(header)
+    for name, value in defines.items():
+        lines.append(f"#define {name} {value}")
+    for name, members in enums.items():
+        body = ", ".join(f"{member} = {value}" for member, value in members)
+        lines.append(f"enum {name} {{ {body} }};")
     return "\n".join(lines) + "\n"
 
 
 def write_cdef(header_path: str | os.PathLike[str], cdef_path: str | os.PathLike[str]) -> None:
     """Generate ``cdef_path`` from the header at ``header_path``."""
     text = Path(header_path).read_text(encoding="utf-8")
+    if "LX_ABI_VERSION" not in constants(text)[0]:
+        raise ValueError(f"{header_path}: no #define LX_ABI_VERSION: the ABI's constants are missing")
     Path(cdef_path).write_text(extract_cdef(text), encoding="utf-8")
 
 

@@ -46,7 +46,7 @@ def compressible(i: int, size: int) -> bytes:
 
 
 def test_library_loads(native: ModuleType) -> None:
-    assert native.ABI_VERSION == 1
+    assert native.ABI_VERSION == 2
     assert os.path.isfile(native.library_path)
     v = native.ffi.new("int64_t *")
     assert native.lib.lx_abi_version(v, native.ffi.NULL, 0) == 0
@@ -64,16 +64,23 @@ def test_missing_library_is_import_error(tmp_path: Path) -> None:
     assert "build_native.py" in proc.stderr
 
 
-def test_names_agree_with_the_library(native: ModuleType) -> None:
+def test_names_agree_with_the_library(native: ModuleType, tmp_path: Path) -> None:
     for tag, name in enumerate(native.CODEC_NAMES):
-        assert native.codec_code(name) == tag
+        assert getattr(native.lib, f"LX_CODEC_{name.upper()}") == tag
+        samples = [compressible(i, 2048) for i in range(200)]
+        h = native.store_create(tmp_path / name, name, dict_tier="fast", dict_size=4096, samples=samples)
+        try:
+            assert native.lib.lx_store_codec(h, out := native.ffi.new("int64_t *"), native.ffi.NULL, 0) == 0
+            assert out[0] == tag
+        finally:
+            native.store_close(h)
     out = native.ffi.new("int64_t *")
     err = native.ffi.new("char[]", 256)
     for name, number in native.SAMPLER_MODES.items():
         assert native.lib.lx_sampler_mode(name.encode(), out, err, 256) == 0
         assert out[0] == number
     with pytest.raises(ValueError, match="lz4"):
-        native.codec_code("lz4")
+        native.store_create(tmp_path / "lz4", "lz4")
 
 
 # --- store life cycle --------------------------------------------------------------
@@ -442,6 +449,51 @@ def test_schema_round_trip(native: ModuleType, tmp_path: Path) -> None:
     native.schema_write(tmp_path, "dense", "<M8[ns]", [np.int64(2)])
     assert native.schema_read(tmp_path) == ("dense", "<M8[ns]", (2,))
     assert sorted(os.listdir(tmp_path)) == ["schema.msgpack"]
+
+
+def test_create_with_schema(native: ModuleType, tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    h = native.store_create(path, "raw", schema=("dense", "<f4", (3, 4)))
+    try:
+        # the schema is there as soon as the store is
+        assert native.schema_read(path) == ("dense", "<f4", (3, 4))
+        native.store_append(h, [bytes(48)])
+    finally:
+        native.store_close(h)
+    # an invalid schema fails the create, and no store is left behind
+    with pytest.raises(ValueError, match="dtype"):
+        native.store_create(tmp_path / "bad", "raw", schema=("dense", "float32", ()))
+    assert not (tmp_path / "bad" / "meta.zr").exists()
+    with pytest.raises(ValueError, match="dimensions"):
+        native.store_create(tmp_path / "deep", "raw", schema=("dense", "<f4", (1,) * (native.MAX_DIMS + 1)))
+    with pytest.raises(TypeError, match="schema"):
+        native.store_create(tmp_path / "t", "raw", schema="dense")  # type: ignore[arg-type]
+
+
+def test_create_overwrite(native: ModuleType, tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    native.store_close(native.store_create(path, "zstd", schema=("ragged", "<i8", ())))
+    with pytest.raises(StoreExistsError):
+        native.store_create(path, "raw", schema=("dense", "|u1", (2,)))
+    h = native.store_create(path, "raw", schema=("dense", "|u1", (2,)), overwrite=True)
+    try:
+        assert native.store_len(h) == 0 and native.store_codec(h) == "raw"
+        assert native.schema_read(path) == ("dense", "|u1", (2,))
+        # a writer holds the store: it is not replaced under it
+        with pytest.raises(StoreLockedError):
+            native.store_create(path, "raw", overwrite=True)
+    finally:
+        native.store_close(h)
+    (path / "notes.txt").write_text("keep me")
+    with pytest.raises(StoreExistsError, match="notes.txt"):
+        native.store_create(path, "raw", overwrite=True)
+    assert (path / "notes.txt").read_text() == "keep me" and (path / "meta.zr").exists()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "0.chunk").write_bytes(b"")
+    with pytest.raises(StoreExistsError, match="meta.zr"):
+        native.store_create(other, "raw", overwrite=True)
+    assert (other / "0.chunk").exists()
 
 
 def test_schema_errors(native: ModuleType, tmp_path: Path) -> None:

@@ -2,7 +2,6 @@ package zrecord
 
 import (
 	"cmp"
-	"encoding/binary"
 	"os"
 	"slices"
 	"sort"
@@ -32,15 +31,11 @@ type move struct {
 //
 // A record never moves to a higher address, so it only lands on bytes no
 // live record needs, and the store is consistent after every step: a
-// Compact cut short is simply run again. Moves run in groups. Before a
-// group, compact.journal records its moves and a copy of every record
-// whose old bytes the group overwrites (a record moved down by less than
-// its length, or onto the old place of a record moved just before it), and
-// is synced. Then the group's bytes are written and synced, then its table
-// entries, which are synced too. So whether the process dies or the power
-// fails, the next writable Open can finish the group from the journal. At
-// the end the frontier moves down in meta.zr (synced), each chunk file is
-// cut to its packed size and chunk files past the new frontier are removed.
+// Compact cut short is simply run again. Moves run in groups journalled in
+// compact.journal, so whether the process dies or the power fails, the
+// next writable Open finishes the group that was cut short; see Durability
+// in the package documentation for the protocol. At the end the chunk files
+// shrink to the packed size.
 func (s *Store) Compact() (err error) {
 	defer recoverTo(&err, "compact")
 	old := guardFaults()
@@ -122,10 +117,9 @@ func (s *Store) compact() error {
 		if err := s.removeFile(compactJrnl); err != nil {
 			return err
 		}
-		if err := syncDir(s.fsys, s.dir); err != nil {
-			return wrapf(err, "compact: sync %s", s.dir)
+		if err := s.syncDirNow(); err != nil {
+			return err
 		}
-		s.dirDirty = false
 	}
 	return nil
 }
@@ -168,8 +162,8 @@ func (s *Store) runMoves(moves []move, chunks []*chunk) error {
 		return wrapf(err, "compact: create %s", p)
 	}
 	defer jf.Close()
-	if err := syncDir(s.fsys, s.dir); err != nil {
-		return wrapf(err, "compact: sync %s", s.dir)
+	if err := s.syncDirNow(); err != nil {
+		return err
 	}
 	var journal, buf []byte
 	for start := 0; start < len(moves); {
@@ -266,21 +260,6 @@ func (s *Store) readStored(c *chunk, e entry, b []byte) error {
 	return readFull(c.f, b, int64(e.off))
 }
 
-// heldBytes returns the journal's copy of record idx of the group.
-func heldBytes(journal []byte, group []move, idx int64) []byte {
-	at := compactHeadSize + len(group)*compactMoveSize
-	for _, m := range group {
-		if !m.held {
-			continue
-		}
-		if m.idx == idx {
-			return journal[at : at+int(m.from.phys)]
-		}
-		at += int(m.from.phys)
-	}
-	return nil
-}
-
 // finishCompact moves the frontier down to tail, cuts every remaining chunk
 // to its packed size and removes the chunks past the frontier.
 func (s *Store) finishCompact(tail position, packed []int64) error {
@@ -323,248 +302,4 @@ func (s *Store) finishCompact(tail position, packed []int64) error {
 		}
 	}
 	return first
-}
-
-// compact.journal describes one group of moves:
-//
-//	0   "ZCMP"
-//	4   version (u8), 3 zero bytes
-//	8   number of moves (u32)
-//	12  total size of the held copies (u32)
-//	16  moves, 48 bytes each: index (u64), entry before (16 bytes), entry
-//	    after (16 bytes), flags (u32; 1: a copy is held), 4 zero bytes
-//	..  the held copies (stored bytes), in the order of their moves
-//	..  CRC-32C of everything before it
-//
-// The file is overwritten in place for each group; bytes past the CRC are
-// leftovers of a longer earlier group and are ignored.
-var compactMagic = [4]byte{'Z', 'C', 'M', 'P'}
-
-const (
-	compactHeadSize = 16
-	compactMoveSize = 48
-)
-
-// encodeCompactJournal returns the journal of group in b's memory, reading
-// the copies of held records from their (still intact) old places.
-func (s *Store) encodeCompactJournal(b []byte, group []move, chunks []*chunk) ([]byte, error) {
-	return appendCompactJournal(b[:0], group, func(m move, dst []byte) error {
-		if err := s.readStored(chunks[m.from.chunk], m.from, dst); err != nil {
-			return wrapf(err, "compact %s: read record %d", s.dir, m.idx)
-		}
-		return nil
-	})
-}
-
-// appendCompactJournal appends the journal of group to b; copy fills in the
-// stored bytes of each held record.
-func appendCompactJournal(b []byte, group []move, copy func(m move, dst []byte) error) ([]byte, error) {
-	var held uint64
-	for _, m := range group {
-		if m.held {
-			held += uint64(m.from.phys)
-		}
-	}
-	size := compactHeadSize + len(group)*compactMoveSize + int(held)
-	start := len(b)
-	b = slices.Grow(b, size+4)[:start+compactHeadSize]
-	h := b[start:]
-	h[0], h[1], h[2], h[3] = compactMagic[0], compactMagic[1], compactMagic[2], compactMagic[3]
-	h[4], h[5], h[6], h[7] = 1, 0, 0, 0
-	binary.LittleEndian.PutUint32(h[8:], uint32(len(group)))
-	binary.LittleEndian.PutUint32(h[12:], uint32(held))
-	var mb [compactMoveSize]byte
-	for _, m := range group {
-		binary.LittleEndian.PutUint64(mb[0:], uint64(m.idx))
-		m.from.put(mb[8:])
-		m.to.put(mb[24:])
-		flags := uint32(0)
-		if m.held {
-			flags = 1
-		}
-		binary.LittleEndian.PutUint32(mb[40:], flags)
-		b = append(b, mb[:]...)
-	}
-	for _, m := range group {
-		if !m.held {
-			continue
-		}
-		n := len(b)
-		b = b[:n+int(m.from.phys)]
-		if err := copy(m, b[n:]); err != nil {
-			return nil, err
-		}
-	}
-	return sealed(b), nil
-}
-
-type compactJournal struct {
-	moves []move
-	held  [][]byte // per move, the held copy or nil
-}
-
-func decodeCompactJournal(raw []byte) (compactJournal, bool) {
-	if len(raw) < compactHeadSize || [4]byte(raw[0:4]) != compactMagic || raw[4] != 1 {
-		return compactJournal{}, false
-	}
-	count := uint64(binary.LittleEndian.Uint32(raw[8:]))
-	heldLen := uint64(binary.LittleEndian.Uint32(raw[12:]))
-	size := compactHeadSize + count*compactMoveSize + heldLen
-	if count == 0 || size+4 > uint64(len(raw)) {
-		return compactJournal{}, false
-	}
-	b, ok := unseal(raw[:size+4])
-	if !ok {
-		return compactJournal{}, false
-	}
-	j := compactJournal{moves: make([]move, count), held: make([][]byte, count)}
-	at := compactHeadSize + count*compactMoveSize
-	for k := range j.moves {
-		p := b[compactHeadSize+k*compactMoveSize:]
-		m := move{idx: int64(binary.LittleEndian.Uint64(p)), from: getEntry(p[8:]), to: getEntry(p[24:])}
-		flags := binary.LittleEndian.Uint32(p[40:])
-		if m.idx < 0 || m.from.phys != m.to.phys || m.from.logic != m.to.logic || m.from == m.to || flags > 1 {
-			return compactJournal{}, false
-		}
-		if flags == 1 {
-			if m.from.phys == 0 || at+uint64(m.from.phys) > size {
-				return compactJournal{}, false
-			}
-			m.held = true
-			j.held[k] = b[at : at+uint64(m.from.phys)]
-			at += uint64(m.from.phys)
-		}
-		j.moves[k] = m
-	}
-	if at != size {
-		return compactJournal{}, false
-	}
-	return j, true
-}
-
-// tornBetween reports whether every byte of cur is the byte of a or of b at
-// the same place: what an entry write from a to b cut short leaves.
-func tornBetween(cur, a, b entry) bool {
-	var x, y, z [entrySize]byte
-	cur.put(x[:])
-	a.put(y[:])
-	b.put(z[:])
-	for i := range x {
-		if x[i] != y[i] && x[i] != z[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// compactRepair is one step of finishing a journal: move k of the journal
-// gets its entry rewritten, and its held copy first if redo is set.
-type compactRepair struct {
-	k    int
-	redo bool
-}
-
-// planCompactRepair works out what an interrupted group needs. Every entry
-// of the group must still be its old or its new value (or a write between
-// them cut short); otherwise the journal is stale and nothing is done. A
-// held record whose entry is not yet the new one may have lost its old
-// bytes: it is rewritten at its new place from the journal. A torn entry
-// of any other record is completed (its bytes were written before it).
-// Records whose entry is old and whose old bytes the group left alone stay
-// where they are.
-func (s *Store) planCompactRepair(j compactJournal) ([]compactRepair, error) {
-	length := s.length.Load()
-	segs := *s.segs.Load()
-	cur := make([]entry, len(j.moves))
-	for k, m := range j.moves {
-		if m.idx >= length {
-			return nil, nil
-		}
-		e, err := readEntry(segs, m.idx)
-		if err != nil {
-			return nil, wrapf(err, "read entry %d of %s", m.idx, s.dir)
-		}
-		if e != m.from && e != m.to && !tornBetween(e, m.from, m.to) {
-			return nil, nil
-		}
-		cur[k] = e
-	}
-	var plan []compactRepair
-	for k, m := range j.moves {
-		switch {
-		case cur[k] == m.to:
-		case m.held:
-			plan = append(plan, compactRepair{k, true})
-		case cur[k] != m.from:
-			plan = append(plan, compactRepair{k, false})
-		}
-	}
-	return plan, nil
-}
-
-// replayCompactJournal finishes a group of moves cut short by the death of
-// the process or a power failure (writable Open).
-func (s *Store) replayCompactJournal() error {
-	raw, ok, err := s.readWhole(compactJrnl)
-	if err != nil || !ok {
-		return err
-	}
-	if j, valid := decodeCompactJournal(raw); valid {
-		plan, err := s.planCompactRepair(j)
-		if err != nil {
-			return err
-		}
-		chunks := *s.chunks.Load()
-		for _, r := range plan {
-			m := j.moves[r.k]
-			if int64(m.to.chunk) >= int64(len(chunks)) || m.to.end() > uint64(MaxChunkCapacity) {
-				return errf(ErrCorrupt, "%s: move of record %d ends outside its chunk", s.path(compactJrnl), m.idx)
-			}
-			if r.redo {
-				to := chunks[m.to.chunk]
-				if err := writeFull(to.f, j.held[r.k], int64(m.to.off)); err != nil {
-					return wrapf(err, "write %s", s.path(chunkName(to.id)))
-				}
-				to.dirty = true
-				to.size = max(to.size, int64(m.to.end()))
-			}
-			if err := s.writeEntry(m.idx, m.to); err != nil {
-				return err
-			}
-		}
-		if len(plan) > 0 {
-			// Durable before the journal goes.
-			if err := s.syncLocked(); err != nil {
-				return err
-			}
-		}
-	}
-	return s.removeFile(compactJrnl)
-}
-
-// checkNoPendingJournal refuses a read-only Open while an interrupted Delete
-// or Compact is unfinished: only a writable Open can repair the table, and
-// reading it before then could return wrong records.
-func (s *Store) checkNoPendingJournal() error {
-	if raw, ok, err := s.readWhole(compactJrnl); err != nil {
-		return err
-	} else if ok {
-		if j, valid := decodeCompactJournal(raw); valid {
-			plan, err := s.planCompactRepair(j)
-			if err != nil {
-				return err
-			}
-			if len(plan) > 0 {
-				return errf(ErrCorrupt, "%s: interrupted compaction, open the store writable once to recover", s.path(compactJrnl))
-			}
-		}
-	}
-	if raw, ok, err := s.readWhole(deleteJournal); err != nil {
-		return err
-	} else if ok {
-		if j, valid := decodeDeleteIntent(raw); s.deleteJournalLive(j, valid) {
-			return errf(ErrCorrupt, "%s: interrupted delete, open the store writable once to recover", s.path(deleteJournal))
-		}
-	}
-	return nil
 }

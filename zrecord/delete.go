@@ -2,7 +2,6 @@ package zrecord
 
 import (
 	"cmp"
-	"encoding/binary"
 	"slices"
 )
 
@@ -14,11 +13,9 @@ import (
 // changes nothing. It waits for running Gathers and Appends and runs alone.
 //
 // Delete rewrites table entries of records that may already be durable, so
-// it is made safe against both the death of the process and power failure:
-// it syncs the store, records the table writes in a checksummed intent
-// journal (delete.intent) and syncs that, applies the writes and the new
-// length, syncs again, and only then removes the journal. A writable Open
-// that finds the journal applies it again.
+// it journals them first (delete.intent) and is safe against the death of
+// the process and power failure; see Durability in the package
+// documentation for the protocol.
 func (s *Store) Delete(indices []int64) (err error) {
 	defer recoverTo(&err, "delete")
 	old := guardFaults()
@@ -137,81 +134,6 @@ func (s *Store) Delete(indices []int64) (err error) {
 	return nil
 }
 
-// indexedEntry is a table entry and the index it belongs at.
-type indexedEntry struct {
-	idx int64
-	e   entry
-}
-
-// deleteIntent is the content of delete.intent: the header state before and
-// after a Delete and the entry writes that take the table from one to the
-// other.
-//
-//	0   "ZDEL"
-//	4   version (u8), 3 zero bytes
-//	8   length before (u64)
-//	16  tail chunk (u32), 20 tail offset (u32) — unchanged by Delete
-//	24  length after (u64)
-//	32  number of writes (u64)
-//	40  writes: index (u64) + entry (16 bytes) each
-//	end CRC-32C of everything before it
-type deleteIntent struct {
-	before    position
-	beforeLen int64
-	afterLen  int64
-	writes    []indexedEntry
-}
-
-var deleteMagic = [4]byte{'Z', 'D', 'E', 'L'}
-
-const deleteHeadSize = 40
-
-func (j deleteIntent) encode() []byte {
-	b := make([]byte, deleteHeadSize, deleteHeadSize+len(j.writes)*24+4)
-	copy(b, deleteMagic[:])
-	b[4] = 1
-	binary.LittleEndian.PutUint64(b[8:], uint64(j.beforeLen))
-	binary.LittleEndian.PutUint32(b[16:], j.before.chunk)
-	binary.LittleEndian.PutUint32(b[20:], j.before.off)
-	binary.LittleEndian.PutUint64(b[24:], uint64(j.afterLen))
-	binary.LittleEndian.PutUint64(b[32:], uint64(len(j.writes)))
-	var eb [entrySize]byte
-	for _, w := range j.writes {
-		b = binary.LittleEndian.AppendUint64(b, uint64(w.idx))
-		w.e.put(eb[:])
-		b = append(b, eb[:]...)
-	}
-	return sealed(b)
-}
-
-func decodeDeleteIntent(raw []byte) (deleteIntent, bool) {
-	b, ok := unseal(raw)
-	if !ok || len(b) < deleteHeadSize || [4]byte(b[0:4]) != deleteMagic || b[4] != 1 {
-		return deleteIntent{}, false
-	}
-	j := deleteIntent{
-		beforeLen: int64(binary.LittleEndian.Uint64(b[8:])),
-		before:    position{binary.LittleEndian.Uint32(b[16:]), binary.LittleEndian.Uint32(b[20:])},
-		afterLen:  int64(binary.LittleEndian.Uint64(b[24:])),
-	}
-	count := binary.LittleEndian.Uint64(b[32:])
-	if count != uint64(len(b)-deleteHeadSize)/24 || uint64(len(b)-deleteHeadSize)%24 != 0 {
-		return deleteIntent{}, false
-	}
-	if j.afterLen < 0 || j.beforeLen <= j.afterLen {
-		return deleteIntent{}, false
-	}
-	j.writes = make([]indexedEntry, count)
-	for k := range j.writes {
-		p := b[deleteHeadSize+k*24:]
-		j.writes[k] = indexedEntry{int64(binary.LittleEndian.Uint64(p)), getEntry(p[8:])}
-		if j.writes[k].idx < 0 || j.writes[k].idx >= j.afterLen {
-			return deleteIntent{}, false
-		}
-	}
-	return j, true
-}
-
 // applyDelete writes the journal's entries and then the header with the new
 // length. Applying a journal twice is harmless. It does not change the
 // in-memory length.
@@ -222,35 +144,4 @@ func (s *Store) applyDelete(j deleteIntent) error {
 		}
 	}
 	return s.writeHeader(s.tail, j.afterLen)
-}
-
-// deleteJournalLive reports whether a decoded journal belongs to the store's
-// current header: the delete's before state (nothing or part of it
-// applied) or its after state (all entries written, though after a power
-// failure not necessarily all kept). Anything else is stale.
-func (s *Store) deleteJournalLive(j deleteIntent, valid bool) bool {
-	if !valid || j.before != s.tail {
-		return false
-	}
-	n := s.length.Load()
-	return n == j.beforeLen || n == j.afterLen
-}
-
-// replayDeleteJournal finishes an interrupted Delete (writable Open): the
-// writes are idempotent, so a live journal is simply applied again.
-func (s *Store) replayDeleteJournal() error {
-	raw, ok, err := s.readWhole(deleteJournal)
-	if err != nil || !ok {
-		return err
-	}
-	if j, valid := decodeDeleteIntent(raw); s.deleteJournalLive(j, valid) {
-		if err := s.applyDelete(j); err != nil {
-			return err
-		}
-		s.length.Store(j.afterLen)
-		if err := s.syncLocked(); err != nil {
-			return err
-		}
-	}
-	return s.removeFile(deleteJournal)
 }

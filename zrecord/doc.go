@@ -75,26 +75,62 @@
 //
 // # Durability
 //
-// Each Append writes record bytes, then table entries, then the header. If
-// the process dies at any point, the store reopens with a prefix of its
-// batches, never a torn record: a writable Open cuts the tail chunk back to
-// the frontier recorded in meta.zr and removes chunk files past it.
-// Appended records survive a power failure once Sync (or Close) has
-// returned. Sync fsyncs the chunk files, then the table segments, then the
-// directory when files were created or removed, then meta.zr, so the header
-// that makes records visible reaches the disk after the records.
+// This section is the one full description of how the store survives the
+// death of the process and the loss of power; the methods refer to it.
+//
+// Create writes the dictionary, the first chunk and table segment and the
+// WithFile files, each fsynced, then the header of meta.zr, fsynced, then
+// fsyncs the directory. A directory whose meta.zr lacks the header is not a
+// store, so a Create cut short never looks like one.
+//
+// Append writes record bytes, then table entries, then the header, and
+// syncs nothing. If the process dies at any point, the store reopens with a
+// prefix of its batches, never a torn record: a writable Open cuts the tail
+// chunk back to the frontier recorded in meta.zr (raising the frontier to
+// the end of the last record if the header was torn below it) and removes
+// chunk files past it. Appended records survive a power failure once Sync
+// (or Close) has returned. Sync fsyncs the chunk files written since the
+// last Sync, then the table segments, then the directory if files were
+// created or removed, then meta.zr, so the header that makes records
+// visible reaches the disk after the records.
 //
 // Delete and Compact rewrite the places of records that may already be
 // durable, so they make themselves safe against power failure as well as
-// against the death of the process; each costs a few fsyncs. Delete syncs
-// the store, writes its table writes to delete.intent and syncs it, applies
-// them, syncs again and removes the journal. Compact works in groups of
-// moves: compact.journal (synced) lists a group's moves together with a
-// copy of each record whose old bytes the group overwrites; then the
-// group's bytes are written and synced, then its table entries. The next
-// writable Open finishes or discards whatever a journal shows was
-// interrupted, so either operation leaves the store as it was before or
-// as it is after, never in between.
+// against the death of the process; each costs a few fsyncs. Both first
+// sync the store, so that what they journal describes what the disk holds.
+// Their journals carry a CRC-32C; a torn journal is ignored, and so is a
+// stale one that does not match the store it sits in.
+//
+// Delete works out the final table in memory, then writes delete.intent:
+// the frontier and length before, the length after, and every table entry
+// it will write. It fsyncs the journal and the directory, writes the
+// entries and the header with the new length, syncs the store, removes the
+// journal and fsyncs the directory. A writable Open that finds the journal
+// while the header still shows its before or its after length applies it
+// again (the writes are idempotent), syncs, and removes it.
+//
+// Compact moves records, never to a higher address, in groups of at most
+// 4096 moves or 64 MiB. For each group it overwrites compact.journal with
+// the group's moves (index, old entry, new entry) and a copy of every record
+// whose old bytes the group overwrites (one moved down by less than its
+// length, or onto the old place of a record moved just before it), and
+// fsyncs it; then writes the group's bytes at their new places and fsyncs
+// the chunks; then writes the group's table entries and fsyncs the
+// segments. A writable Open that finds the journal checks that every entry
+// of the group is still its old or its new value, or a write between the
+// two cut short (otherwise the journal is stale and ignored); it rewrites
+// from the journal's copies the records whose entries are not yet new and
+// whose old bytes may be lost, completes torn entries, and syncs before it
+// removes the journal. After the last group the frontier moves down in
+// meta.zr, fsynced before any chunk shrinks; then each chunk is cut to its
+// packed size, chunk files past the frontier are removed, and the journal
+// is removed and the directory fsynced. Compact cut short anywhere leaves a
+// consistent store, and running it again finishes the job.
+//
+// So either operation leaves the store as it was before or as it is after,
+// never in between. A read-only Open does no repair: it refuses a store
+// whose journal shows an interrupted Delete or Compact (ErrCorrupt; open it
+// writable once).
 //
 // # Errors
 //

@@ -19,7 +19,8 @@ var (
 	// outside its chunk, bad codec byte, a mapped file truncated under a
 	// reader, ...).
 	ErrCorrupt = errors.New("corrupt store")
-	// ErrExists: Create was given a path that is a non-empty directory or a file.
+	// ErrExists: Create was given a path that is a non-empty directory or a
+	// file, or, WithReplace, a directory that does not hold only a store.
 	ErrExists = errors.New("already exists")
 	// ErrClosed: the handle has been closed.
 	ErrClosed = errors.New("store closed")

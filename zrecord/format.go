@@ -141,6 +141,26 @@ func parseID(name, suffix string) (uint32, bool) {
 	return uint32(v), true
 }
 
+// isStoreFile reports whether name is one the store itself may create in
+// its directory.
+func isStoreFile(name string) bool {
+	switch name {
+	case metaName, dictName, deleteJournal, compactJrnl:
+		return true
+	}
+	if _, ok := parseID(name, chunkSuffix); ok {
+		return true
+	}
+	_, ok := parseID(name, segSuffix)
+	return ok
+}
+
+// isCompanionName reports whether name may be given to WithFile: a plain
+// file name that the store does not use itself.
+func isCompanionName(name string) bool {
+	return name != "" && name != "." && name != ".." && !strings.ContainsAny(name, `/\`) && !isStoreFile(name)
+}
+
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // sealed appends a CRC-32C of b to b. Journals are sealed so a torn write is

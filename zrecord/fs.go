@@ -151,6 +151,23 @@ func writeVec(f File, bufs [][]byte, off int64) error {
 	return nil
 }
 
+// writeSyncClose writes b at the start of f (the file at path p), fsyncs f
+// and closes it; f is closed whatever fails.
+func writeSyncClose(f File, p string, b []byte) error {
+	if err := writeFull(f, b, 0); err != nil {
+		f.Close()
+		return wrapf(err, "write %s", p)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return wrapf(err, "sync %s", p)
+	}
+	if err := f.Close(); err != nil {
+		return wrapf(err, "close %s", p)
+	}
+	return nil
+}
+
 // fileSize returns the size of an open file.
 func fileSize(f File) (int64, error) {
 	fi, err := f.Stat()

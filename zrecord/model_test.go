@@ -902,8 +902,7 @@ func TestConcurrentGatherAppend(t *testing.T) {
 			}
 			t.Logf("%d records, %d concurrent gathers", s.Len(), gathers.Load())
 			// Every appended record sits where Append said it would.
-			var m model
-			m = make(model, s.Len())
+			m := make(model, s.Len())
 			for _, ps := range results {
 				for _, p := range ps {
 					for j, rec := range p.recs {

@@ -1,5 +1,7 @@
 package zrecord
 
+import "path"
+
 // MaxChunkCapacity is the largest chunk file: offsets in the record table are
 // 32-bit, so a chunk ends at or below 2^32 - 1.
 const MaxChunkCapacity int64 = 1<<32 - 1
@@ -17,6 +19,15 @@ type options struct {
 	capacity int64
 	fs       FS
 	readOnly bool
+	files    []companionFile // WithFile, in order
+	replace  bool            // WithReplace
+	keep     []string        // WithReplace's patterns
+}
+
+// companionFile is a file Create writes beside the store (WithFile).
+type companionFile struct {
+	name string
+	data []byte
 }
 
 func defaultOptions() options {
@@ -82,6 +93,53 @@ func WithFS(fs FS) Option {
 // that only appends. Open only; Create rejects it.
 func WithReadOnly() Option {
 	return func(o *options) { o.readOnly = true }
+}
+
+// WithFile makes Create write data as the file name in the store's
+// directory, fsynced, before the header that publishes the store: whoever
+// opens the store finds the file too, and a Create cut short leaves neither.
+// It is for what a caller keeps beside the records (a schema, say); the
+// store never reads, changes or removes the file afterwards, except that
+// WithReplace counts it as part of a store to replace. name must be a plain
+// file name that is not one of the store's own files. Create only; it may be
+// given more than once, for different names.
+func WithFile(name string, data []byte) Option {
+	return func(o *options) { o.files = append(o.files, companionFile{name, data}) }
+}
+
+// WithReplace lets Create replace a previous store in its directory instead
+// of failing with ErrExists. The directory must then hold a meta.zr and
+// nothing else but regular files that are either the store's own or named by
+// WithFile or matched by one of the keep patterns (path.Match syntax): the
+// files a caller keeps beside its stores. Anything else, or no meta.zr, fails
+// with ErrExists naming it, and nothing is removed; a previous store that a
+// writable handle holds fails with ErrLocked. An empty or missing directory
+// is simply created into. Create only.
+func WithReplace(keep ...string) Option {
+	return func(o *options) {
+		o.replace = true
+		o.keep = append(o.keep, keep...)
+	}
+}
+
+// validateCreate checks the options that only Create takes.
+func (o *options) validateCreate(dir string) error {
+	seen := make(map[string]bool, len(o.files))
+	for _, f := range o.files {
+		if !isCompanionName(f.name) {
+			return errf(ErrInvalidArgument, "create %s: WithFile(%q): want a plain file name that is not one of the store's", dir, f.name)
+		}
+		if seen[f.name] {
+			return errf(ErrInvalidArgument, "create %s: WithFile(%q) given twice", dir, f.name)
+		}
+		seen[f.name] = true
+	}
+	for _, p := range o.keep {
+		if _, err := path.Match(p, ""); err != nil {
+			return errf(ErrInvalidArgument, "create %s: WithReplace pattern %q: %v", dir, p, err)
+		}
+	}
+	return nil
 }
 
 func (o *options) validateCommon() error {

@@ -1,9 +1,7 @@
 package zrecord
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -82,10 +80,6 @@ type position struct {
 	off   uint32
 }
 
-func (p position) less(q position) bool {
-	return p.chunk < q.chunk || (p.chunk == q.chunk && p.off < q.off)
-}
-
 // chunk is an open {id}.chunk file.
 type chunk struct {
 	id   uint32
@@ -119,490 +113,11 @@ func (s *Store) Codec() Codec { return s.codec }
 // moment; only Delete lowers it.
 func (s *Store) Len() int64 { return s.length.Load() }
 
-// Create makes a new store in dir, which must not exist or be an empty
-// directory (else ErrExists). Options: WithCodec, WithDict (required for
-// ZstdDict), WithDictTier, WithChunkCapacity, WithFS. The returned handle is
-// writable and holds the store's lock.
-func Create(dir string, opts ...Option) (s *Store, err error) {
-	defer recoverTo(&err, "create "+dir)
-	o := buildOptions(opts)
-	if err := o.validateCommon(); err != nil {
-		return nil, err
-	}
-	if o.readOnly {
-		return nil, errf(ErrInvalidArgument, "create %s: WithReadOnly is for Open", dir)
-	}
-	if !o.codec.valid() {
-		return nil, errf(ErrInvalidArgument, "create %s: %v", dir, o.codec)
-	}
-	if o.codec == ZstdDict {
-		if len(o.dict) == 0 {
-			return nil, errf(ErrMissingDict, "create %s: codec zstd_dict needs WithDict", dir)
-		}
-		if err := checkDict(o.dict); err != nil {
-			return nil, fmt.Errorf("zrecord: create %s: %w", dir, err)
-		}
-	} else if len(o.dict) > 0 {
-		return nil, errf(ErrInvalidArgument, "create %s: WithDict given for codec %v", dir, o.codec)
-	}
-	fsys := o.fs
-	madeDir := false
-	if fi, err := fsys.Stat(dir); err == nil {
-		if !fi.IsDir() {
-			return nil, errf(ErrExists, "create %s: not a directory", dir)
-		}
-		ents, err := fsys.ReadDir(dir)
-		if err != nil {
-			return nil, wrapf(err, "create %s", dir)
-		}
-		if len(ents) > 0 {
-			return nil, errf(ErrExists, "create %s: directory not empty", dir)
-		}
-	} else if isNotExist(err) {
-		if err := fsys.MkdirAll(dir, 0o755); err != nil {
-			return nil, wrapf(err, "create %s", dir)
-		}
-		madeDir = true
-	} else {
-		return nil, wrapf(err, "create %s", dir)
-	}
-
-	// A failed Create removes what it made (a directory only if it made it).
-	var created []string
-	if madeDir {
-		created = append(created, dir)
-	}
-	var meta File
-	defer func() {
-		if err != nil {
-			if meta != nil {
-				meta.Close()
-			}
-			for i := len(created) - 1; i >= 0; i-- {
-				fsys.Remove(created[i])
-			}
-		}
-	}()
-	metaPath := filepath.Join(dir, metaName)
-	meta, err = fsys.OpenFile(metaPath, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		meta = nil
-		if errors.Is(err, os.ErrExist) {
-			return nil, errf(ErrExists, "create %s", metaPath)
-		}
-		return nil, wrapf(err, "create %s", metaPath)
-	}
-	created = append(created, metaPath)
-	if ok, err := lockFile(meta); err != nil {
-		return nil, wrapf(err, "lock %s", metaPath)
-	} else if !ok {
-		return nil, errf(ErrLocked, "create %s", dir)
-	}
-	newFile := func(name string, content []byte) error {
-		p := filepath.Join(dir, name)
-		f, err := fsys.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
-		if err != nil {
-			return wrapf(err, "create %s", p)
-		}
-		created = append(created, p)
-		if len(content) > 0 {
-			if err := writeFull(f, content, 0); err != nil {
-				f.Close()
-				return wrapf(err, "write %s", p)
-			}
-		}
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return wrapf(err, "sync %s", p)
-		}
-		return f.Close()
-	}
-	if o.codec == ZstdDict {
-		if err := newFile(dictName, o.dict); err != nil {
-			return nil, err
-		}
-	}
-	if err := newFile(chunkName(0), nil); err != nil {
-		return nil, err
-	}
-	if err := newFile(segName(0), nil); err != nil {
-		return nil, err
-	}
-	// The header goes last: a directory whose meta.zr lacks the magic is
-	// not a store, so a Create cut short never looks like one.
-	h := header{codec: o.codec}
-	hb := h.encode()
-	if err := writeFull(meta, hb[:], 0); err != nil {
-		return nil, wrapf(err, "write %s", metaPath)
-	}
-	if err := meta.Sync(); err != nil {
-		return nil, wrapf(err, "sync %s", metaPath)
-	}
-	if err := syncDir(fsys, dir); err != nil {
-		return nil, wrapf(err, "sync %s", dir)
-	}
-	return load(dir, o, meta)
-}
-
-// Open opens the store in dir. A writable Open takes the store's lock
-// (ErrLocked if another writable handle holds it), finishes or discards an
-// interrupted Delete or Compact, and cuts off what an interrupted Append left
-// past the frontier. WithReadOnly opens without any of that. Either way the
-// whole record table is validated; a damaged store yields an error naming
-// the file at fault, never a panic.
-func Open(dir string, opts ...Option) (s *Store, err error) {
-	defer recoverTo(&err, "open "+dir)
-	o := buildOptions(opts)
-	if err := o.validateCommon(); err != nil {
-		return nil, err
-	}
-	fsys := o.fs
-	fi, err := fsys.Stat(dir)
-	if err != nil {
-		if isNotExist(err) {
-			return nil, fmt.Errorf("zrecord: open %s: %w: %w", dir, ErrNotStore, err)
-		}
-		return nil, wrapf(err, "open %s", dir)
-	}
-	if !fi.IsDir() {
-		return nil, errf(ErrNotStore, "open %s: not a directory", dir)
-	}
-	metaPath := filepath.Join(dir, metaName)
-	flag := os.O_RDWR
-	if o.readOnly {
-		flag = os.O_RDONLY
-	}
-	meta, err := fsys.OpenFile(metaPath, flag, 0)
-	if err != nil {
-		if isNotExist(err) {
-			return nil, fmt.Errorf("zrecord: open %s: %w: %w", metaPath, ErrNotStore, err)
-		}
-		return nil, wrapf(err, "open %s", metaPath)
-	}
-	if !o.readOnly {
-		ok, err := lockFile(meta)
-		if err != nil {
-			meta.Close()
-			return nil, wrapf(err, "lock %s", metaPath)
-		}
-		if !ok {
-			meta.Close()
-			return nil, errf(ErrLocked, "open %s", dir)
-		}
-	}
-	s, err = load(dir, o, meta)
-	if err != nil {
-		meta.Close()
-		return nil, err
-	}
-	return s, nil
-}
-
-// load builds a handle on an opened (and, if writable, locked) meta.zr.
-func load(dir string, o options, meta File) (st *Store, err error) {
-	old := guardFaults()
-	defer restoreFaults(old)
-	s := &Store{dir: dir, fsys: o.fs, opts: o, readOnly: o.readOnly, meta: meta}
-	defer func() {
-		if r := recover(); r != nil {
-			err = panicError("open "+dir, r)
-		}
-		if err != nil {
-			s.meta = nil // the caller closes it
-			s.release()
-			st = nil
-		}
-	}()
-	if err := s.loadFiles(); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-func (s *Store) loadFiles() (err error) {
-	metaPath := s.path(metaName)
-	size, err := fileSize(s.meta)
-	if err != nil {
-		return wrapf(err, "stat %s", metaPath)
-	}
-	hb := make([]byte, min(size, headerSize))
-	if err := readFull(s.meta, hb, 0); err != nil {
-		return wrapf(err, "read %s", metaPath)
-	}
-	h, err := decodeHeader(hb, metaPath)
-	if err != nil {
-		return err
-	}
-	s.codec = h.codec
-	s.tail = position{h.tailChunk, h.tailOffset}
-	if s.codec == ZstdDict {
-		if err := s.loadDict(); err != nil {
-			return err
-		}
-	}
-	if s.codec != Raw {
-		if s.dec, err = newDecoder(s.codec, s.dict); err != nil {
-			return err
-		}
-	}
-	if err := s.openChunks(); err != nil {
-		return err
-	}
-	length := int64(h.length)
-	if err := s.openSegments(length); err != nil {
-		return err
-	}
-	s.length.Store(length)
-	if s.readOnly {
-		if err := s.checkNoPendingJournal(); err != nil {
-			return err
-		}
-	} else {
-		if err := s.replayCompactJournal(); err != nil {
-			return err
-		}
-		if err := s.replayDeleteJournal(); err != nil {
-			return err
-		}
-		// A replayed move may have extended a chunk file.
-		for _, c := range *s.chunks.Load() {
-			c.end.Store(min(c.size, chunkSpan))
-		}
-	}
-	// Validate before cutting anything off, so that damage is reported
-	// rather than compounded.
-	tailEnd, err := s.validate()
-	if err != nil {
-		return err
-	}
-	if !s.readOnly {
-		return s.recoverFrontier(tailEnd)
-	}
-	return nil
-}
-
-func (s *Store) loadDict() error {
-	p := s.path(dictName)
-	f, err := s.fsys.OpenFile(p, os.O_RDONLY, 0)
-	if err != nil {
-		if isNotExist(err) {
-			return fmt.Errorf("zrecord: %s: %w: %w", p, ErrMissingDict, err)
-		}
-		return wrapf(err, "open %s", p)
-	}
-	defer f.Close()
-	n, err := fileSize(f)
-	if err != nil {
-		return wrapf(err, "stat %s", p)
-	}
-	if n == 0 || n > 64<<20 {
-		return errf(ErrCorrupt, "%s: dictionary of %d bytes", p, n)
-	}
-	d := make([]byte, n)
-	if err := readFull(f, d, 0); err != nil {
-		return wrapf(err, "read %s", p)
-	}
-	if err := checkDict(d); err != nil {
-		return fmt.Errorf("zrecord: %s: %v: %w", p, err, ErrCorrupt)
-	}
-	s.dict = d
-	return nil
-}
-
 func (s *Store) fileFlag() int {
 	if s.readOnly {
 		return os.O_RDONLY
 	}
 	return os.O_RDWR
-}
-
-// openChunks opens and maps chunks 0..tail.chunk and sets their bounds.
-func (s *Store) openChunks() error {
-	var list []*chunk
-	s.chunks.Store(&list)
-	for id := uint32(0); ; id++ {
-		p := s.path(chunkName(id))
-		f, err := s.fsys.OpenFile(p, s.fileFlag(), 0)
-		if err != nil {
-			if isNotExist(err) {
-				return fmt.Errorf("zrecord: %s: chunk missing (tail chunk %d): %w: %w", p, s.tail.chunk, ErrCorrupt, err)
-			}
-			return wrapf(err, "open %s", p)
-		}
-		c := &chunk{id: id, f: f}
-		list = append(list, c)
-		s.chunks.Store(&list)
-		if c.size, err = fileSize(f); err != nil {
-			return wrapf(err, "stat %s", p)
-		}
-		if c.data, err = mapSpan(f, chunkSpan); err != nil {
-			return wrapf(err, "map %s", p)
-		}
-		c.end.Store(min(c.size, chunkSpan))
-		if id == s.tail.chunk {
-			if c.size < int64(s.tail.off) {
-				return errf(ErrCorrupt, "%s: %d bytes, shorter than the tail offset %d", p, c.size, s.tail.off)
-			}
-			if s.readOnly {
-				c.end.Store(int64(s.tail.off))
-			}
-			// A writable Open validates the tail chunk against its size
-			// and settles the frontier afterwards (recoverFrontier).
-			return nil
-		}
-	}
-}
-
-// openSegments opens and maps the .loc segments that length entries need.
-func (s *Store) openSegments(length int64) error {
-	var list []*segment
-	s.segs.Store(&list)
-	nseg := (length + segEntries - 1) >> segShift
-	for id := int64(0); id < nseg; id++ {
-		g, err := s.openSegment(uint32(id), false)
-		if err != nil {
-			return err
-		}
-		list = append(list, g)
-		s.segs.Store(&list)
-		need := int64(segBytes)
-		if id == nseg-1 {
-			need = ((length-1)&segMask + 1) * entrySize
-		}
-		size, err := fileSize(g.f)
-		if err != nil {
-			return wrapf(err, "stat %s", s.path(segName(g.id)))
-		}
-		if size < need {
-			return errf(ErrCorrupt, "%s: %d bytes, length %d needs %d", s.path(segName(g.id)), size, length, need)
-		}
-	}
-	return nil
-}
-
-// openSegment opens (or, with create, creates) and maps one segment file.
-func (s *Store) openSegment(id uint32, create bool) (*segment, error) {
-	p := s.path(segName(id))
-	flag := s.fileFlag()
-	if create {
-		flag |= os.O_CREATE
-	}
-	f, err := s.fsys.OpenFile(p, flag, 0o644)
-	if err != nil {
-		if isNotExist(err) {
-			return nil, fmt.Errorf("zrecord: %s: record table segment missing: %w: %w", p, ErrCorrupt, err)
-		}
-		return nil, wrapf(err, "open %s", p)
-	}
-	g := &segment{id: id, f: f}
-	if g.data, err = mapSpan(f, segBytes); err != nil {
-		f.Close()
-		return nil, wrapf(err, "map %s", p)
-	}
-	return g, nil
-}
-
-// recoverFrontier finishes a writable Open: it settles the write frontier
-// and cuts off whatever an interrupted Append or Compact left past it (the
-// end of the tail chunk and chunk files past the tail chunk). tailEnd is
-// where the last live record of the tail chunk ends; a frontier below it
-// (a header torn in the middle of its tail offset) is raised to it.
-func (s *Store) recoverFrontier(tailEnd int64) error {
-	chunks := *s.chunks.Load()
-	tc := chunks[s.tail.chunk]
-	if tailEnd > int64(s.tail.off) {
-		s.tail.off = uint32(tailEnd)
-		if err := s.writeHeader(s.tail, s.length.Load()); err != nil {
-			return err
-		}
-	}
-	if tc.size > int64(s.tail.off) {
-		if err := tc.f.Truncate(int64(s.tail.off)); err != nil {
-			return wrapf(err, "truncate %s", s.path(chunkName(tc.id)))
-		}
-		tc.size = int64(s.tail.off)
-		tc.dirty = true
-	}
-	tc.end.Store(int64(s.tail.off))
-	ents, err := s.fsys.ReadDir(s.dir)
-	if err != nil {
-		return wrapf(err, "read directory %s", s.dir)
-	}
-	for _, e := range ents {
-		if id, ok := parseID(e.Name(), chunkSuffix); ok && id > s.tail.chunk {
-			if err := s.removeFile(e.Name()); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// validate checks every live table entry against the chunks and sums the
-// byte totals. It returns where the last record in the tail chunk ends.
-func (s *Store) validate() (int64, error) {
-	n := s.length.Load()
-	var tailEnd int64
-	segs := *s.segs.Load()
-	chunks := *s.chunks.Load()
-	var live, logical int64
-	var buf []byte
-	for i := int64(0); i < n; {
-		g := segs[i>>segShift]
-		// Entries of this segment from i on, in one block.
-		lo := i & segMask
-		cnt := min(n-i, segEntries-lo, 1<<16)
-		var b []byte
-		if g.data != nil {
-			b = g.data[lo*entrySize : (lo+cnt)*entrySize]
-		} else {
-			if buf == nil {
-				buf = make([]byte, (1<<16)*entrySize)
-			}
-			b = buf[:cnt*entrySize]
-			if err := readFull(g.f, b, lo*entrySize); err != nil {
-				return 0, wrapf(err, "read %s", s.path(segName(g.id)))
-			}
-		}
-		for k := int64(0); k < cnt; k++ {
-			e := getEntry(b[k*entrySize:])
-			if err := s.checkEntry(e, chunks); err != nil {
-				return 0, fmt.Errorf("zrecord: %s: entry %d: %v: %w", s.path(segName(g.id)), i+k, err, ErrCorrupt)
-			}
-			live += int64(e.phys)
-			logical += int64(e.logic)
-			if e.chunk == s.tail.chunk {
-				tailEnd = max(tailEnd, int64(e.end()))
-			}
-		}
-		i += cnt
-	}
-	s.live, s.logical = live, logical
-	return tailEnd, nil
-}
-
-var (
-	errEntryChunk = errors.New("chunk id past the tail chunk")
-	errEntryEnd   = errors.New("record extends past the end of its chunk")
-	errEntrySize  = errors.New("stored size larger than logical size or the record limit")
-	errEntryCodec = errors.New("compressed record in a raw store")
-)
-
-// checkEntry reports why e cannot be a committed record, or nil.
-func (s *Store) checkEntry(e entry, chunks []*chunk) error {
-	if int64(e.chunk) >= int64(len(chunks)) {
-		return errEntryChunk
-	}
-	if e.end() > uint64(chunks[e.chunk].end.Load()) {
-		return errEntryEnd
-	}
-	if e.phys > e.logic || e.logic > MaxRecordSize {
-		return errEntrySize
-	}
-	if e.phys != e.logic && s.dec == nil {
-		return errEntryCodec
-	}
-	return nil
 }
 
 // readEntry returns table entry i (i below the table's extent).
@@ -649,64 +164,6 @@ func (s *Store) removeFile(name string) error {
 		return wrapf(err, "remove %s", s.path(name))
 	}
 	s.dirDirty = true
-	return nil
-}
-
-// readWhole reads a small file of the store. It reports ok=false when the
-// file does not exist.
-func (s *Store) readWhole(name string) (b []byte, ok bool, err error) {
-	p := s.path(name)
-	f, err := s.fsys.OpenFile(p, os.O_RDONLY, 0)
-	if err != nil {
-		if isNotExist(err) {
-			return nil, false, nil
-		}
-		return nil, false, wrapf(err, "open %s", p)
-	}
-	defer f.Close()
-	n, err := fileSize(f)
-	if err != nil {
-		return nil, false, wrapf(err, "stat %s", p)
-	}
-	if n > MaxRecordSize+4096 {
-		return nil, true, nil // not a journal this package wrote
-	}
-	b = make([]byte, n)
-	if err := readFull(f, b, 0); err != nil && err != io.ErrUnexpectedEOF {
-		return nil, false, wrapf(err, "read %s", p)
-	}
-	return b, true, nil
-}
-
-// writeDurable replaces the content of a small file of the store and makes
-// it durable, directory entry included.
-func (s *Store) writeDurable(name string, b []byte) error {
-	p := s.path(name)
-	f, err := s.fsys.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return wrapf(err, "create %s", p)
-	}
-	s.dirDirty = true
-	if err := writeFull(f, b, 0); err != nil {
-		f.Close()
-		return wrapf(err, "write %s", p)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return wrapf(err, "sync %s", p)
-	}
-	if err := f.Close(); err != nil {
-		return wrapf(err, "close %s", p)
-	}
-	return s.syncDirNow()
-}
-
-// syncDirNow fsyncs the store's directory.
-func (s *Store) syncDirNow() error {
-	if err := syncDir(s.fsys, s.dir); err != nil {
-		return wrapf(err, "sync %s", s.dir)
-	}
-	s.dirDirty = false
 	return nil
 }
 
@@ -778,10 +235,9 @@ func (s *Store) syncLocked() error {
 		return err
 	}
 	if s.dirDirty {
-		if err := syncDir(s.fsys, s.dir); err != nil {
-			return wrapf(err, "sync %s", s.dir)
+		if err := s.syncDirNow(); err != nil {
+			return err
 		}
-		s.dirDirty = false
 	}
 	if s.metaDirty {
 		if err := s.meta.Sync(); err != nil {
@@ -815,6 +271,16 @@ func (s *Store) syncSegments() error {
 			g.dirty = false
 		}
 	}
+	return nil
+}
+
+// syncDirNow fsyncs the store's directory, making the files created or
+// removed so far durable. It is the one place a handle syncs its directory.
+func (s *Store) syncDirNow() error {
+	if err := syncDir(s.fsys, s.dir); err != nil {
+		return wrapf(err, "sync %s", s.dir)
+	}
+	s.dirDirty = false
 	return nil
 }
 

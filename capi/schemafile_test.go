@@ -1,4 +1,4 @@
-package schema
+package main
 
 import (
 	"errors"
@@ -14,17 +14,17 @@ import (
 
 func TestRoundTrip(t *testing.T) {
 	dir := t.TempDir()
-	for _, s := range []Schema{
-		{Kind: KindDense, DType: "<f4", Shape: []int64{3, 32, 32}},
-		{Kind: KindRagged, DType: "<i4", Shape: []int64{}},
-		{Kind: KindDense, DType: "|u1", Shape: nil},
-		{Kind: KindDense, DType: "<M8[ns]", Shape: []int64{0}},
-		{Kind: KindDense, DType: "|S10", Shape: []int64{2}},
+	for _, s := range []schema{
+		{Kind: kindDense, DType: "<f4", Shape: []int64{3, 32, 32}},
+		{Kind: kindRagged, DType: "<i4", Shape: []int64{}},
+		{Kind: kindDense, DType: "|u1", Shape: nil},
+		{Kind: kindDense, DType: "<M8[ns]", Shape: []int64{0}},
+		{Kind: kindDense, DType: "|S10", Shape: []int64{2}},
 	} {
-		if err := Write(dir, s); err != nil {
-			t.Fatalf("Write(%+v): %v", s, err)
+		if err := writeSchema(dir, s); err != nil {
+			t.Fatalf("writeSchema(%+v): %v", s, err)
 		}
-		got, err := Read(dir)
+		got, err := readSchema(dir)
 		if err != nil {
 			t.Fatalf("Read: %v", err)
 		}
@@ -38,39 +38,39 @@ func TestRoundTrip(t *testing.T) {
 	}
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 1 {
-		t.Fatalf("directory holds %d entries, want only %s", len(entries), FileName)
+		t.Fatalf("directory holds %d entries, want only %s", len(entries), schemaFileName)
 	}
 }
 
 func TestWriteInvalid(t *testing.T) {
 	dir := t.TempDir()
-	for _, s := range []Schema{
+	for _, s := range []schema{
 		{Kind: "sparse", DType: "<f4"},
-		{Kind: KindDense, DType: "float32"},
-		{Kind: KindDense, DType: "|O"},
-		{Kind: KindDense, DType: ""},
-		{Kind: KindDense, DType: "<f4", Shape: []int64{2, -1}},
-		{Kind: KindDense, DType: "<f4", Shape: make([]int64, MaxDims+1)},
+		{Kind: kindDense, DType: "float32"},
+		{Kind: kindDense, DType: "|O"},
+		{Kind: kindDense, DType: ""},
+		{Kind: kindDense, DType: "<f4", Shape: []int64{2, -1}},
+		{Kind: kindDense, DType: "<f4", Shape: make([]int64, maxDims+1)},
 	} {
-		err := Write(dir, s)
-		if !errors.Is(err, ErrInvalid) {
-			t.Errorf("Write(%+v) = %v, want ErrInvalid", s, err)
-		} else if !strings.Contains(err.Error(), FileName) {
+		err := writeSchema(dir, s)
+		if !errors.Is(err, errSchemaInvalid) {
+			t.Errorf("writeSchema(%+v) = %v, want errSchemaInvalid", s, err)
+		} else if !strings.Contains(err.Error(), schemaFileName) {
 			t.Errorf("error %q does not name the file", err)
 		}
 	}
-	if _, err := os.Stat(Path(dir)); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(schemaPath(dir)); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("an invalid schema left a file behind: %v", err)
 	}
 }
 
 func TestReadMissing(t *testing.T) {
 	dir := t.TempDir()
-	_, err := Read(dir)
-	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), FileName) {
+	_, err := readSchema(dir)
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), schemaFileName) {
 		t.Fatalf("Read of a missing file = %v", err)
 	}
-	if err := Write(filepath.Join(dir, "nope"), Schema{Kind: KindDense, DType: "<f4"}); !errors.Is(err, fs.ErrNotExist) {
+	if err := writeSchema(filepath.Join(dir, "nope"), schema{Kind: kindDense, DType: "<f4"}); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("Write into a missing directory = %v", err)
 	}
 }
@@ -97,13 +97,13 @@ func TestReadCorrupt(t *testing.T) {
 	}
 	for name, data := range cases {
 		dir := t.TempDir()
-		if err := os.WriteFile(Path(dir), data, 0o644); err != nil {
+		if err := os.WriteFile(schemaPath(dir), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		_, err := Read(dir)
-		if !errors.Is(err, ErrCorrupt) {
-			t.Errorf("%s: Read = %v, want ErrCorrupt", name, err)
-		} else if !strings.Contains(err.Error(), Path(dir)) {
+		_, err := readSchema(dir)
+		if !errors.Is(err, errSchemaCorrupt) {
+			t.Errorf("%s: Read = %v, want errSchemaCorrupt", name, err)
+		} else if !strings.Contains(err.Error(), schemaPath(dir)) {
 			t.Errorf("%s: error %q does not name the file", name, err)
 		}
 	}
@@ -115,11 +115,11 @@ func TestUnknownFieldsIgnored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(Path(dir), data, 0o644); err != nil {
+	if err := os.WriteFile(schemaPath(dir), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s, err := Read(dir)
-	if err != nil || s.Kind != KindRagged || s.DType != "<i8" || !reflect.DeepEqual(s.Shape, []int64{4}) {
+	s, err := readSchema(dir)
+	if err != nil || s.Kind != kindRagged || s.DType != "<i8" || !reflect.DeepEqual(s.Shape, []int64{4}) {
 		t.Fatalf("Read = %+v, %v", s, err)
 	}
 }

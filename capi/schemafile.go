@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// This file reads and writes schema.msgpack, the one piece of
+// loaderx-level metadata kept beside a record store.
+//
+// A record store holds bytes; the schema says how the Python layer turns
+// them into arrays: the kind of the dataset ("dense" or "ragged"), the NumPy
+// dtype string of one element (numpy.dtype.str, such as "<f4" or "|u1") and
+// the item shape (the shape of one record for a dense dataset, of one row
+// for a ragged one). The file is a MessagePack map with the keys "version",
+// "kind", "dtype" and "shape"; readers ignore keys they do not know, so a
+// later format can add fields without breaking older readers of the same
+// version.
+//
+// Every error names the file it concerns. Arguments that do not describe a
+// valid schema wrap errSchemaInvalid; a file that cannot be decoded, lacks
+// a field, holds an invalid value or was written by a newer format wraps
+// errSchemaCorrupt; a missing file wraps fs.ErrNotExist.
+
+// schemaFileName is the name of the schema file inside a store directory.
+const schemaFileName = "schema.msgpack"
+
+// schemaTempPattern names the temporary files writeSchema renames over the
+// schema file (os.CreateTemp and path.Match syntax).
+const schemaTempPattern = "." + schemaFileName + ".*.tmp"
+
+// schemaVersion is the format version writeSchema writes and the newest
+// readSchema reads.
+const schemaVersion = 1
+
+// The dataset kinds a schema may record.
+const (
+	// kindDense is a dataset whose records all have the item shape.
+	kindDense = "dense"
+	// kindRagged is a dataset whose records are a variable number of rows,
+	// each of the item shape.
+	kindRagged = "ragged"
+)
+
+// maxSchemaFileSize bounds what readSchema will load; a real schema is a few dozen bytes.
+const maxSchemaFileSize = 1 << 16
+
+var (
+	// errSchemaInvalid is wrapped by errors about a schema given to
+	// encodeSchema or writeSchema.
+	errSchemaInvalid = errors.New("invalid schema")
+	// errSchemaCorrupt is wrapped by errors about a schema file that
+	// readSchema cannot accept.
+	errSchemaCorrupt = errors.New("corrupt schema")
+)
+
+// dtypePattern accepts the strings numpy.dtype.str produces for fixed-size
+// element types: a byte-order character, a kind character, the item size in
+// bytes and, for datetimes and timedeltas, a unit in brackets. Object dtypes
+// ("|O") have no size and are rejected.
+var dtypePattern = regexp.MustCompile(`^[<>|=][A-Za-z?][0-9]{1,9}(\[[0-9]*[A-Za-z]{1,3}\])?$`)
+
+// schema is the content of a schema file.
+type schema struct {
+	// Kind is kindDense or kindRagged.
+	Kind string
+	// DType is the NumPy dtype string of one element, such as "<f4".
+	DType string
+	// Shape is the item shape; every dimension is at least zero. An empty
+	// shape is a scalar item.
+	Shape []int64
+}
+
+// schemaPath returns the schema file's path inside dir.
+func schemaPath(dir string) string { return filepath.Join(dir, schemaFileName) }
+
+// validate reports whether s describes a valid schema. The error wraps
+// errSchemaInvalid and names the field at fault.
+func (s schema) validate() error {
+	if err := s.check(); err != nil {
+		return fmt.Errorf("%w: %s", errSchemaInvalid, err)
+	}
+	return nil
+}
+
+// check returns a bare description of what is wrong with s, or nil.
+func (s schema) check() error {
+	if s.Kind != kindDense && s.Kind != kindRagged {
+		return fmt.Errorf("kind %q: want %q or %q", s.Kind, kindDense, kindRagged)
+	}
+	if !dtypePattern.MatchString(s.DType) {
+		return fmt.Errorf("dtype %q: want a fixed-size NumPy dtype string such as \"<f4\" or \"|u1\"", s.DType)
+	}
+	if len(s.Shape) > maxDims {
+		return fmt.Errorf("shape has %d dimensions: at most %d allowed", len(s.Shape), maxDims)
+	}
+	for i, d := range s.Shape {
+		if d < 0 {
+			return fmt.Errorf("shape %v: dimension %d is negative", s.Shape, i)
+		}
+	}
+	return nil
+}
+
+// schemaFile is the encoded form. Pointer fields tell a missing key from a zero
+// value when decoding.
+type schemaFile struct {
+	Version *int64   `msgpack:"version"`
+	Kind    *string  `msgpack:"kind"`
+	DType   *string  `msgpack:"dtype"`
+	Shape   *[]int64 `msgpack:"shape"`
+}
+
+// encodeSchema returns the schema file content for s, or an error wrapping
+// errSchemaInvalid.
+func encodeSchema(s schema) ([]byte, error) {
+	if err := s.validate(); err != nil {
+		return nil, err
+	}
+	version := int64(schemaVersion)
+	shape := s.Shape
+	if shape == nil {
+		shape = []int64{}
+	}
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	enc.UseCompactInts(true)
+	if err := enc.Encode(schemaFile{Version: &version, Kind: &s.Kind, DType: &s.DType, Shape: &shape}); err != nil {
+		return nil, fmt.Errorf("%w: encode: %v", errSchemaInvalid, err)
+	}
+	return buf.Bytes(), nil
+}
+
+// decodeSchema parses schema file content. Errors wrap errSchemaCorrupt and
+// do not name a file; readSchema adds the path.
+func decodeSchema(data []byte) (schema, error) {
+	var f schemaFile
+	dec := msgpack.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&f); err != nil {
+		return schema{}, fmt.Errorf("%w: not a MessagePack map of the schema fields: %v", errSchemaCorrupt, err)
+	}
+	switch {
+	case f.Version == nil:
+		return schema{}, fmt.Errorf("%w: no \"version\" field", errSchemaCorrupt)
+	case *f.Version < 1 || *f.Version > schemaVersion:
+		return schema{}, fmt.Errorf("%w: format version %d is not supported (this build reads 1 to %d)", errSchemaCorrupt, *f.Version, schemaVersion)
+	case f.Kind == nil:
+		return schema{}, fmt.Errorf("%w: no \"kind\" field", errSchemaCorrupt)
+	case f.DType == nil:
+		return schema{}, fmt.Errorf("%w: no \"dtype\" field", errSchemaCorrupt)
+	case f.Shape == nil:
+		return schema{}, fmt.Errorf("%w: no \"shape\" field", errSchemaCorrupt)
+	}
+	s := schema{Kind: *f.Kind, DType: *f.DType, Shape: *f.Shape}
+	if s.Shape == nil {
+		s.Shape = []int64{}
+	}
+	if err := s.check(); err != nil {
+		return schema{}, fmt.Errorf("%w: %v", errSchemaCorrupt, err)
+	}
+	return s, nil
+}
+
+// writeSchema validates s and stores it as dir/schema.msgpack, replacing any
+// previous schema atomically: the content goes to a temporary file in dir,
+// is synced, and is renamed over the old one. dir must exist.
+func writeSchema(dir string, s schema) error {
+	path := schemaPath(dir)
+	data, err := encodeSchema(s)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	tmp, err := os.CreateTemp(dir, schemaTempPattern)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := tmp.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		os.Remove(tmp.Name())
+		done = true
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	done = true
+	return nil
+}
+
+// readSchema loads and validates dir/schema.msgpack.
+func readSchema(dir string) (schema, error) {
+	path := schemaPath(dir)
+	f, err := os.Open(path)
+	if err != nil {
+		return schema{}, fmt.Errorf("read schema: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxSchemaFileSize+1))
+	if err != nil {
+		return schema{}, fmt.Errorf("read schema %s: %w", path, err)
+	}
+	if len(data) > maxSchemaFileSize {
+		return schema{}, fmt.Errorf("schema %s: %w: larger than %d bytes", path, errSchemaCorrupt, maxSchemaFileSize)
+	}
+	s, err := decodeSchema(data)
+	if err != nil {
+		return schema{}, fmt.Errorf("schema %s: %w", path, err)
+	}
+	return s, nil
+}

@@ -1,0 +1,256 @@
+package zrecord
+
+import (
+	"encoding/binary"
+	"io"
+	"os"
+	"slices"
+)
+
+// readWhole reads a small file of the store. It reports ok=false when the
+// file does not exist.
+func (s *Store) readWhole(name string) (b []byte, ok bool, err error) {
+	p := s.path(name)
+	f, err := s.fsys.OpenFile(p, os.O_RDONLY, 0)
+	if err != nil {
+		if isNotExist(err) {
+			return nil, false, nil
+		}
+		return nil, false, wrapf(err, "open %s", p)
+	}
+	defer f.Close()
+	n, err := fileSize(f)
+	if err != nil {
+		return nil, false, wrapf(err, "stat %s", p)
+	}
+	if n > MaxRecordSize+4096 {
+		return nil, true, nil // not a journal this package wrote
+	}
+	b = make([]byte, n)
+	if err := readFull(f, b, 0); err != nil && err != io.ErrUnexpectedEOF {
+		return nil, false, wrapf(err, "read %s", p)
+	}
+	return b, true, nil
+}
+
+// writeDurable replaces the content of a small file of the store and makes
+// it durable, directory entry included.
+func (s *Store) writeDurable(name string, b []byte) error {
+	p := s.path(name)
+	f, err := s.fsys.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return wrapf(err, "create %s", p)
+	}
+	s.dirDirty = true
+	if err := writeSyncClose(f, p, b); err != nil {
+		return err
+	}
+	return s.syncDirNow()
+}
+
+// indexedEntry is a table entry and the index it belongs at.
+type indexedEntry struct {
+	idx int64
+	e   entry
+}
+
+// deleteIntent is the content of delete.intent: the header state before and
+// after a Delete and the entry writes that take the table from one to the
+// other.
+//
+//	0   "ZDEL"
+//	4   version (u8), 3 zero bytes
+//	8   length before (u64)
+//	16  tail chunk (u32), 20 tail offset (u32) — unchanged by Delete
+//	24  length after (u64)
+//	32  number of writes (u64)
+//	40  writes: index (u64) + entry (16 bytes) each
+//	end CRC-32C of everything before it
+type deleteIntent struct {
+	before    position
+	beforeLen int64
+	afterLen  int64
+	writes    []indexedEntry
+}
+
+var deleteMagic = [4]byte{'Z', 'D', 'E', 'L'}
+
+const deleteHeadSize = 40
+
+func (j deleteIntent) encode() []byte {
+	b := make([]byte, deleteHeadSize, deleteHeadSize+len(j.writes)*24+4)
+	copy(b, deleteMagic[:])
+	b[4] = 1
+	binary.LittleEndian.PutUint64(b[8:], uint64(j.beforeLen))
+	binary.LittleEndian.PutUint32(b[16:], j.before.chunk)
+	binary.LittleEndian.PutUint32(b[20:], j.before.off)
+	binary.LittleEndian.PutUint64(b[24:], uint64(j.afterLen))
+	binary.LittleEndian.PutUint64(b[32:], uint64(len(j.writes)))
+	var eb [entrySize]byte
+	for _, w := range j.writes {
+		b = binary.LittleEndian.AppendUint64(b, uint64(w.idx))
+		w.e.put(eb[:])
+		b = append(b, eb[:]...)
+	}
+	return sealed(b)
+}
+
+func decodeDeleteIntent(raw []byte) (deleteIntent, bool) {
+	b, ok := unseal(raw)
+	if !ok || len(b) < deleteHeadSize || [4]byte(b[0:4]) != deleteMagic || b[4] != 1 {
+		return deleteIntent{}, false
+	}
+	j := deleteIntent{
+		beforeLen: int64(binary.LittleEndian.Uint64(b[8:])),
+		before:    position{binary.LittleEndian.Uint32(b[16:]), binary.LittleEndian.Uint32(b[20:])},
+		afterLen:  int64(binary.LittleEndian.Uint64(b[24:])),
+	}
+	count := binary.LittleEndian.Uint64(b[32:])
+	if count != uint64(len(b)-deleteHeadSize)/24 || uint64(len(b)-deleteHeadSize)%24 != 0 {
+		return deleteIntent{}, false
+	}
+	if j.afterLen < 0 || j.beforeLen <= j.afterLen {
+		return deleteIntent{}, false
+	}
+	j.writes = make([]indexedEntry, count)
+	for k := range j.writes {
+		p := b[deleteHeadSize+k*24:]
+		j.writes[k] = indexedEntry{int64(binary.LittleEndian.Uint64(p)), getEntry(p[8:])}
+		if j.writes[k].idx < 0 || j.writes[k].idx >= j.afterLen {
+			return deleteIntent{}, false
+		}
+	}
+	return j, true
+}
+
+// compact.journal describes one group of moves:
+//
+//	0   "ZCMP"
+//	4   version (u8), 3 zero bytes
+//	8   number of moves (u32)
+//	12  total size of the held copies (u32)
+//	16  moves, 48 bytes each: index (u64), entry before (16 bytes), entry
+//	    after (16 bytes), flags (u32; 1: a copy is held), 4 zero bytes
+//	..  the held copies (stored bytes), in the order of their moves
+//	..  CRC-32C of everything before it
+//
+// The file is overwritten in place for each group; bytes past the CRC are
+// leftovers of a longer earlier group and are ignored.
+var compactMagic = [4]byte{'Z', 'C', 'M', 'P'}
+
+const (
+	compactHeadSize = 16
+	compactMoveSize = 48
+)
+
+// encodeCompactJournal returns the journal of group in b's memory, reading
+// the copies of held records from their (still intact) old places.
+func (s *Store) encodeCompactJournal(b []byte, group []move, chunks []*chunk) ([]byte, error) {
+	return appendCompactJournal(b[:0], group, func(m move, dst []byte) error {
+		if err := s.readStored(chunks[m.from.chunk], m.from, dst); err != nil {
+			return wrapf(err, "compact %s: read record %d", s.dir, m.idx)
+		}
+		return nil
+	})
+}
+
+// appendCompactJournal appends the journal of group to b; copy fills in the
+// stored bytes of each held record.
+func appendCompactJournal(b []byte, group []move, copy func(m move, dst []byte) error) ([]byte, error) {
+	var held uint64
+	for _, m := range group {
+		if m.held {
+			held += uint64(m.from.phys)
+		}
+	}
+	size := compactHeadSize + len(group)*compactMoveSize + int(held)
+	start := len(b)
+	b = slices.Grow(b, size+4)[:start+compactHeadSize]
+	h := b[start:]
+	h[0], h[1], h[2], h[3] = compactMagic[0], compactMagic[1], compactMagic[2], compactMagic[3]
+	h[4], h[5], h[6], h[7] = 1, 0, 0, 0
+	binary.LittleEndian.PutUint32(h[8:], uint32(len(group)))
+	binary.LittleEndian.PutUint32(h[12:], uint32(held))
+	var mb [compactMoveSize]byte
+	for _, m := range group {
+		binary.LittleEndian.PutUint64(mb[0:], uint64(m.idx))
+		m.from.put(mb[8:])
+		m.to.put(mb[24:])
+		flags := uint32(0)
+		if m.held {
+			flags = 1
+		}
+		binary.LittleEndian.PutUint32(mb[40:], flags)
+		b = append(b, mb[:]...)
+	}
+	for _, m := range group {
+		if !m.held {
+			continue
+		}
+		n := len(b)
+		b = b[:n+int(m.from.phys)]
+		if err := copy(m, b[n:]); err != nil {
+			return nil, err
+		}
+	}
+	return sealed(b), nil
+}
+
+type compactJournal struct {
+	moves []move
+	held  [][]byte // per move, the held copy or nil
+}
+
+func decodeCompactJournal(raw []byte) (compactJournal, bool) {
+	if len(raw) < compactHeadSize || [4]byte(raw[0:4]) != compactMagic || raw[4] != 1 {
+		return compactJournal{}, false
+	}
+	count := uint64(binary.LittleEndian.Uint32(raw[8:]))
+	heldLen := uint64(binary.LittleEndian.Uint32(raw[12:]))
+	size := compactHeadSize + count*compactMoveSize + heldLen
+	if count == 0 || size+4 > uint64(len(raw)) {
+		return compactJournal{}, false
+	}
+	b, ok := unseal(raw[:size+4])
+	if !ok {
+		return compactJournal{}, false
+	}
+	j := compactJournal{moves: make([]move, count), held: make([][]byte, count)}
+	at := compactHeadSize + count*compactMoveSize
+	for k := range j.moves {
+		p := b[compactHeadSize+k*compactMoveSize:]
+		m := move{idx: int64(binary.LittleEndian.Uint64(p)), from: getEntry(p[8:]), to: getEntry(p[24:])}
+		flags := binary.LittleEndian.Uint32(p[40:])
+		if m.idx < 0 || m.from.phys != m.to.phys || m.from.logic != m.to.logic || m.from == m.to || flags > 1 {
+			return compactJournal{}, false
+		}
+		if flags == 1 {
+			if m.from.phys == 0 || at+uint64(m.from.phys) > size {
+				return compactJournal{}, false
+			}
+			m.held = true
+			j.held[k] = b[at : at+uint64(m.from.phys)]
+			at += uint64(m.from.phys)
+		}
+		j.moves[k] = m
+	}
+	if at != size {
+		return compactJournal{}, false
+	}
+	return j, true
+}
+
+// heldBytes returns the journal's copy of record idx of the group.
+func heldBytes(journal []byte, group []move, idx int64) []byte {
+	at := compactHeadSize + len(group)*compactMoveSize
+	for _, m := range group {
+		if !m.held {
+			continue
+		}
+		if m.idx == idx {
+			return journal[at : at+int(m.from.phys)]
+		}
+		at += int(m.from.phys)
+	}
+	return nil
+}

@@ -1,0 +1,326 @@
+package zrecord
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Open opens the store in dir. A writable Open takes the store's lock
+// (ErrLocked if another writable handle holds it), finishes or discards an
+// interrupted Delete or Compact, and cuts off what an interrupted Append left
+// past the frontier. WithReadOnly opens without any of that. Either way the
+// whole record table is validated; a damaged store yields an error naming
+// the file at fault, never a panic.
+func Open(dir string, opts ...Option) (s *Store, err error) {
+	defer recoverTo(&err, "open "+dir)
+	o := buildOptions(opts)
+	if err := o.validateCommon(); err != nil {
+		return nil, err
+	}
+	fsys := o.fs
+	fi, err := fsys.Stat(dir)
+	if err != nil {
+		if isNotExist(err) {
+			return nil, fmt.Errorf("zrecord: open %s: %w: %w", dir, ErrNotStore, err)
+		}
+		return nil, wrapf(err, "open %s", dir)
+	}
+	if !fi.IsDir() {
+		return nil, errf(ErrNotStore, "open %s: not a directory", dir)
+	}
+	metaPath := filepath.Join(dir, metaName)
+	flag := os.O_RDWR
+	if o.readOnly {
+		flag = os.O_RDONLY
+	}
+	meta, err := fsys.OpenFile(metaPath, flag, 0)
+	if err != nil {
+		if isNotExist(err) {
+			return nil, fmt.Errorf("zrecord: open %s: %w: %w", metaPath, ErrNotStore, err)
+		}
+		return nil, wrapf(err, "open %s", metaPath)
+	}
+	if !o.readOnly {
+		ok, err := lockFile(meta)
+		if err != nil {
+			meta.Close()
+			return nil, wrapf(err, "lock %s", metaPath)
+		}
+		if !ok {
+			meta.Close()
+			return nil, errf(ErrLocked, "open %s", dir)
+		}
+	}
+	s, err = load(dir, o, meta)
+	if err != nil {
+		meta.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// load builds a handle on an opened (and, if writable, locked) meta.zr.
+func load(dir string, o options, meta File) (st *Store, err error) {
+	old := guardFaults()
+	defer restoreFaults(old)
+	s := &Store{dir: dir, fsys: o.fs, opts: o, readOnly: o.readOnly, meta: meta}
+	defer func() {
+		if r := recover(); r != nil {
+			err = panicError("open "+dir, r)
+		}
+		if err != nil {
+			s.meta = nil // the caller closes it
+			s.release()
+			st = nil
+		}
+	}()
+	if err := s.loadFiles(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) loadFiles() (err error) {
+	metaPath := s.path(metaName)
+	size, err := fileSize(s.meta)
+	if err != nil {
+		return wrapf(err, "stat %s", metaPath)
+	}
+	hb := make([]byte, min(size, headerSize))
+	if err := readFull(s.meta, hb, 0); err != nil {
+		return wrapf(err, "read %s", metaPath)
+	}
+	h, err := decodeHeader(hb, metaPath)
+	if err != nil {
+		return err
+	}
+	s.codec = h.codec
+	s.tail = position{h.tailChunk, h.tailOffset}
+	if s.codec == ZstdDict {
+		if err := s.loadDict(); err != nil {
+			return err
+		}
+	}
+	if s.codec != Raw {
+		if s.dec, err = newDecoder(s.codec, s.dict); err != nil {
+			return err
+		}
+	}
+	if err := s.openChunks(); err != nil {
+		return err
+	}
+	length := int64(h.length)
+	if err := s.openSegments(length); err != nil {
+		return err
+	}
+	s.length.Store(length)
+	if s.readOnly {
+		if err := s.checkNoPendingJournal(); err != nil {
+			return err
+		}
+	} else {
+		if err := s.replayCompactJournal(); err != nil {
+			return err
+		}
+		if err := s.replayDeleteJournal(); err != nil {
+			return err
+		}
+		// A replayed move may have extended a chunk file.
+		for _, c := range *s.chunks.Load() {
+			c.end.Store(min(c.size, chunkSpan))
+		}
+	}
+	// Validate before cutting anything off, so that damage is reported
+	// rather than compounded.
+	tailEnd, err := s.validate()
+	if err != nil {
+		return err
+	}
+	if !s.readOnly {
+		return s.recoverFrontier(tailEnd)
+	}
+	return nil
+}
+
+func (s *Store) loadDict() error {
+	p := s.path(dictName)
+	f, err := s.fsys.OpenFile(p, os.O_RDONLY, 0)
+	if err != nil {
+		if isNotExist(err) {
+			return fmt.Errorf("zrecord: %s: %w: %w", p, ErrMissingDict, err)
+		}
+		return wrapf(err, "open %s", p)
+	}
+	defer f.Close()
+	n, err := fileSize(f)
+	if err != nil {
+		return wrapf(err, "stat %s", p)
+	}
+	if n == 0 || n > 64<<20 {
+		return errf(ErrCorrupt, "%s: dictionary of %d bytes", p, n)
+	}
+	d := make([]byte, n)
+	if err := readFull(f, d, 0); err != nil {
+		return wrapf(err, "read %s", p)
+	}
+	if err := checkDict(d); err != nil {
+		return fmt.Errorf("zrecord: %s: %v: %w", p, err, ErrCorrupt)
+	}
+	s.dict = d
+	return nil
+}
+
+// openChunks opens and maps chunks 0..tail.chunk and sets their bounds.
+func (s *Store) openChunks() error {
+	var list []*chunk
+	s.chunks.Store(&list)
+	for id := uint32(0); ; id++ {
+		p := s.path(chunkName(id))
+		f, err := s.fsys.OpenFile(p, s.fileFlag(), 0)
+		if err != nil {
+			if isNotExist(err) {
+				return fmt.Errorf("zrecord: %s: chunk missing (tail chunk %d): %w: %w", p, s.tail.chunk, ErrCorrupt, err)
+			}
+			return wrapf(err, "open %s", p)
+		}
+		c := &chunk{id: id, f: f}
+		list = append(list, c)
+		s.chunks.Store(&list)
+		if c.size, err = fileSize(f); err != nil {
+			return wrapf(err, "stat %s", p)
+		}
+		if c.data, err = mapSpan(f, chunkSpan); err != nil {
+			return wrapf(err, "map %s", p)
+		}
+		c.end.Store(min(c.size, chunkSpan))
+		if id == s.tail.chunk {
+			if c.size < int64(s.tail.off) {
+				return errf(ErrCorrupt, "%s: %d bytes, shorter than the tail offset %d", p, c.size, s.tail.off)
+			}
+			if s.readOnly {
+				c.end.Store(int64(s.tail.off))
+			}
+			// A writable Open validates the tail chunk against its size
+			// and settles the frontier afterwards (recoverFrontier).
+			return nil
+		}
+	}
+}
+
+// openSegments opens and maps the .loc segments that length entries need.
+func (s *Store) openSegments(length int64) error {
+	var list []*segment
+	s.segs.Store(&list)
+	nseg := (length + segEntries - 1) >> segShift
+	for id := int64(0); id < nseg; id++ {
+		g, err := s.openSegment(uint32(id), false)
+		if err != nil {
+			return err
+		}
+		list = append(list, g)
+		s.segs.Store(&list)
+		need := int64(segBytes)
+		if id == nseg-1 {
+			need = ((length-1)&segMask + 1) * entrySize
+		}
+		size, err := fileSize(g.f)
+		if err != nil {
+			return wrapf(err, "stat %s", s.path(segName(g.id)))
+		}
+		if size < need {
+			return errf(ErrCorrupt, "%s: %d bytes, length %d needs %d", s.path(segName(g.id)), size, length, need)
+		}
+	}
+	return nil
+}
+
+// openSegment opens (or, with create, creates) and maps one segment file.
+func (s *Store) openSegment(id uint32, create bool) (*segment, error) {
+	p := s.path(segName(id))
+	flag := s.fileFlag()
+	if create {
+		flag |= os.O_CREATE
+	}
+	f, err := s.fsys.OpenFile(p, flag, 0o644)
+	if err != nil {
+		if isNotExist(err) {
+			return nil, fmt.Errorf("zrecord: %s: record table segment missing: %w: %w", p, ErrCorrupt, err)
+		}
+		return nil, wrapf(err, "open %s", p)
+	}
+	g := &segment{id: id, f: f}
+	if g.data, err = mapSpan(f, segBytes); err != nil {
+		f.Close()
+		return nil, wrapf(err, "map %s", p)
+	}
+	return g, nil
+}
+
+// validate checks every live table entry against the chunks and sums the
+// byte totals. It returns where the last record in the tail chunk ends.
+func (s *Store) validate() (int64, error) {
+	n := s.length.Load()
+	var tailEnd int64
+	segs := *s.segs.Load()
+	chunks := *s.chunks.Load()
+	var live, logical int64
+	var buf []byte
+	for i := int64(0); i < n; {
+		g := segs[i>>segShift]
+		// Entries of this segment from i on, in one block.
+		lo := i & segMask
+		cnt := min(n-i, segEntries-lo, 1<<16)
+		var b []byte
+		if g.data != nil {
+			b = g.data[lo*entrySize : (lo+cnt)*entrySize]
+		} else {
+			if buf == nil {
+				buf = make([]byte, (1<<16)*entrySize)
+			}
+			b = buf[:cnt*entrySize]
+			if err := readFull(g.f, b, lo*entrySize); err != nil {
+				return 0, wrapf(err, "read %s", s.path(segName(g.id)))
+			}
+		}
+		for k := int64(0); k < cnt; k++ {
+			e := getEntry(b[k*entrySize:])
+			if err := s.checkEntry(e, chunks); err != nil {
+				return 0, fmt.Errorf("zrecord: %s: entry %d: %v: %w", s.path(segName(g.id)), i+k, err, ErrCorrupt)
+			}
+			live += int64(e.phys)
+			logical += int64(e.logic)
+			if e.chunk == s.tail.chunk {
+				tailEnd = max(tailEnd, int64(e.end()))
+			}
+		}
+		i += cnt
+	}
+	s.live, s.logical = live, logical
+	return tailEnd, nil
+}
+
+var (
+	errEntryChunk = errors.New("chunk id past the tail chunk")
+	errEntryEnd   = errors.New("record extends past the end of its chunk")
+	errEntrySize  = errors.New("stored size larger than logical size or the record limit")
+	errEntryCodec = errors.New("compressed record in a raw store")
+)
+
+// checkEntry reports why e cannot be a committed record, or nil.
+func (s *Store) checkEntry(e entry, chunks []*chunk) error {
+	if int64(e.chunk) >= int64(len(chunks)) {
+		return errEntryChunk
+	}
+	if e.end() > uint64(chunks[e.chunk].end.Load()) {
+		return errEntryEnd
+	}
+	if e.phys > e.logic || e.logic > MaxRecordSize {
+		return errEntrySize
+	}
+	if e.phys != e.logic && s.dec == nil {
+		return errEntryCodec
+	}
+	return nil
+}

@@ -1,0 +1,195 @@
+package zrecord
+
+// recoverFrontier finishes a writable Open: it settles the write frontier
+// and cuts off whatever an interrupted Append or Compact left past it (the
+// end of the tail chunk and chunk files past the tail chunk). tailEnd is
+// where the last live record of the tail chunk ends; a frontier below it
+// (a header torn in the middle of its tail offset) is raised to it.
+func (s *Store) recoverFrontier(tailEnd int64) error {
+	chunks := *s.chunks.Load()
+	tc := chunks[s.tail.chunk]
+	if tailEnd > int64(s.tail.off) {
+		s.tail.off = uint32(tailEnd)
+		if err := s.writeHeader(s.tail, s.length.Load()); err != nil {
+			return err
+		}
+	}
+	if tc.size > int64(s.tail.off) {
+		if err := tc.f.Truncate(int64(s.tail.off)); err != nil {
+			return wrapf(err, "truncate %s", s.path(chunkName(tc.id)))
+		}
+		tc.size = int64(s.tail.off)
+		tc.dirty = true
+	}
+	tc.end.Store(int64(s.tail.off))
+	ents, err := s.fsys.ReadDir(s.dir)
+	if err != nil {
+		return wrapf(err, "read directory %s", s.dir)
+	}
+	for _, e := range ents {
+		if id, ok := parseID(e.Name(), chunkSuffix); ok && id > s.tail.chunk {
+			if err := s.removeFile(e.Name()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// deleteJournalLive reports whether a decoded journal belongs to the store's
+// current header: the delete's before state (nothing or part of it
+// applied) or its after state (all entries written, though after a power
+// failure not necessarily all kept). Anything else is stale.
+func (s *Store) deleteJournalLive(j deleteIntent, valid bool) bool {
+	if !valid || j.before != s.tail {
+		return false
+	}
+	n := s.length.Load()
+	return n == j.beforeLen || n == j.afterLen
+}
+
+// replayDeleteJournal finishes an interrupted Delete (writable Open): the
+// writes are idempotent, so a live journal is simply applied again.
+func (s *Store) replayDeleteJournal() error {
+	raw, ok, err := s.readWhole(deleteJournal)
+	if err != nil || !ok {
+		return err
+	}
+	if j, valid := decodeDeleteIntent(raw); s.deleteJournalLive(j, valid) {
+		if err := s.applyDelete(j); err != nil {
+			return err
+		}
+		s.length.Store(j.afterLen)
+		if err := s.syncLocked(); err != nil {
+			return err
+		}
+	}
+	return s.removeFile(deleteJournal)
+}
+
+// tornBetween reports whether every byte of cur is the byte of a or of b at
+// the same place: what an entry write from a to b cut short leaves.
+func tornBetween(cur, a, b entry) bool {
+	var x, y, z [entrySize]byte
+	cur.put(x[:])
+	a.put(y[:])
+	b.put(z[:])
+	for i := range x {
+		if x[i] != y[i] && x[i] != z[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// compactRepair is one step of finishing a journal: move k of the journal
+// gets its entry rewritten, and its held copy first if redo is set.
+type compactRepair struct {
+	k    int
+	redo bool
+}
+
+// planCompactRepair works out what an interrupted group needs. Every entry
+// of the group must still be its old or its new value (or a write between
+// them cut short); otherwise the journal is stale and nothing is done. A
+// held record whose entry is not yet the new one may have lost its old
+// bytes: it is rewritten at its new place from the journal. A torn entry
+// of any other record is completed (its bytes were written before it).
+// Records whose entry is old and whose old bytes the group left alone stay
+// where they are.
+func (s *Store) planCompactRepair(j compactJournal) ([]compactRepair, error) {
+	length := s.length.Load()
+	segs := *s.segs.Load()
+	cur := make([]entry, len(j.moves))
+	for k, m := range j.moves {
+		if m.idx >= length {
+			return nil, nil
+		}
+		e, err := readEntry(segs, m.idx)
+		if err != nil {
+			return nil, wrapf(err, "read entry %d of %s", m.idx, s.dir)
+		}
+		if e != m.from && e != m.to && !tornBetween(e, m.from, m.to) {
+			return nil, nil
+		}
+		cur[k] = e
+	}
+	var plan []compactRepair
+	for k, m := range j.moves {
+		switch {
+		case cur[k] == m.to:
+		case m.held:
+			plan = append(plan, compactRepair{k, true})
+		case cur[k] != m.from:
+			plan = append(plan, compactRepair{k, false})
+		}
+	}
+	return plan, nil
+}
+
+// replayCompactJournal finishes a group of moves cut short by the death of
+// the process or a power failure (writable Open).
+func (s *Store) replayCompactJournal() error {
+	raw, ok, err := s.readWhole(compactJrnl)
+	if err != nil || !ok {
+		return err
+	}
+	if j, valid := decodeCompactJournal(raw); valid {
+		plan, err := s.planCompactRepair(j)
+		if err != nil {
+			return err
+		}
+		chunks := *s.chunks.Load()
+		for _, r := range plan {
+			m := j.moves[r.k]
+			if int64(m.to.chunk) >= int64(len(chunks)) || m.to.end() > uint64(MaxChunkCapacity) {
+				return errf(ErrCorrupt, "%s: move of record %d ends outside its chunk", s.path(compactJrnl), m.idx)
+			}
+			if r.redo {
+				to := chunks[m.to.chunk]
+				if err := writeFull(to.f, j.held[r.k], int64(m.to.off)); err != nil {
+					return wrapf(err, "write %s", s.path(chunkName(to.id)))
+				}
+				to.dirty = true
+				to.size = max(to.size, int64(m.to.end()))
+			}
+			if err := s.writeEntry(m.idx, m.to); err != nil {
+				return err
+			}
+		}
+		if len(plan) > 0 {
+			// Durable before the journal goes.
+			if err := s.syncLocked(); err != nil {
+				return err
+			}
+		}
+	}
+	return s.removeFile(compactJrnl)
+}
+
+// checkNoPendingJournal refuses a read-only Open while an interrupted Delete
+// or Compact is unfinished: only a writable Open can repair the table, and
+// reading it before then could return wrong records.
+func (s *Store) checkNoPendingJournal() error {
+	if raw, ok, err := s.readWhole(compactJrnl); err != nil {
+		return err
+	} else if ok {
+		if j, valid := decodeCompactJournal(raw); valid {
+			plan, err := s.planCompactRepair(j)
+			if err != nil {
+				return err
+			}
+			if len(plan) > 0 {
+				return errf(ErrCorrupt, "%s: interrupted compaction, open the store writable once to recover", s.path(compactJrnl))
+			}
+		}
+	}
+	if raw, ok, err := s.readWhole(deleteJournal); err != nil {
+		return err
+	} else if ok {
+		if j, valid := decodeDeleteIntent(raw); s.deleteJournalLive(j, valid) {
+			return errf(ErrCorrupt, "%s: interrupted delete, open the store writable once to recover", s.path(deleteJournal))
+		}
+	}
+	return nil
+}
