@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import build_native  # noqa: E402
+import build_native
 
 ROOT = build_native.ROOT
 PACKAGE_DIR = ROOT / "loaderx"
@@ -60,7 +60,10 @@ MACOS_STUBS = {
         "/System/Library/Frameworks/CoreFoundation.framework/Versions/A/CoreFoundation",
         ["_CFRelease"],
     ),
-    "lib/libresolv.tbd": ("/usr/lib/libresolv.9.dylib", ["_res_9_nclose", "_res_9_ninit", "_res_9_nsearch"]),
+    "lib/libresolv.tbd": (
+        "/usr/lib/libresolv.9.dylib",
+        ["_res_9_nclose", "_res_9_ninit", "_res_9_nsearch"],
+    ),
 }
 
 
@@ -105,7 +108,9 @@ class Target:
 #: Every platform a wheel is published for, in order of value.
 TARGETS: list[Target] = [
     Target("manylinux_2_17_x86_64", "linux", "amd64", "x86_64-linux-gnu.2.17", "linux"),
-    Target("manylinux_2_17_aarch64", "linux", "arm64", "aarch64-linux-gnu.2.17", "linux"),
+    Target(
+        "manylinux_2_17_aarch64", "linux", "arm64", "aarch64-linux-gnu.2.17", "linux"
+    ),
     Target("musllinux_1_2_x86_64", "linux", "amd64", "x86_64-linux-musl", "linux"),
     Target("musllinux_1_2_aarch64", "linux", "arm64", "aarch64-linux-musl", "linux"),
     Target("macosx_11_0_arm64", "darwin", "arm64", "aarch64-macos.11.0", "darwin"),
@@ -154,7 +159,11 @@ def project_metadata() -> str:
         lines.append(f"Provides-Extra: {extra}")
         for d in deps:
             req, _, marker = d.partition(";")
-            cond = f'({marker.strip()}) and extra == "{extra}"' if marker.strip() else f'extra == "{extra}"'
+            cond = (
+                f'({marker.strip()}) and extra == "{extra}"'
+                if marker.strip()
+                else f'extra == "{extra}"'
+            )
             lines.append(f"Requires-Dist: {req.strip()}; {cond}")
     readme = (ROOT / p["readme"]).read_text(encoding="utf-8")
     return "\n".join(lines) + "\n\n" + readme
@@ -201,8 +210,10 @@ def _check_zig() -> None:
             f"the ziglang package is not installed: pip install ziglang=={ZIGLANG_VERSION}"
         ) from None
     if have != ZIGLANG_VERSION:
-        raise WheelError(f"ziglang {have} is installed, the wheels are built with {ZIGLANG_VERSION}: "
-                         f"pip install ziglang=={ZIGLANG_VERSION}")
+        raise WheelError(
+            f"ziglang {have} is installed, the wheels are built with {ZIGLANG_VERSION}: "
+            f"pip install ziglang=={ZIGLANG_VERSION}"
+        )
 
 
 def _macos_stubs(where: Path) -> list[str]:
@@ -250,14 +261,21 @@ def build_library(target: Target, out_dir: Path, *, verbose: bool = True) -> Pat
         if target.goos == "darwin":
             env["CGO_LDFLAGS"] = " ".join(_macos_stubs(Path(stubs)))
         try:
-            return build_native.build(out_dir, verbose=verbose, env=env, platform=target.sys_platform,
-                                      ldflags=strip_ldflags(target))
+            return build_native.build(
+                out_dir,
+                verbose=verbose,
+                env=env,
+                platform=target.sys_platform,
+                ldflags=strip_ldflags(target),
+            )
         except RuntimeError as e:
             raise WheelError(f"{target.platform}: {e}") from None
 
 
 def _record_line(arcname: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    digest = (
+        base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    )
     return f"{arcname},sha256={digest},{len(data)}"
 
 
@@ -295,7 +313,9 @@ def pack_wheel(target: Target, lib_dir: Path, out_dir: Path) -> Path:
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
         for arcname, data in entries:
             info = zipfile.ZipInfo(arcname, date_time=stamp)
-            info.external_attr = (0o755 if arcname.endswith(target.library) else 0o644) << 16
+            info.external_attr = (
+                0o755 if arcname.endswith(target.library) else 0o644
+            ) << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, data)
     os.replace(tmp, path)
@@ -320,7 +340,9 @@ _PE_MACHINES = {0x8664: "x86_64", 0xAA64: "arm64"}
 
 
 def _target_of(path: Path) -> Target:
-    m = re.fullmatch(r"(?P<dist>[^-]+)-(?P<ver>[^-]+)-py3-none-(?P<plat>\w+)\.whl", path.name)
+    m = re.fullmatch(
+        r"(?P<dist>[^-]+)-(?P<ver>[^-]+)-py3-none-(?P<plat>\w+)\.whl", path.name
+    )
     if not m:
         raise WheelError(f"{path.name}: not a py3-none-<platform> wheel name")
     for t in TARGETS:
@@ -339,20 +361,27 @@ def elf_info(data: bytes) -> dict:
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         raise WheelError("not a 64-bit little-endian ELF file")
     machine = struct.unpack_from("<H", data, 18)[0]
-    shoff, = struct.unpack_from("<Q", data, 40)
+    (shoff,) = struct.unpack_from("<Q", data, 40)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 58)
     sections = []
     for i in range(shnum):
-        name, typ, _flags, _addr, off, size, link, _info, _align, entsize = struct.unpack_from(
-            "<IIQQQQIIQQ", data, shoff + i * shentsize)
+        name, typ, _flags, _addr, off, size, link, _info, _align, entsize = (
+            struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
+        )
         sections.append((name, typ, off, size, link, entsize))
+
     def strat(sec: tuple, off: int) -> str:
         start = sec[2] + off
-        return data[start:data.index(b"\0", start)].decode()
+        return data[start : data.index(b"\0", start)].decode()
+
     shstr = sections[shstrndx]
     names = [strat(shstr, s[0]) for s in sections]
-    info: dict = {"machine": _ELF_MACHINES.get(machine, f"e_machine {machine}"), "symtab": ".symtab" in names,
-                  "needed": [], "glibc": []}
+    info: dict = {
+        "machine": _ELF_MACHINES.get(machine, f"e_machine {machine}"),
+        "symtab": ".symtab" in names,
+        "needed": [],
+        "glibc": [],
+    }
     for s in sections:
         if s[1] == 6:  # SHT_DYNAMIC
             dynstr = sections[s[4]]
@@ -367,7 +396,9 @@ def elf_info(data: bytes) -> dict:
                 _ver, cnt, _file, aux, nxt = struct.unpack_from("<HHIII", data, off)
                 a = off + aux
                 for _ in range(cnt):
-                    _hash, _fl, _other, vname, anext = struct.unpack_from("<IHHII", data, a)
+                    _hash, _fl, _other, vname, anext = struct.unpack_from(
+                        "<IHHII", data, a
+                    )
                     v = strat(strsec, vname)
                     if v.startswith("GLIBC_"):
                         info["glibc"].append(v)
@@ -383,26 +414,31 @@ def macho_info(data: bytes) -> dict:
     magic, cpu = struct.unpack_from("<II", data, 0)
     if magic != 0xFEEDFACF:
         raise WheelError("not a 64-bit Mach-O file")
-    ncmds, = struct.unpack_from("<I", data, 16)
+    (ncmds,) = struct.unpack_from("<I", data, 16)
     off = 32
-    info: dict = {"machine": _MACHO_CPUS.get(cpu, f"cputype {cpu:#x}"), "minos": None, "dylibs": [],
-                  "signed": False, "symbols": 0}
+    info: dict = {
+        "machine": _MACHO_CPUS.get(cpu, f"cputype {cpu:#x}"),
+        "minos": None,
+        "dylibs": [],
+        "signed": False,
+        "symbols": 0,
+    }
     for _ in range(ncmds):
         cmd, size = struct.unpack_from("<II", data, off)
         if cmd == 0x32:  # LC_BUILD_VERSION
             _plat, minos = struct.unpack_from("<II", data, off + 8)
             info["minos"] = (minos >> 16, (minos >> 8) & 0xFF)
         elif cmd == 0x24:  # LC_VERSION_MIN_MACOSX
-            v, = struct.unpack_from("<I", data, off + 8)
+            (v,) = struct.unpack_from("<I", data, off + 8)
             info["minos"] = (v >> 16, (v >> 8) & 0xFF)
         elif cmd in (0xC, 0x80000018):  # LC_LOAD_DYLIB, LC_LOAD_WEAK_DYLIB
-            name_off, = struct.unpack_from("<I", data, off + 8)
-            raw = data[off + name_off:off + size]
+            (name_off,) = struct.unpack_from("<I", data, off + 8)
+            raw = data[off + name_off : off + size]
             info["dylibs"].append(raw.split(b"\0", 1)[0].decode())
         elif cmd == 0x1D:  # LC_CODE_SIGNATURE
             info["signed"] = True
         elif cmd == 0x2:  # LC_SYMTAB
-            info["symbols"], = struct.unpack_from("<I", data, off + 12)
+            (info["symbols"],) = struct.unpack_from("<I", data, off + 12)
         off += size
     return info
 
@@ -411,12 +447,14 @@ def pe_info(data: bytes) -> dict:
     """Machine, DLL flag, COFF symbol count and imported DLLs of a PE file."""
     if data[:2] != b"MZ":
         raise WheelError("not a PE file")
-    pe, = struct.unpack_from("<I", data, 0x3C)
-    if data[pe:pe + 4] != b"PE\0\0":
+    (pe,) = struct.unpack_from("<I", data, 0x3C)
+    if data[pe : pe + 4] != b"PE\0\0":
         raise WheelError("no PE signature")
-    machine, nsec, _ts, _symptr, nsyms, optsize, chars = struct.unpack_from("<HHIIIHH", data, pe + 4)
+    machine, nsec, _ts, _symptr, nsyms, optsize, chars = struct.unpack_from(
+        "<HHIIIHH", data, pe + 4
+    )
     opt = pe + 24
-    magic, = struct.unpack_from("<H", data, opt)
+    (magic,) = struct.unpack_from("<H", data, opt)
     if magic != 0x20B:
         raise WheelError("not a PE32+ (64-bit) image")
     sec_tab = opt + optsize
@@ -428,7 +466,9 @@ def pe_info(data: bytes) -> dict:
                 return rawptr + rva - vaddr
         raise WheelError(f"RVA {rva:#x} outside every section")
 
-    imp_rva, _imp_size = struct.unpack_from("<II", data, opt + 112 + 8)  # data directory 1
+    imp_rva, _imp_size = struct.unpack_from(
+        "<II", data, opt + 112 + 8
+    )  # data directory 1
     dlls = []
     if imp_rva:
         off = rva_to_off(imp_rva)
@@ -437,17 +477,27 @@ def pe_info(data: bytes) -> dict:
             if not name_rva:
                 break
             n = rva_to_off(name_rva)
-            dlls.append(data[n:data.index(b"\0", n)].decode())
+            dlls.append(data[n : data.index(b"\0", n)].decode())
             off += 20
-    return {"machine": _PE_MACHINES.get(machine, f"machine {machine:#x}"), "dll": bool(chars & 0x2000),
-            "symbols": nsyms, "imports": dlls}
+    return {
+        "machine": _PE_MACHINES.get(machine, f"machine {machine:#x}"),
+        "dll": bool(chars & 0x2000),
+        "symbols": nsyms,
+        "imports": dlls,
+    }
 
 
 def _auditwheel(path: Path) -> str | None:
     exe = shutil.which("auditwheel")
     if not exe:
         return None
-    proc = subprocess.run([exe, "show", str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(
+        [exe, "show", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0:
         raise WheelError(f"{path.name}: auditwheel show failed:\n{proc.stdout}")
     return " ".join(proc.stdout.split())
@@ -460,7 +510,9 @@ def _tag_within(found: str, tag: str) -> bool:
     if not f or not t:
         return found == tag
     return (f.group(1), f.group(4)) == (t.group(1), t.group(4)) and (
-        int(f.group(2)), int(f.group(3))) <= (int(t.group(2)), int(t.group(3)))
+        int(f.group(2)),
+        int(f.group(3)),
+    ) <= (int(t.group(2)), int(t.group(3)))
 
 
 def check_wheel(path: Path, *, use_auditwheel: bool = True) -> list[str]:
@@ -479,10 +531,17 @@ def check_wheel(path: Path, *, use_auditwheel: bool = True) -> list[str]:
         metadata = z.read(f"{dist_info}/METADATA").decode()
         libs = [n for n in names if re.search(r"\.(so|dylib|dll|pyd)(\.|$)", n)]
         if libs != [f"loaderx/lib/{target.library}"]:
-            raise WheelError(f"{path.name}: native libraries {libs}, expected exactly loaderx/lib/{target.library}")
+            raise WheelError(
+                f"{path.name}: native libraries {libs}, expected exactly loaderx/lib/{target.library}"
+            )
         lib = z.read(libs[0])
-        for need in ("loaderx/__init__.py", "loaderx/_native.py", "loaderx/lib/cdef.h",
-                     f"{dist_info}/LICENSE", f"{dist_info}/RECORD"):
+        for need in (
+            "loaderx/__init__.py",
+            "loaderx/_native.py",
+            "loaderx/lib/cdef.h",
+            f"{dist_info}/LICENSE",
+            f"{dist_info}/RECORD",
+        ):
             if need not in names:
                 raise WheelError(f"{path.name}: {need} is missing")
         record = z.read(f"{dist_info}/RECORD").decode().splitlines()
@@ -490,37 +549,55 @@ def check_wheel(path: Path, *, use_auditwheel: bool = True) -> list[str]:
             arc, digest, _size = line.rsplit(",", 2)
             if digest and _record_line(arc, z.read(arc)) != line:
                 raise WheelError(f"{path.name}: RECORD does not match {arc}")
-    tags = re.findall(r"^Tag: (.+)$", wheel_meta, re.M)
+    tags = re.findall(r"^Tag: (.+)$", wheel_meta, re.MULTILINE)
     if tags != [wheel_tag(target)]:
-        raise WheelError(f"{path.name}: WHEEL says tags {tags}, expected {wheel_tag(target)}")
+        raise WheelError(
+            f"{path.name}: WHEEL says tags {tags}, expected {wheel_tag(target)}"
+        )
     if "Root-Is-Purelib: false" not in wheel_meta:
         raise WheelError(f"{path.name}: WHEEL must say Root-Is-Purelib: false")
     for field in (f"Name: {name}", f"Version: {version}", "License: MIT"):
         if f"\n{field}\n" not in metadata:
             raise WheelError(f"{path.name}: METADATA lacks {field!r}")
-    done.append(f"files: one library ({target.library}), LICENSE, METADATA, RECORD hashes; tag {wheel_tag(target)}")
+    done.append(
+        f"files: one library ({target.library}), LICENSE, METADATA, RECORD hashes; tag {wheel_tag(target)}"
+    )
 
     if target.goos == "linux":
         info = elf_info(lib)
         if info["machine"] != target.machine:
-            raise WheelError(f"{path.name}: library is {info['machine']}, tag says {target.machine}")
+            raise WheelError(
+                f"{path.name}: library is {info['machine']}, tag says {target.machine}"
+            )
         if info["symtab"]:
             raise WheelError(f"{path.name}: library is not stripped (.symtab present)")
         musl = target.platform.startswith("musllinux")
         if musl:
             if info["glibc"] or "libc.so.6" in info["needed"]:
-                raise WheelError(f"{path.name}: musl library links glibc ({info['needed']}, {info['glibc']})")
+                raise WheelError(
+                    f"{path.name}: musl library links glibc ({info['needed']}, {info['glibc']})"
+                )
             if "libc.so" not in info["needed"]:
-                raise WheelError(f"{path.name}: musl library does not need libc.so ({info['needed']})")
-            done.append(f"ELF {info['machine']}, stripped, needs {info['needed']} (musl)")
+                raise WheelError(
+                    f"{path.name}: musl library does not need libc.so ({info['needed']})"
+                )
+            done.append(
+                f"ELF {info['machine']}, stripped, needs {info['needed']} (musl)"
+            )
         else:
-            vers = sorted({tuple(int(x) for x in v[6:].split(".")) for v in info["glibc"]})
+            vers = sorted(
+                {tuple(int(x) for x in v[6:].split(".")) for v in info["glibc"]}
+            )
             newest = vers[-1] if vers else (0, 0)
             if newest > target.glibc_max:
-                raise WheelError(f"{path.name}: needs GLIBC_{'.'.join(map(str, newest))}, "
-                                 f"newer than the tag's {target.glibc_max}")
-            done.append(f"ELF {info['machine']}, stripped, newest symbol version GLIBC_{'.'.join(map(str, newest))}"
-                        f" <= {'.'.join(map(str, target.glibc_max))}, needs {info['needed']}")
+                raise WheelError(
+                    f"{path.name}: needs GLIBC_{'.'.join(map(str, newest))}, "
+                    f"newer than the tag's {target.glibc_max}"
+                )
+            done.append(
+                f"ELF {info['machine']}, stripped, newest symbol version GLIBC_{'.'.join(map(str, newest))}"
+                f" <= {'.'.join(map(str, target.glibc_max))}, needs {info['needed']}"
+            )
         if musl:
             # auditwheel classifies by the libc of the machine it runs on: on
             # a glibc host it resolves the wheel's libc.so to glibc's linker
@@ -532,32 +609,50 @@ def check_wheel(path: Path, *, use_auditwheel: bool = True) -> list[str]:
             if out is None:
                 done.append("auditwheel: not installed, skipped")
             else:
-                m = re.search(r'consistent with the following platform tag: "?(\w+)"?', out)
+                m = re.search(
+                    r'consistent with the following platform tag: "?(\w+)"?', out
+                )
                 if not m or not _tag_within(m.group(1), target.platform):
                     raise WheelError(f"{path.name}: auditwheel show disagrees: {out}")
-                done.append(f"auditwheel show: consistent with {m.group(1)} (at least as old as the tag)")
+                done.append(
+                    f"auditwheel show: consistent with {m.group(1)} (at least as old as the tag)"
+                )
     elif target.goos == "darwin":
         info = macho_info(lib)
         if info["machine"] != target.machine:
-            raise WheelError(f"{path.name}: library is {info['machine']}, tag says {target.machine}")
+            raise WheelError(
+                f"{path.name}: library is {info['machine']}, tag says {target.machine}"
+            )
         if info["minos"] is None or info["minos"] > target.macos_min:
-            raise WheelError(f"{path.name}: minimum macOS {info['minos']}, tag says {target.macos_min}")
+            raise WheelError(
+                f"{path.name}: minimum macOS {info['minos']}, tag says {target.macos_min}"
+            )
         if target.goarch == "arm64" and not info["signed"]:
-            raise WheelError(f"{path.name}: arm64 library has no code signature (macOS refuses to load it)")
+            raise WheelError(
+                f"{path.name}: arm64 library has no code signature (macOS refuses to load it)"
+            )
         allowed = {"/usr/lib/libSystem.B.dylib"} | {v[0] for v in MACOS_STUBS.values()}
         extra = set(info["dylibs"]) - allowed
         if extra:
-            raise WheelError(f"{path.name}: library links {sorted(extra)}, which a stock macOS may lack")
-        done.append(f"Mach-O {info['machine']}, minos {info['minos'][0]}.{info['minos'][1]}, "
-                    f"signed={info['signed']}, links {info['dylibs']}")
+            raise WheelError(
+                f"{path.name}: library links {sorted(extra)}, which a stock macOS may lack"
+            )
+        done.append(
+            f"Mach-O {info['machine']}, minos {info['minos'][0]}.{info['minos'][1]}, "
+            f"signed={info['signed']}, links {info['dylibs']}"
+        )
     else:
         info = pe_info(lib)
         if info["machine"] != target.machine:
-            raise WheelError(f"{path.name}: library is {info['machine']}, tag says {target.machine}")
+            raise WheelError(
+                f"{path.name}: library is {info['machine']}, tag says {target.machine}"
+            )
         if not info["dll"]:
             raise WheelError(f"{path.name}: {target.library} is not a DLL")
         if info["symbols"]:
-            raise WheelError(f"{path.name}: DLL is not stripped ({info['symbols']} COFF symbols)")
+            raise WheelError(
+                f"{path.name}: DLL is not stripped ({info['symbols']} COFF symbols)"
+            )
         done.append(f"PE {info['machine']} DLL, stripped, imports {info['imports']}")
     return done
 
@@ -567,10 +662,23 @@ def check_wheel(path: Path, *, use_auditwheel: bool = True) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=str(ROOT / "dist"), help="where the wheels go (default dist/)")
-    ap.add_argument("--only", action="append", metavar="TAG", help="build only this platform tag (repeatable)")
-    ap.add_argument("--check-only", action="store_true", help="check the wheels already in --out")
-    ap.add_argument("--print-zig-pin", action="store_true", help="print the pinned ziglang version and exit")
+    ap.add_argument(
+        "--out", default=str(ROOT / "dist"), help="where the wheels go (default dist/)"
+    )
+    ap.add_argument(
+        "--only",
+        action="append",
+        metavar="TAG",
+        help="build only this platform tag (repeatable)",
+    )
+    ap.add_argument(
+        "--check-only", action="store_true", help="check the wheels already in --out"
+    )
+    ap.add_argument(
+        "--print-zig-pin",
+        action="store_true",
+        help="print the pinned ziglang version and exit",
+    )
     ap.add_argument("-q", "--quiet", action="store_true")
     args = ap.parse_args(argv)
     if args.print_zig_pin:
@@ -580,7 +688,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         unknown = set(args.only) - {t.platform for t in TARGETS}
         if unknown:
-            print(f"build_wheels: unknown platform tag(s) {sorted(unknown)}", file=sys.stderr)
+            print(
+                f"build_wheels: unknown platform tag(s) {sorted(unknown)}",
+                file=sys.stderr,
+            )
             return 2
         targets = [t for t in TARGETS if t.platform in args.only]
     out = Path(args.out)
@@ -605,7 +716,9 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(t.platform)
             print(f"FAIL {t.platform}: {e}", file=sys.stderr)
             continue
-        print(f"ok   {path.name}  {path.stat().st_size} bytes  ({time.monotonic() - start:.0f} s)")
+        print(
+            f"ok   {path.name}  {path.stat().st_size} bytes  ({time.monotonic() - start:.0f} s)"
+        )
         for c in checks:
             print(f"       {c}")
     if failed:

@@ -25,7 +25,9 @@ def _load_build_wheels() -> ModuleType:
     name = "loaderx_build_wheels"
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "python" / "build_wheels.py")
+    spec = importlib.util.spec_from_file_location(
+        name, ROOT / "python" / "build_wheels.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
@@ -48,7 +50,7 @@ PLATFORMS = [
 
 
 def _go_directive() -> tuple[int, int]:
-    m = re.search(r"^go (\d+)\.(\d+)", (ROOT / "go.mod").read_text(), re.M)
+    m = re.search(r"^go (\d+)\.(\d+)", (ROOT / "go.mod").read_text(), re.MULTILINE)
     assert m, "go.mod has no go directive"
     return int(m.group(1)), int(m.group(2))
 
@@ -61,10 +63,26 @@ def sdist_files(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     """The files of a freshly built sdist, relative to its top directory."""
     out = tmp_path_factory.mktemp("sdist")
     if importlib.util.find_spec("build") is not None:
-        cmd = [sys.executable, "-m", "build", "--sdist", "--no-isolation", "--skip-dependency-check", "-o", str(out)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "build",
+            "--sdist",
+            "--no-isolation",
+            "--skip-dependency-check",
+            "-o",
+            str(out),
+        ]
     else:
         cmd = [sys.executable, "setup.py", "-q", "sdist", "--dist-dir", str(out)]
-    proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     (tarball,) = out.glob("loaderx-*.tar.gz")
     with tarfile.open(tarball) as t:
@@ -74,21 +92,40 @@ def sdist_files(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
 
 def test_sdist_carries_every_go_source(sdist_files: set[str]) -> None:
     go_files = {
-        str(p.relative_to(ROOT)) for d in ("capi", "zrecord", "zsampler", "internal") for p in (ROOT / d).rglob("*.go")
+        str(p.relative_to(ROOT))
+        for d in ("capi", "zrecord", "zsampler", "internal")
+        for p in (ROOT / d).rglob("*.go")
     }
     assert go_files, "no Go sources found in the checkout"
     missing = sorted(go_files - sdist_files)
     assert not missing, f"the sdist lacks Go sources: {missing}"
-    for need in ("go.mod", "go.sum", "LICENSE", "README.md", "setup.py", "pyproject.toml", "MANIFEST.in",
-                 "python/build_native.py", "python/build_wheels.py", "python/abi_smoke.c", "loaderx/py.typed"):
+    for need in (
+        "go.mod",
+        "go.sum",
+        "LICENSE",
+        "README.md",
+        "setup.py",
+        "pyproject.toml",
+        "MANIFEST.in",
+        "python/build_native.py",
+        "python/build_wheels.py",
+        "python/abi_smoke.c",
+        "loaderx/py.typed",
+    ):
         assert need in sdist_files, f"the sdist lacks {need}"
     py = {f"loaderx/{p.name}" for p in (ROOT / "loaderx").glob("*.py")}
     assert py <= sdist_files, f"the sdist lacks {sorted(py - sdist_files)}"
 
 
 def test_sdist_carries_no_built_library(sdist_files: set[str]) -> None:
-    built = [n for n in sdist_files if re.search(r"\.(so|dylib|dll|pyc)$", n) or n.endswith("cdef.h")
-             or "__pycache__" in n or n.startswith(("build/", "dist/"))]
+    built = [
+        n
+        for n in sdist_files
+        if re.search(r"\.(so|dylib|dll|pyc)$", n)
+        or n.endswith("cdef.h")
+        or "__pycache__" in n
+        or n.startswith(("build/", "dist/"))
+    ]
     assert not built, f"the sdist carries build outputs: {built}"
 
 
@@ -100,13 +137,18 @@ def test_targets_are_the_published_platforms_in_order() -> None:
 
 
 @pytest.mark.parametrize("target", bw.TARGETS, ids=lambda t: t.platform)
-def test_wheel_name_and_tag(target: "bw.Target") -> None:
+def test_wheel_name_and_tag(target: bw.Target) -> None:
     import loaderx
 
     assert bw.wheel_tag(target) == f"py3-none-{target.platform}"
-    assert bw.wheel_name(target) == f"loaderx-{loaderx.__version__}-py3-none-{target.platform}.whl"
+    assert (
+        bw.wheel_name(target)
+        == f"loaderx-{loaderx.__version__}-py3-none-{target.platform}.whl"
+    )
     arch = {"amd64": ("x86_64", "amd64"), "arm64": ("aarch64", "arm64")}[target.goarch]
-    assert target.platform.endswith(arch), f"{target.platform} does not name GOARCH {target.goarch}"
+    assert target.platform.endswith(arch), (
+        f"{target.platform} does not name GOARCH {target.goarch}"
+    )
     assert target.zig.split("-")[0] in ("x86_64", "aarch64")
     assert target.zig.startswith({"amd64": "x86_64", "arm64": "aarch64"}[target.goarch])
     # the minimum the tag states is pinned in the zig triple
@@ -144,7 +186,7 @@ def _host_lib_dir() -> Path:
     return lib
 
 
-def _target(platform: str) -> "bw.Target":
+def _target(platform: str) -> bw.Target:
     return next(t for t in bw.TARGETS if t.platform == platform)
 
 
@@ -157,9 +199,16 @@ def test_packed_wheel_layout(tmp_path: Path) -> None:
     with zipfile.ZipFile(path) as z:
         names = set(z.namelist())
         wheel_meta = z.read("loaderx-0.1.0.dist-info/WHEEL").decode()
-    assert {"loaderx/__init__.py", "loaderx/_native.py", "loaderx/py.typed", "loaderx/lib/libloaderx.so",
-            "loaderx/lib/cdef.h", "loaderx-0.1.0.dist-info/LICENSE", "loaderx-0.1.0.dist-info/METADATA",
-            "loaderx-0.1.0.dist-info/RECORD"} <= names
+    assert {
+        "loaderx/__init__.py",
+        "loaderx/_native.py",
+        "loaderx/py.typed",
+        "loaderx/lib/libloaderx.so",
+        "loaderx/lib/cdef.h",
+        "loaderx-0.1.0.dist-info/LICENSE",
+        "loaderx-0.1.0.dist-info/METADATA",
+        "loaderx-0.1.0.dist-info/RECORD",
+    } <= names
     assert not [n for n in names if "__pycache__" in n or ".build-" in n]
     assert "Tag: py3-none-manylinux_2_17_x86_64\n" in wheel_meta
     info = bw.elf_info((lib / "libloaderx.so").read_bytes())
@@ -201,9 +250,18 @@ def test_metadata() -> None:
     assert "License-File: LICENSE" in fields
     assert "Requires-Python: >=3.9" in fields
     requires = [f for f in fields if f.startswith("Requires-Dist: ")]
-    assert "Requires-Dist: cffi>=1.15" in requires and "Requires-Dist: numpy>=1.22" in requires
-    assert all("extra ==" in r for r in requires if not r.startswith(("Requires-Dist: cffi", "Requires-Dist: numpy")))
-    assert not [f for f in fields if "free-thread" in f.lower() or "Py_GIL_DISABLED" in f]
+    assert (
+        "Requires-Dist: cffi>=1.15" in requires
+        and "Requires-Dist: numpy>=1.22" in requires
+    )
+    assert all(
+        "extra ==" in r
+        for r in requires
+        if not r.startswith(("Requires-Dist: cffi", "Requires-Dist: numpy"))
+    )
+    assert not [
+        f for f in fields if "free-thread" in f.lower() or "Py_GIL_DISABLED" in f
+    ]
     assert body.startswith("# "), "the long description is the README"
     assert "MIT License" in (ROOT / "LICENSE").read_text()
 
@@ -214,12 +272,26 @@ def test_setup_states_the_go_minimum_of_go_mod() -> None:
     assert m and (int(m.group(1)), int(m.group(2))) == _go_directive()
 
 
-def _setup_build(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _setup_build(
+    tmp_path: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k not in ("GO", "CC", "PATH")}
     base.update(env)
     return subprocess.run(
-        [sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(tmp_path / "lib")],
-        cwd=ROOT, env=base, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120,
+        [
+            sys.executable,
+            "setup.py",
+            "-q",
+            "build_py",
+            "--build-lib",
+            str(tmp_path / "lib"),
+        ],
+        cwd=ROOT,
+        env=base,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 
@@ -235,8 +307,14 @@ def test_source_build_without_c_compiler_fails_in_one_sentence(tmp_path: Path) -
     go = shutil.which("go")
     if not go:
         pytest.skip("needs go")
-    proc = _setup_build(tmp_path, {"PATH": os.environ.get("PATH", ""), "GO": go,
-                                   "CC": str(tmp_path / "no-such-cc")})
+    proc = _setup_build(
+        tmp_path,
+        {
+            "PATH": os.environ.get("PATH", ""),
+            "GO": go,
+            "CC": str(tmp_path / "no-such-cc"),
+        },
+    )
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("loaderx:")]

@@ -38,10 +38,13 @@ def _run_threads(n: int, target: Callable[[int], None]) -> None:
         try:
             barrier.wait()
             target(k)
-        except BaseException as e:  # handed to the test thread
+        except BaseException as e:  # noqa: BLE001 - handed to the test thread
             errors.append(e)
 
-    threads = [threading.Thread(target=body, args=(k,), name=f"contender-{k}") for k in range(n)]
+    threads = [
+        threading.Thread(target=body, args=(k,), name=f"contender-{k}")
+        for k in range(n)
+    ]
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter allows
     try:
@@ -51,7 +54,9 @@ def _run_threads(n: int, target: Callable[[int], None]) -> None:
             t.join(120)
     finally:
         sys.setswitchinterval(old)
-    assert not any(t.is_alive() for t in threads), "a contending thread did not finish in 120 s"
+    assert not any(t.is_alive() for t in threads), (
+        "a contending thread did not finish in 120 s"
+    )
     if errors:
         raise errors[0]
 
@@ -59,7 +64,9 @@ def _run_threads(n: int, target: Callable[[int], None]) -> None:
 def _records(ids: np.ndarray) -> np.ndarray:
     """The content of the records ids: each one distinct and recomputable."""
     base = ids.astype(np.int64)[:, None, None] * 1_000_003
-    return ((base + np.arange(np.prod(SHAPE)).reshape(SHAPE)) % 2_147_483_647).astype(np.int32)
+    return ((base + np.arange(np.prod(SHAPE)).reshape(SHAPE)) % 2_147_483_647).astype(
+        np.int32
+    )
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +89,9 @@ def test_many_threads_gather_one_dataset(stores: dict[str, Path], codec: str) ->
         for _ in range(60):
             idx = rng.integers(0, N, size=64)
             ds.gather(idx, out)
-            np.testing.assert_array_equal(out, _records(idx), err_msg=f"thread {k}, indices {idx[:4]}...")
+            np.testing.assert_array_equal(
+                out, _records(idx), err_msg=f"thread {k}, indices {idx[:4]}..."
+            )
             one = int(rng.integers(0, N))
             np.testing.assert_array_equal(ds[one], _records(np.array([one]))[0])
 
@@ -93,7 +102,10 @@ def test_many_threads_gather_one_zrecord(stores: dict[str, Path]) -> None:
     """Byte records through one shared Zrecord handle."""
     root = stores["label"].parent / "bytes"
     z = Zrecord(root, create=True, codec="zstd")
-    payloads = [bytes([i % 251]) * (1 + (i * 37) % 3000) + i.to_bytes(4, "little") for i in range(512)]
+    payloads = [
+        bytes([i % 251]) * (1 + (i * 37) % 3000) + i.to_bytes(4, "little")
+        for i in range(512)
+    ]
     z.append(payloads)
     z.sync()
 
@@ -103,7 +115,9 @@ def test_many_threads_gather_one_zrecord(stores: dict[str, Path]) -> None:
             idx = rng.integers(0, len(payloads), size=16)
             got = z.gather(idx)
             for i, g in zip(idx.tolist(), got):
-                assert g == payloads[i], f"thread {k}: record {i} came back as {len(g)} wrong bytes"
+                assert g == payloads[i], (
+                    f"thread {k}: record {i} came back as {len(g)} wrong bytes"
+                )
 
     try:
         _run_threads(THREADS, work)
@@ -125,7 +139,9 @@ def test_many_threads_call_sampler(stores: dict[str, Path]) -> None:
         for j in rng.permutation(len(keys)).tolist() * 2:
             mode, step = keys[j]
             got = sample(mode, N, 128, seed=7, step=step)
-            np.testing.assert_array_equal(got, expect[mode, step], err_msg=f"thread {k}: {mode} step {step}")
+            np.testing.assert_array_equal(
+                got, expect[mode, step], err_msg=f"thread {k}: {mode} step {step}"
+            )
 
     _run_threads(THREADS, work)
 
@@ -137,17 +153,26 @@ def _expected_batch(mode: str, step: int, batch_size: int, seed: int) -> np.ndar
 @pytest.mark.parametrize("workers", [0, 3])
 def test_many_loaders_iterated_at_once(stores: dict[str, Path], workers: int) -> None:
     """Several loaders over the same stores, each consumed by its own thread."""
-    streams = {"image": DenseDataset(stores["zstd"]), "label": DenseDataset(stores["label"])}
+    streams = {
+        "image": DenseDataset(stores["zstd"]),
+        "label": DenseDataset(stores["label"]),
+    }
     steps = 30
 
     def work(k: int) -> None:
         seed = k % 4
-        with DataLoader(streams, batch_size=32, num_workers=workers, sampler="iid", seed=seed) as loader:
+        with DataLoader(
+            streams, batch_size=32, num_workers=workers, sampler="iid", seed=seed
+        ) as loader:
             for step in range(steps):
                 batch = next(loader)
                 idx = _expected_batch("iid", step, 32, seed)
-                np.testing.assert_array_equal(batch["label"], idx, err_msg=f"loader {k} step {step}")
-                np.testing.assert_array_equal(batch["image"], _records(idx), err_msg=f"loader {k} step {step}")
+                np.testing.assert_array_equal(
+                    batch["label"], idx, err_msg=f"loader {k} step {step}"
+                )
+                np.testing.assert_array_equal(
+                    batch["image"], _records(idx), err_msg=f"loader {k} step {step}"
+                )
 
     _run_threads(8, work)
 
@@ -155,7 +180,10 @@ def test_many_loaders_iterated_at_once(stores: dict[str, Path], workers: int) ->
 def test_held_batches_are_never_refilled(stores: dict[str, Path]) -> None:
     """Batches the consumer keeps (whole, as a view, or in another thread)
     keep their bytes while the loader's workers refill the buffer pool."""
-    streams = {"image": DenseDataset(stores["raw"]), "label": DenseDataset(stores["label"])}
+    streams = {
+        "image": DenseDataset(stores["raw"]),
+        "label": DenseDataset(stores["label"]),
+    }
     held: list[tuple[int, dict[str, np.ndarray], np.ndarray]] = []
     views: list[tuple[int, np.ndarray]] = []
     lock = threading.Lock()
@@ -173,12 +201,23 @@ def test_held_batches_are_never_refilled(stores: dict[str, Path]) -> None:
             step, batch = item
             idx = _expected_batch("cyclic", step, 64, 5)
             for _ in range(3):
-                np.testing.assert_array_equal(batch["label"], idx, err_msg=f"checker {k}, step {step}")
-                np.testing.assert_array_equal(batch["image"], _records(idx), err_msg=f"checker {k}, step {step}")
+                np.testing.assert_array_equal(
+                    batch["label"], idx, err_msg=f"checker {k}, step {step}"
+                )
+                np.testing.assert_array_equal(
+                    batch["image"], _records(idx), err_msg=f"checker {k}, step {step}"
+                )
 
     def consumer(_: int) -> None:
         try:
-            with DataLoader(streams, batch_size=64, num_workers=4, sampler="cyclic", seed=5, prefetch=6) as loader:
+            with DataLoader(
+                streams,
+                batch_size=64,
+                num_workers=4,
+                sampler="cyclic",
+                seed=5,
+                prefetch=6,
+            ) as loader:
                 for step in range(200):
                     batch = next(loader)
                     if step % 7 == 0:
@@ -197,7 +236,7 @@ def test_held_batches_are_never_refilled(stores: dict[str, Path]) -> None:
     def guarded(fn: Callable[[int], None], k: int) -> None:
         try:
             fn(k)
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001 - handed to the test thread
             errors.append(e)
             done.set()
 
@@ -217,9 +256,13 @@ def test_held_batches_are_never_refilled(stores: dict[str, Path]) -> None:
     assert held and views
     for step, batch, copy in held:
         idx = _expected_batch("cyclic", step, 64, 5)
-        np.testing.assert_array_equal(batch["image"], copy, err_msg=f"held batch of step {step} was overwritten")
+        np.testing.assert_array_equal(
+            batch["image"], copy, err_msg=f"held batch of step {step} was overwritten"
+        )
         np.testing.assert_array_equal(batch["image"], _records(idx))
         np.testing.assert_array_equal(batch["label"], idx)
     for step, view in views:
         idx = _expected_batch("cyclic", step, 64, 5)
-        np.testing.assert_array_equal(view, _records(idx)[1:3], err_msg=f"view into step {step} was overwritten")
+        np.testing.assert_array_equal(
+            view, _records(idx)[1:3], err_msg=f"view into step {step} was overwritten"
+        )
