@@ -29,6 +29,7 @@ WORK=$(mktemp -d /tmp/loaderx-check.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 VERSION=$($PYTHON -c 'import tomllib;print(tomllib.load(open("pyproject.toml","rb"))["project"]["version"])')
 ZIG="$PYTHON -m ziglang"
+export ROOT PYTHON GO DIST WORK VERSION ZIG
 LOG=$ROOT/build/check-logs
 mkdir -p "$LOG"
 declare -a RESULTS=()
@@ -40,10 +41,19 @@ record() { # name status detail
 	echo "== $1: $2 $3"
 }
 
-# run NAME TIMEOUT CMD...: runs CMD with its output in build/check-logs/NAME.log
+# want SECTION: whether ONLY (a space-separated list of sections: wheels vet
+# arm64 windows smoke venv) is empty or names SECTION
+want() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
+
+# run NAME TIMEOUT CMD...: runs CMD (a program or a function of this script)
+# with its output in build/check-logs/NAME.log
 run() {
 	local name=$1 limit=$2
 	shift 2
+	if declare -F "$1" >/dev/null; then
+		export -f "$1" wheel
+		set -- bash -c '"$@"' _ "$@"
+	fi
 	if timeout "$limit" "$@" >"$LOG/$name.log" 2>&1; then
 		record "$name" PASS "$(tail -n 1 "$LOG/$name.log" | cut -c1-100)"
 	else
@@ -59,7 +69,7 @@ unpack_lib() {
 }
 
 # -- wheels ----------------------------------------------------------------------
-run wheels 600 $PYTHON python/build_wheels.py --check-only
+want wheels && run wheels 600 $PYTHON python/build_wheels.py --check-only
 
 # -- vet -------------------------------------------------------------------------
 vet_all() {
@@ -73,7 +83,7 @@ vet_all() {
 	done
 	echo "vet: 5 platforms clean"
 }
-run vet 900 vet_all
+want vet && run vet 900 vet_all
 
 # -- linux/arm64 under qemu ------------------------------------------------------
 # Skipped under emulation: TestCrashKill re-executes the test binary (no
@@ -82,7 +92,9 @@ run vet 900 vet_all
 # TestFaultInjection and TestDiskFull map hundreds of 4 GiB spans, which
 # qemu-user backs with real memory (16 GB resident before it was stopped).
 QEMU_SKIP='TestCrashKill|TestGatherAfterTruncation|TestFaultInjection|TestDiskFull'
-if command -v qemu-aarch64-static >/dev/null; then
+if ! want arm64; then
+	:
+elif command -v qemu-aarch64-static >/dev/null; then
 	if GOARCH=arm64 $GO test -c -o "$WORK/zrecord.arm64" ./zrecord && GOARCH=arm64 $GO test -c -o "$WORK/zsampler.arm64" ./zsampler; then
 		run arm64-zsampler 900 qemu-aarch64-static "$WORK/zsampler.arm64" -test.short
 		run arm64-zrecord 900 qemu-aarch64-static "$WORK/zrecord.arm64" -test.short -test.skip "$QEMU_SKIP"
@@ -102,7 +114,9 @@ fi
 # with Go 1.25.0 (the go.mod minimum), whose RemoveAll works on Wine.
 # TestCrashKill is skipped: it kills a child with a signal.
 WINE_SKIP='TestCrashKill'
-if command -v wine >/dev/null; then
+if ! want windows; then
+	:
+elif command -v wine >/dev/null; then
 	export WINEPREFIX=$ROOT/build/wineprefix WINEDEBUG=-all
 	mkdir -p "$WINEPREFIX"
 	[ -d "$WINEPREFIX/drive_c/windows/system32" ] || timeout 300 wineboot --init >"$LOG/wineboot.log" 2>&1
@@ -150,18 +164,23 @@ smoke() { # name tag zig-target runner...
 	fi
 	run "$name" 300 "$@" "$WORK/smoke-$tag$ext" "$lib" "$WORK/store-$tag"
 }
-smoke smoke-glibc manylinux_2_17_x86_64 x86_64-linux-gnu.2.17
-if [ -e /lib/ld-musl-x86_64.so.1 ]; then
+want smoke && smoke smoke-glibc manylinux_2_17_x86_64 x86_64-linux-gnu.2.17
+if ! want smoke; then
+	:
+elif [ -e /lib/ld-musl-x86_64.so.1 ]; then
 	smoke smoke-musl musllinux_1_2_x86_64 x86_64-linux-musl
 else
 	record smoke-musl SKIP "no musl loader (apt-get install musl)"
 fi
-if command -v qemu-aarch64-static >/dev/null && [ -d /usr/aarch64-linux-gnu ]; then
+if ! want smoke; then
+	:
+elif command -v qemu-aarch64-static >/dev/null && [ -d /usr/aarch64-linux-gnu ]; then
 	smoke smoke-arm64 manylinux_2_17_aarch64 aarch64-linux-gnu.2.17 qemu-aarch64-static -L /usr/aarch64-linux-gnu
 else
 	record smoke-arm64 SKIP "needs qemu-user-static and libc6-arm64-cross"
 fi
-if command -v wine >/dev/null; then
+if want smoke && command -v wine >/dev/null; then
+	export WINEPREFIX=$ROOT/build/wineprefix WINEDEBUG=-all
 	smoke smoke-windows win_amd64 x86_64-windows-gnu wine
 fi
 
@@ -197,7 +216,9 @@ EOF
 		--ignore=tests/test_cdef.py --ignore=tests/test_packaging.py
 }
 for py in python3.9 python3.11 python3.13; do
-	if command -v "$py" >/dev/null; then
+	if ! want venv; then
+		:
+	elif command -v "$py" >/dev/null; then
 		run "venv-$py" 1200 venv_suite "$(command -v "$py")"
 	else
 		record "venv-$py" SKIP "$py not installed here"
