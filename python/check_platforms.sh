@@ -190,14 +190,15 @@ smoke() { # name tag zig-target runner...
 	local name=$1 tag=$2 triple=$3
 	shift 3
 	if [ ! -f "$(wheel "$tag")" ]; then
-		record "$name" SKIP "no $tag wheel in dist/"
+		record "$name" SKIP "no $tag wheel in dist/ (musllinux: not built by default, see build_wheels.py)"
 		return
 	fi
 	unpack_lib "$tag" "$WORK/$tag" || { record "$name" FAIL "cannot unpack $(wheel "$tag")"; return; }
 	local lib ext=""
 	lib=$(ls "$WORK/$tag"/loaderx/lib/*loaderx.{so,dll} 2>/dev/null | head -n 1)
-	case $triple in *windows*) ext=.exe ;; esac
-	if ! $ZIG cc -target "$triple" -O2 -Wall -o "$WORK/smoke-$tag$ext" python/abi_smoke.c >"$LOG/$name-cc.log" 2>&1; then
+	local link=""
+	case $triple in *windows*) ext=.exe ;; *musl*) link=-dynamic ;; esac
+	if ! $ZIG cc -target "$triple" $link -O2 -Wall -o "$WORK/smoke-$tag$ext" python/abi_smoke.c >"$LOG/$name-cc.log" 2>&1; then
 		record "$name" FAIL "zig cc failed; see build/check-logs/$name-cc.log"
 		return
 	fi
