@@ -8,7 +8,7 @@ STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 LIB := loaderx/lib/libloaderx.so
 GO_SOURCES := $(shell find capi zrecord zsampler -name '*.go' -not -name '*_test.go' 2>/dev/null)
 
-.PHONY: all build setup demo test test-go test-race test-py check bench bench-deps clean
+.PHONY: all build setup demo test test-go test-race test-py check bench bench-deps clean wheels wheels-deps wheels-check sdist
 
 all: build
 
@@ -54,6 +54,24 @@ bench-deps:
 bench: bench-deps build
 	$(PYTHON) scripts/bench all
 
+## wheels: one py3-none-<platform> wheel per platform into dist/, cross-built with zig cc (slow; not part of test)
+wheels-deps:
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check "ziglang==$$($(PYTHON) python/build_wheels.py --print-zig-pin)" auditwheel build
+	$(GO) mod download
+
+wheels: wheels-deps
+	$(PYTHON) python/build_wheels.py
+
+## wheels-check: the checks of dist/ on the platforms reachable from Linux x86-64
+## (qemu arm64, Wine, musl, macOS link checks, fresh venvs); needs Debian's
+## qemu-user-static libc6-arm64-cross musl wine wine64
+wheels-check:
+	bash python/check_platforms.sh
+
+## sdist: the source distribution into dist/
+sdist:
+	$(PYTHON) -m build --sdist
+
 clean:
-	rm -rf build dist *.egg-info loaderx/lib/*.so loaderx/lib/*.h
+	rm -rf build dist *.egg-info loaderx/lib/*.so loaderx/lib/*.dylib loaderx/lib/*.dll loaderx/lib/*.h
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

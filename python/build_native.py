@@ -185,23 +185,36 @@ def write_cdef(header_path: str | os.PathLike[str], cdef_path: str | os.PathLike
     Path(cdef_path).write_text(extract_cdef(text), encoding="utf-8")
 
 
-def build(out_dir: str | os.PathLike[str] | None = None, *, verbose: bool = True) -> Path:
+def build(
+    out_dir: str | os.PathLike[str] | None = None,
+    *,
+    verbose: bool = True,
+    env: dict[str, str] | None = None,
+    platform: str = sys.platform,
+    ldflags: str | None = None,
+) -> Path:
     """Build the shared library, its header and cdef.h into ``out_dir``.
 
     The files are built in a temporary directory inside ``out_dir`` and then
     moved into place, so a process that has the old library loaded keeps a
-    consistent mapping. Returns the path of the library. Raises
+    consistent mapping. ``env`` adds to (overrides) the environment of
+    ``go build`` (GOOS, GOARCH, CC, ... for a cross build), ``platform`` is
+    the ``sys.platform`` value of the target (it names the library file), and
+    ``ldflags`` is passed as ``-ldflags`` (``-s -w`` strips the library).
+    Returns the path of the library. Raises
     ``RuntimeError`` when ``go`` is missing or the build fails.
     """
     out = Path(out_dir) if out_dir is not None else DEFAULT_OUT
     out.mkdir(parents=True, exist_ok=True)
     go = os.environ.get("GO") or shutil.which("go")
     if not go:
-        raise RuntimeError("the go command was not found: install Go 1.26 or set GO to its path")
-    lib_name, header_name = library_filename(), header_filename()
-    env = dict(os.environ, CGO_ENABLED="1")
+        raise RuntimeError("the go command was not found: install Go 1.25 or newer, or set GO to its path")
+    lib_name, header_name = library_filename(platform), header_filename(platform)
+    env = {**os.environ, "CGO_ENABLED": "1", **(env or {})}
     with tempfile.TemporaryDirectory(prefix=".build-", dir=out) as tmp:
         cmd = [go, "build", "-buildmode=c-shared", "-trimpath", "-o", os.path.join(tmp, lib_name), PACKAGE]
+        if ldflags is not None:
+            cmd[3:3] = [f"-ldflags={ldflags}"]
         if verbose:
             print(" ".join(cmd), file=sys.stderr)
         proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -11,8 +11,6 @@ import (
 	"syscall"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/loaderx/loaderx/zrecord"
 	"github.com/loaderx/loaderx/zrecord/internal/faultfs"
 )
@@ -69,10 +67,9 @@ func copySparse(src, dst string) error {
 		}
 		return nil
 	}
-	fd := int(in.Fd())
 	for off := int64(0); off < size; {
-		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) {
+		data, err := seekData(in, off)
+		if onlyHoleLeft(err) {
 			break // only a hole is left
 		}
 		if err != nil { // no SEEK_DATA here: copy the rest
@@ -81,7 +78,7 @@ func copySparse(src, dst string) error {
 			}
 			break
 		}
-		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
+		hole, err := seekHole(in, data)
 		if err != nil {
 			hole = size
 		}

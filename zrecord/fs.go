@@ -1,11 +1,8 @@
 package zrecord
 
 import (
-	"errors"
 	"io"
 	"os"
-
-	"golang.org/x/sys/unix"
 )
 
 // FS is the file layer every file operation of a store goes through. OSFS is
@@ -56,16 +53,16 @@ func (osFS) Stat(name string) (os.FileInfo, error)        { return os.Stat(name)
 func (osFS) MkdirAll(path string, perm os.FileMode) error { return os.MkdirAll(path, perm) }
 func (osFS) ReadDir(name string) ([]os.DirEntry, error)   { return os.ReadDir(name) }
 
-// osFile is an *os.File that can also write a vector of buffers in one
-// positional system call.
+// osFile is an *os.File. Where the operating system has a positional
+// vectored write (pwritev on Linux, fs_linux.go), osFile also implements
+// vectorWriter; elsewhere its buffers are written one WriteAt at a time.
+// The per-OS parts of the file layer (locking, directory sync, the
+// vectored write, the mappings of mmap_*.go) live in fs_*.go and mmap_*.go;
+// the on-disk format is the same on every OS.
 type osFile struct{ *os.File }
 
-// iovMax bounds the buffers handed to one pwritev.
+// iovMax bounds the buffers handed to one vectored write.
 const iovMax = 1024
-
-func (f osFile) writeVecAt(bufs [][]byte, off int64) (int, error) {
-	return unix.Pwritev(int(f.File.Fd()), bufs, off)
-}
 
 // vectorWriter is implemented by files that can write several buffers at one
 // offset in one call. Other files are written buffer by buffer with WriteAt.
@@ -124,7 +121,7 @@ func writeVec(f File, bufs [][]byte, off int64) error {
 	for len(bufs) > 0 {
 		batch := bufs[:min(len(bufs), iovMax)]
 		n, err := vw.writeVecAt(batch, off)
-		if err == unix.EINTR {
+		if interrupted(err) {
 			continue
 		}
 		if err != nil {
@@ -177,8 +174,12 @@ func fileSize(f File) (int64, error) {
 	return fi.Size(), nil
 }
 
-// syncDir makes the directory's entries (created and removed files) durable.
+// syncDir makes the directory's entries (created and removed files) durable,
+// where the operating system has a way to (dirSyncSupported).
 func syncDir(fsys FS, dir string) error {
+	if !dirSyncSupported {
+		return nil
+	}
 	d, err := fsys.OpenFile(dir, os.O_RDONLY, 0)
 	if err != nil {
 		return err
@@ -186,7 +187,7 @@ func syncDir(fsys FS, dir string) error {
 	err = d.Sync()
 	// Some file systems refuse fsync on a directory; that is not a failure
 	// of the store.
-	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOTSUP) {
+	if dirSyncRefused(err) {
 		err = nil
 	}
 	if cerr := d.Close(); err == nil {
@@ -195,24 +196,13 @@ func syncDir(fsys FS, dir string) error {
 	return err
 }
 
-// lockFile takes an exclusive, non-blocking flock on f. It reports false
-// when another open file description holds the lock.
+// lockFile takes an exclusive, non-blocking lock on f (lockFD, per OS). It
+// reports false when another open file holds the lock. A file without a
+// descriptor (NoFd) is not locked.
 func lockFile(f File) (bool, error) {
 	fd := f.Fd()
 	if fd == NoFd {
 		return true, nil
 	}
-	for {
-		err := unix.Flock(int(fd), unix.LOCK_EX|unix.LOCK_NB)
-		switch err {
-		case nil:
-			return true, nil
-		case unix.EINTR:
-			continue
-		case unix.EWOULDBLOCK:
-			return false, nil
-		default:
-			return false, err
-		}
-	}
+	return lockFD(fd)
 }

@@ -3,11 +3,10 @@ package zrecord
 import (
 	"runtime/debug"
 	"unsafe"
-
-	"golang.org/x/sys/unix"
 )
 
-// All memory-mapping work of the package lives in this file.
+// All memory-mapping work of the package lives in this file and in its
+// per-OS halves, mmap_unix.go (mapSpan, unmapSpan) and mmap_windows.go.
 //
 // Chunk files and .loc segments are mapped once, read-only and shared, over
 // their whole addressable range (4 GiB each) rather than their current size.
@@ -19,28 +18,6 @@ import (
 // never do so for committed records, and every reading goroutine runs with
 // debug.SetPanicOnFault so that a file truncated under it (by another
 // process) yields an error instead of killing the process.
-
-// mapSpan maps span bytes of f read-only and shared. It returns a nil slice
-// and no error when f has no descriptor (the caller then reads with ReadAt).
-func mapSpan(f File, span int) ([]byte, error) {
-	fd := f.Fd()
-	if fd == NoFd {
-		return nil, nil
-	}
-	b, err := unix.Mmap(int(fd), 0, span, unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		return nil, err
-	}
-	return b, nil
-}
-
-// unmapSpan releases a mapping made by mapSpan. nil is a no-op.
-func unmapSpan(b []byte) error {
-	if b == nil {
-		return nil
-	}
-	return unix.Munmap(b)
-}
 
 // guardFaults makes memory faults in the calling goroutine panic (to be
 // recovered) instead of crashing, and returns the previous setting for
