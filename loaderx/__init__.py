@@ -24,7 +24,7 @@ reads this table and checks the imports against it)::
     dataloader  arrow
     _pipeline
     converter  dataset  zrecord
-    sampler  _store
+    sampler  _store  dlpack
     _native
     errors  _args  _pages  _progress  _dtypes
 
@@ -34,7 +34,8 @@ recycled batch buffers). ``arrow`` converts Arrow tables, Parquet files and
 Hugging Face datasets into a directory of aligned stores and opens such a
 directory as one multi-stream dataset. ``converter`` writes stores;
 ``dataset`` and ``zrecord`` read them, both built on ``_store`` (the one
-owner of a native store handle). ``sampler`` draws indices. ``_native`` is
+owner of a native store handle). ``sampler`` draws indices; ``dlpack`` hands ml_dtypes arrays (bfloat16 ...)
+to frameworks. ``_native`` is
 the binding, the only module that knows the C ABI. At the bottom, with no
 loaderx imports: ``errors`` (exceptions), ``_args`` (argument checks),
 ``_pages`` (releasing pages of a memory-mapped source), ``_progress`` (the
@@ -65,6 +66,7 @@ _EXPORTS = {
     "train_dict": "loaderx.converter",
     "from_arrow": "loaderx.arrow",
     "MSDataset": "loaderx.arrow",
+    "to_dlpack": "loaderx.dlpack",
     "Zrecord": "loaderx.zrecord",
     "Sampler": "loaderx.sampler",
     "sample": "loaderx.sampler",
@@ -84,6 +86,7 @@ __all__ = [
     "train_dict",
     "from_arrow",
     "MSDataset",
+    "to_dlpack",
     "Zrecord",
     "Sampler",
     "sample",
@@ -98,6 +101,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from loaderx.converter import from_iterator, from_numpy, train_dict
     from loaderx.dataloader import DataLoader
     from loaderx.dataset import DenseDataset, RaggedDataset, pad
+    from loaderx.dlpack import to_dlpack
     from loaderx.sampler import Sampler, sample
     from loaderx.zrecord import Zrecord
 
