@@ -132,9 +132,16 @@ def test_torch_from_dlpack(tmp_path, name, torch_name):
 
 @pytest.mark.skipif(not HAS_JAX, reason="jax is not installed")
 def test_jax_from_dlpack(tmp_path):
-    import jax.numpy as jnp
-
+    # in a child process: a JAX runtime in the test process would make the
+    # fork tests elsewhere in the suite unsafe
     a = values("bfloat16", (8, 3))
-    x = jnp.from_dlpack(loaderx.to_dlpack(a))
-    assert x.dtype == jnp.bfloat16
-    np.testing.assert_array_equal(np.asarray(x.astype(jnp.float32)), a.astype(np.float32))
+    loaderx.from_numpy(tmp_path / "s", a)
+    code = (
+        "import numpy as np, jax.numpy as jnp, loaderx\n"
+        f"batch = loaderx.DenseDataset({str(tmp_path / 's')!r})[:]\n"
+        "x = jnp.from_dlpack(loaderx.to_dlpack(batch))\n"
+        "assert x.dtype == jnp.bfloat16, x.dtype\n"
+        "np.testing.assert_array_equal(np.asarray(x.astype(jnp.float32)), batch.astype(np.float32))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr
