@@ -581,6 +581,7 @@ class MSDataset(Mapping):
 
         ms = MSDataset("mnist_train")
         ms["label"][:10]
+        ms.num_records                   # records per stream (len(ms) counts streams)
         ms.row(3)                        # {"image": ..., "label": ...}
         loader = DataLoader(ms, batch_size=256)
 
@@ -613,7 +614,7 @@ class MSDataset(Mapping):
                 kind, _, _ = _native.schema_read(sub)
                 cls = RaggedDataset if kind == "ragged" else DenseDataset
                 self._streams[name] = cls(sub, writable=writable)
-            lengths = {name: len(s) for name, s in self._streams.items()}
+            lengths = {name: len(s) for name, s in self._streams.items()}  # records per stream
             if len(set(lengths.values())) > 1:
                 raise ValueError(
                     f"{self._path!r}: the streams are not aligned (lengths {lengths}); a conversion may have "
@@ -635,8 +636,13 @@ class MSDataset(Mapping):
         return iter(self._streams)
 
     def __len__(self) -> int:
-        """The number of records of each stream (not the number of streams:
-        ``len(list(ms))`` counts those)."""
+        """The number of streams, as for any mapping; :attr:`num_records`
+        is the number of records."""
+        return len(self._streams)
+
+    @property
+    def num_records(self) -> int:
+        """The number of records in each stream."""
         first = next(iter(self._streams.values()), None)
         return 0 if first is None else len(first)
 
@@ -664,7 +670,7 @@ class MSDataset(Mapping):
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{n}: {type(s).__name__}" for n, s in self._streams.items())
-        return f"MSDataset({self._path!r}, len={len(self)}, {{{inner}}})"
+        return f"MSDataset({self._path!r}, num_records={self.num_records}, {{{inner}}})"
 
     def __reduce__(self) -> tuple[Any, ...]:
         writable = any(getattr(s, "writable", False) for s in self._streams.values())

@@ -200,6 +200,10 @@ def cmd_info(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
 
 
 def _fault_fields(item: Any) -> dict[str, Any]:
+    """``file``, ``index`` and ``what`` of one fault of a verify report
+    (attributes, or keys of a mapping)."""
+    if isinstance(item, dict):
+        return {k: item.get(k) for k in ("file", "index", "what")}
     return {k: getattr(item, k, None) for k in ("file", "index", "what")}
 
 
@@ -302,7 +306,7 @@ def cmd_convert(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
         ms = from_arrow(dst, source, columns=columns, codec=args.codec, dict_tier=args.dict_tier,
                         progress=args.progress, overwrite=args.overwrite)
         with ms:
-            what = {"streams": list(ms), "length": len(ms)}
+            what = {"streams": list(ms), "length": ms.num_records}
     seconds = time.perf_counter() - t0
     doc = {"src": src, "dst": dst, "codec": args.codec, "seconds": round(seconds, 3), **what}
     streams = f" ({len(what['streams'])} streams: {', '.join(what['streams'])})" if "streams" in what else ""
@@ -324,13 +328,17 @@ def cmd_compact(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
 def cmd_delete(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
     kind = _store_kind(args.path)
     store: Any = MSDataset(args.path, writable=True) if kind == "multistream" else Zrecord(args.path)
+
+    def records() -> int:
+        return store.num_records if kind == "multistream" else len(store)
+
     with store:
-        before = len(store)
+        before = records()
         try:
             store.delete(args.indices)
         except IndexError as e:
             raise CommandError(f"{args.path}: {e}") from None
-        n = len(store)
+        n = records()
     doc = {"path": args.path, "deleted": before - n, "length": n}
     return EXIT_OK, doc, [f"{args.path}: deleted {doc['deleted']} record(s), {n:,} left"]
 
@@ -359,7 +367,7 @@ def cmd_head(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
     lines: list[str] = []
     if kind == "multistream":
         with MSDataset(args.path) as ms:
-            k = min(args.n, len(ms))
+            k = min(args.n, ms.num_records)
             stores = {name: ms[name] for name in ms}
             recs = {name: [s[i] for i in range(k)] for name, s in stores.items()}
         doc: Any = [{name: _jsonable(recs[name][i]) for name in recs} for i in range(k)]
