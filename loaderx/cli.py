@@ -569,11 +569,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, NotADirectoryError, StoreExistsError, ValueError, TypeError, IndexError,
             ImportError) as e:
         return _fail(str(e), EXIT_BAD_INPUT, as_json)
-    if as_json:
-        print(json.dumps(doc, indent=2, default=str))
-    else:
-        for line in lines:
-            print(line)
+    try:
+        if as_json:
+            print(json.dumps(doc, indent=2, default=str))
+        else:
+            for line in lines:
+                print(line)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away (``loaderx head ... | head -1``)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
     return status
 
 
