@@ -18,11 +18,12 @@ $(LIB): $(GO_SOURCES) go.mod go.sum
 ## build: compile the Go core into loaderx/lib/
 build: $(LIB)
 
-## setup: Go modules, the Python package in editable mode (builds the library) and test deps
+## setup: Go modules, the Python package in editable mode (builds the library), test deps and
+##        the optional extras the tests exercise (pyarrow, datasets, ml_dtypes: ~30 s more)
 setup:
 	$(GO) mod download
 	$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
-	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test,arrow,hf,ml]'
 
 ## demo: the main job: convert a sample dataset, stream batches, print throughput
 demo: setup

@@ -64,8 +64,12 @@ var (
 // dtypePattern accepts the strings numpy.dtype.str produces for fixed-size
 // element types: a byte-order character, a kind character, the item size in
 // bytes and, for datetimes and timedeltas, a unit in brackets. Object dtypes
-// ("|O") have no size and are rejected.
-var dtypePattern = regexp.MustCompile(`^[<>|=][A-Za-z?][0-9]{1,9}(\[[0-9]*[A-Za-z]{1,3}\])?$`)
+// ("|O") have no size and are rejected. It also accepts the names of the
+// ml_dtypes element types ("bfloat16", "float8_e4m3fn", "int4", ...), whose
+// numpy.dtype.str is an anonymous void ("<V2") that would not say which type
+// the bytes hold.
+var dtypePattern = regexp.MustCompile(`^(?:[<>|=][A-Za-z?][0-9]{1,9}(\[[0-9]*[A-Za-z]{1,3}\])?` +
+	`|bfloat16|float[468]_e[0-9]m[0-9][a-z0-9]{0,8}|u?int[24])$`)
 
 // schema is the content of a schema file.
 type schema struct {

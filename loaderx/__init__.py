@@ -19,29 +19,41 @@ Layers, top to bottom; a module imports only from rows below its own, and
 never a private (``_``) name of a public module (``tests/test_layers.py``
 reads this table and checks the imports against it)::
 
-    dataloader
+    __main__
+    cli
+    dataloader  arrow
     _pipeline
     converter  dataset  zrecord
-    sampler  _store
+    sampler  _store  dlpack
     _native
-    errors  _args  _pages  _progress
+    errors  _args  _pages  _progress  _dtypes
 
-``dataloader`` is the public loader over ``_pipeline`` (worker threads, the
-step window, recycled batch buffers). ``converter`` writes stores;
+``__main__`` runs ``cli``, the ``loaderx`` command line. ``dataloader`` is
+the public loader over ``_pipeline`` (worker threads, the step window,
+recycled batch buffers). ``arrow`` converts Arrow tables, Parquet files and
+Hugging Face datasets into a directory of aligned stores and opens such a
+directory as one multi-stream dataset. ``converter`` writes stores;
 ``dataset`` and ``zrecord`` read them, both built on ``_store`` (the one
-owner of a native store handle). ``sampler`` draws indices. ``_native`` is
+owner of a native store handle). ``sampler`` draws indices; ``dlpack`` hands ml_dtypes arrays (bfloat16 ...)
+to frameworks. ``_native`` is
 the binding, the only module that knows the C ABI. At the bottom, with no
 loaderx imports: ``errors`` (exceptions), ``_args`` (argument checks),
-``_pages`` (releasing pages of a memory-mapped source) and ``_progress`` (the
-progress line). This package module loads the public names on first use.
+``_pages`` (releasing pages of a memory-mapped source), ``_progress`` (the
+progress line) and ``_dtypes`` (the element types a store holds, ml_dtypes
+included, and their schema names). This package module loads the public names on first use.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# Store opened or recovered, compaction reclaimed N bytes: logged to the
+# "loaderx" logger, silent until the application configures logging.
+logging.getLogger("loaderx").addHandler(logging.NullHandler())
 
 # public name -> module that defines it
 _EXPORTS = {
@@ -51,13 +63,17 @@ _EXPORTS = {
     "DataLoader": "loaderx.dataloader",
     "from_numpy": "loaderx.converter",
     "from_iterator": "loaderx.converter",
+    "train_dict": "loaderx.converter",
+    "from_arrow": "loaderx.arrow",
+    "MSDataset": "loaderx.arrow",
+    "to_dlpack": "loaderx.dlpack",
     "Zrecord": "loaderx.zrecord",
     "Sampler": "loaderx.sampler",
     "sample": "loaderx.sampler",
 }
 
 # submodules reachable as attributes without an explicit import
-_SUBMODULES = ("errors", "converter", "dataset", "dataloader", "sampler", "zrecord")
+_SUBMODULES = ("errors", "converter", "dataset", "dataloader", "sampler", "zrecord", "arrow", "cli")
 
 __all__ = [
     "__version__",
@@ -67,6 +83,10 @@ __all__ = [
     "DataLoader",
     "from_numpy",
     "from_iterator",
+    "train_dict",
+    "from_arrow",
+    "MSDataset",
+    "to_dlpack",
     "Zrecord",
     "Sampler",
     "sample",
@@ -77,9 +97,11 @@ __all__ = [
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from loaderx import errors
-    from loaderx.converter import from_iterator, from_numpy
+    from loaderx.arrow import MSDataset, from_arrow
+    from loaderx.converter import from_iterator, from_numpy, train_dict
     from loaderx.dataloader import DataLoader
     from loaderx.dataset import DenseDataset, RaggedDataset, pad
+    from loaderx.dlpack import to_dlpack
     from loaderx.sampler import Sampler, sample
     from loaderx.zrecord import Zrecord
 

@@ -82,6 +82,8 @@ __all__ = [
     "store_stats",
     "store_sync",
     "dict_sample_budget",
+    "dict_train",
+    "store_create_dict",
     "schema_write",
     "schema_read",
     "sample",
@@ -634,6 +636,56 @@ def store_sync(h: int) -> None:
 def dict_sample_budget(tier: str) -> int:
     """How many bytes of samples a dictionary of ``tier`` trains on."""
     return _call(lib.lx_dict_sample_budget, _cstr(tier, "tier"), _OUT)
+
+
+def dict_train(samples: list[Any], dict_tier: str = "balanced", dict_size: int = 0) -> bytes:
+    """Train a zstd dictionary on ``samples`` (bytes-like records) for the
+    tier ``dict_tier``, capped at ``dict_size`` bytes when positive, as
+    :func:`store_create` does for a ``"zstd_dict"`` store; return its bytes."""
+    t = _cstr(dict_tier, "dict_tier")
+    if isinstance(dict_size, bool) or not isinstance(dict_size, int):
+        raise TypeError(f"dict_size must be an int, not {type(dict_size).__name__}")
+    data, offsets = _pack(samples, "samples")
+    out = bytearray(_DICT_OUT_BYTES)
+    n = _call(
+        lib.lx_dict_train, t, dict_size, _byte_view(data, "samples"), len(data),
+        _from_buffer(_I64_ARRAY, offsets), len(offsets) - 1, _byte_view(out, "out", True), len(out), _OUT,
+    )
+    return bytes(out[:n])
+
+
+#: Room for a trained dictionary: the largest tier aims at 112 KiB.
+_DICT_OUT_BYTES = 1 << 20
+
+
+def store_create_dict(
+    path: str | os.PathLike[str],
+    dictionary: Any,
+    *,
+    dict_tier: str = "balanced",
+    schema: tuple[str, str, Sequence[int]] | None = None,
+    overwrite: bool = False,
+) -> int:
+    """Create a ``"zstd_dict"`` store in ``path`` that compresses against the
+    ready zstd ``dictionary`` (bytes-like, as :func:`dict_train` returns it)
+    at the level of ``dict_tier``, and return its handle. ``schema`` and
+    ``overwrite`` mean what they mean for :func:`store_create`; a dictionary
+    zstd rejects raises ``ValueError`` and creates nothing."""
+    p = _cpath(path)
+    t = _cstr(dict_tier, "dict_tier")
+    d = _byte_view(dictionary, "dictionary")
+    if schema is None:
+        kind, dtype, shape, ndim = _NULL, _NULL, _NULL, 0
+    else:
+        try:
+            kind_s, dtype_s, shape_s = schema
+        except (TypeError, ValueError):
+            raise TypeError(f"schema must be a (kind, dtype, shape) tuple, not {schema!r}") from None
+        kind, dtype, shape, ndim = _schema_args(kind_s, dtype_s, shape_s)
+    return _call(
+        lib.lx_store_create_dict, p, t, d, len(d), kind, dtype, shape, ndim,
+        _CREATE_REPLACE if overwrite else 0, _OUT,
+    )
 
 
 # --- schema --------------------------------------------------------------------

@@ -11,6 +11,7 @@ turn into their own result type. The public store classes derive from it.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from loaderx import _native
 from loaderx._args import as_indices
+from loaderx._progress import Progress
 from loaderx.errors import ClosedError
 
 if TYPE_CHECKING:
@@ -121,3 +123,51 @@ class StoreHandle:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.close()
+
+
+# -- logged operations ------------------------------------------------------
+#
+# What a long-running job should find in its logs goes to the "loaderx"
+# logger (silent unless the application configures logging).
+
+log = logging.getLogger("loaderx")
+
+
+def _dir_sizes(path: str) -> dict[str, int]:
+    try:
+        with os.scandir(path) as it:
+            return {e.name: e.stat().st_size for e in it if e.is_file()}
+    except OSError:
+        return {}
+
+
+def open_logged(path: str, readonly: bool) -> int:
+    """Open the store at ``path`` and log it. A writable open settles what an
+    interrupted writer left (a journal replayed, a torn tail cut off); when
+    it changed the directory, that is logged as a recovery, naming the files."""
+    before = None if readonly else _dir_sizes(path)
+    h = _native.store_open(path, readonly=readonly)
+    if before is not None:
+        after = _dir_sizes(path)
+        changed = sorted(n for n in set(before) | set(after) if before.get(n) != after.get(n))
+        if changed:
+            log.warning(
+                "recovered store %r after an interrupted write (%d records now); changed: %s",
+                path, int(_native.store_len(h)), ", ".join(changed),
+            )
+    log.info("opened store %r (%s)", path, "read-only" if readonly else "writable")
+    return h
+
+
+def compact_handle(h: int, path: str, progress: bool | None = None) -> int:
+    """Compact the open, writable store ``h`` (at ``path``), show a progress
+    line while it runs (on a terminal), log and return the bytes reclaimed."""
+    before = int(_native.store_stats(h)["chunk_bytes"])
+    bar = Progress(f"compact {path}", None, None, enabled=progress)
+    try:
+        _native.store_compact(h)
+    finally:
+        bar.close()
+    reclaimed = max(0, before - int(_native.store_stats(h)["chunk_bytes"]))
+    log.info("compacted store %r: reclaimed %d bytes", path, reclaimed)
+    return reclaimed

@@ -22,6 +22,7 @@ import numpy as np
 
 from loaderx import _native
 from loaderx._args import as_int, check_codec
+from loaderx._dtypes import check_storable, schema_name
 from loaderx._pages import PageReleaser as _PageReleaser
 from loaderx._progress import Progress
 from loaderx._store import packed_offsets
@@ -30,7 +31,7 @@ from loaderx.errors import StoreExistsError
 if TYPE_CHECKING:
     from loaderx._args import PathLike
 
-__all__ = ["from_numpy", "from_iterator", "DICT_TIERS"]
+__all__ = ["from_numpy", "from_iterator", "train_dict", "DICT_TIERS"]
 
 #: Dictionary training tiers for ``codec="zstd_dict"``: how much data trains the
 #: dictionary ("fast" < "balanced" < "max").
@@ -51,14 +52,9 @@ _MAX_GROUP_RECORDS = 65_536
 
 
 def _check_dtype(dtype: np.dtype) -> np.dtype:
-    """The dtype to store: fixed-size numeric or bool, in native byte order."""
-    if dtype.fields is not None or dtype.subdtype is not None or dtype.kind not in "biufc":
-        raise TypeError(
-            f"cannot store dtype {dtype!r} ({dtype.str!r}): records must have a fixed-size "
-            "numeric or bool dtype (bool, int8-int64, uint8-uint64, float16-float64, "
-            "complex64/complex128)"
-        )
-    return _native_order(dtype)
+    """The dtype to store: fixed-size numeric or bool in native byte order,
+    or an ml_dtypes type (see :mod:`loaderx._dtypes`)."""
+    return check_storable(dtype)
 
 
 def _native_order(dtype: np.dtype) -> np.dtype:
@@ -115,10 +111,16 @@ def _create_store(
     samples: list[bytes] | None,
     schema: tuple[str, str, tuple[int, ...]],
     overwrite: bool,
+    dict_bytes: bytes | None = None,
 ) -> int:
     """Create the store at ``path`` together with its ``schema`` (kind, dtype
     string, item shape), replacing a previous store when ``overwrite``, and
-    return its open handle."""
+    return its open handle. A ``"zstd_dict"`` store uses ``dict_bytes`` when
+    given, else trains its dictionary on ``samples``."""
+    if dict_bytes is not None:
+        return _native.store_create_dict(
+            path, dict_bytes, dict_tier=dict_tier, schema=schema, overwrite=overwrite
+        )
     if codec != "zstd_dict":
         return _native.store_create(path, codec, schema=schema, overwrite=overwrite)
     try:
@@ -166,6 +168,7 @@ def from_numpy(
     *,
     dict_tier: str = "balanced",
     dict_size: int | None = None,
+    dict_bytes: Any = None,
     chunk_bytes: int = 64 << 20,
     progress: bool | None = None,
     overwrite: bool = False,
@@ -186,6 +189,10 @@ def from_numpy(
             ``"fast"``, ``"balanced"`` (default) or ``"max"``.
         dict_size: for ``"zstd_dict"``, an upper bound on the dictionary size
             in bytes; by default it adapts to the data.
+        dict_bytes: for ``"zstd_dict"``, a ready dictionary (as
+            :func:`train_dict` returns it) to compress against instead of
+            training a new one, so stores of the same kind of data share it.
+            ``dict_tier`` still picks the compression level.
         chunk_bytes: the largest piece handed to the store in one call; it
             bounds the extra memory the conversion needs. Pieces start
             smaller and are sized to take about a quarter second each, so
@@ -198,7 +205,8 @@ def from_numpy(
 
     Raises:
         TypeError: unsupported dtype (object, str, void, structured, ...).
-        ValueError: a 0-d array, a bad option, or a record over 2 GiB.
+        ValueError: a 0-d array, a bad option, a record over 2 GiB, or a
+            ``dict_bytes`` that is not a zstd dictionary.
         loaderx.errors.StoreExistsError: ``path`` exists and is not empty.
         KeyboardInterrupt: re-raised after closing a valid, shorter store.
 
@@ -211,6 +219,7 @@ def from_numpy(
     dict_size_n, chunk = _check_options(
         codec, dict_tier, dict_size, chunk_bytes, "chunk_bytes", progress
     )
+    ready_dict = _check_dict_bytes(dict_bytes, codec, dict_size)
     if not isinstance(array, np.ndarray):
         array = np.asarray(array)
     target = _check_dtype(array.dtype)
@@ -227,12 +236,12 @@ def from_numpy(
             f"a record of shape {item_shape} and dtype {target} is {item_nbytes} bytes; "
             f"a record may be at most {MAX_RECORD_BYTES} bytes (2 GiB)"
         )
-    if codec == "zstd_dict" and n == 0:
+    if codec == "zstd_dict" and n == 0 and ready_dict is None:
         raise ValueError("codec 'zstd_dict' needs at least one record to train the dictionary on")
     _prepare_path(path, overwrite)
 
     samples = None
-    if codec == "zstd_dict":
+    if codec == "zstd_dict" and ready_dict is None:
         budget = int(_native.dict_sample_budget(dict_tier))
         count = min(n, max(1, budget // max(item_nbytes, 1)), _MAX_DICT_SAMPLES)
         picks = np.unique(np.linspace(0, n - 1, count).round().astype(np.int64))
@@ -249,7 +258,8 @@ def from_numpy(
     bar = Progress(f"from_numpy {path}", n, n * item_nbytes, enabled=progress)
 
     handle = _create_store(
-        path, codec, dict_tier, dict_size_n, samples, ("dense", target.str, item_shape), overwrite
+        path, codec, dict_tier, dict_size_n, samples, ("dense", schema_name(target), item_shape),
+        overwrite, ready_dict,
     )
     del samples
     failed = True
@@ -282,6 +292,7 @@ def from_iterator(
     *,
     dict_tier: str = "balanced",
     dict_size: int | None = None,
+    dict_bytes: Any = None,
     group_bytes: int = 16 << 20,
     progress: bool | None = None,
     overwrite: bool = False,
@@ -304,6 +315,7 @@ def from_iterator(
             the tier's sample budget of them.
         dict_tier: see :func:`from_numpy`.
         dict_size: see :func:`from_numpy`.
+        dict_bytes: see :func:`from_numpy`.
         group_bytes: the size of each append group.
         progress: see :func:`from_numpy`.
         overwrite: see :func:`from_numpy`.
@@ -324,6 +336,7 @@ def from_iterator(
     dict_size_n, group = _check_options(
         codec, dict_tier, dict_size, group_bytes, "group_bytes", progress
     )
+    ready_dict = _check_dict_bytes(dict_bytes, codec, dict_size)
     _prepare_path(path, overwrite)
     try:
         total = len(arrays)  # type: ignore[arg-type]
@@ -375,7 +388,7 @@ def from_iterator(
     del first
 
     samples = None
-    if codec == "zstd_dict":
+    if codec == "zstd_dict" and ready_dict is None:
         budget = int(_native.dict_sample_budget(dict_tier))
         buffered = pending[0].nbytes
         while buffered < budget and len(pending) < _MAX_DICT_SAMPLES:
@@ -390,7 +403,7 @@ def from_iterator(
 
     handle = _create_store(
         path, codec, dict_tier, dict_size_n, samples,
-        ("ragged", state["dtype"].str, state["trailing"]), overwrite,
+        ("ragged", schema_name(state["dtype"]), state["trailing"]), overwrite, ready_dict,
     )
     del samples
     bar = Progress(f"from_iterator {path}", total, None, enabled=progress)
@@ -433,3 +446,99 @@ def _append_group(handle: int, records: list[np.ndarray]) -> None:
         if r.nbytes:
             data[bounds[k] : bounds[k + 1]] = r.reshape(-1).view(np.uint8)
     _native.store_append_packed(handle, data, offsets)
+
+
+# ---------------------------------------------------------------------------
+# dictionaries
+
+#: The first four bytes of a zstd dictionary (0xEC30A437, little-endian).
+_ZSTD_DICT_MAGIC = b"\x37\xa4\x30\xec"
+
+
+def _check_dict_bytes(dict_bytes: Any, codec: str, dict_size: Any) -> bytes | None:
+    """A ready dictionary as bytes, or None; refuses one that cannot apply or
+    is not a zstd dictionary (zstd itself checks the rest on creation)."""
+    if dict_bytes is None:
+        return None
+    if codec != "zstd_dict":
+        raise ValueError(f"dict_bytes applies to codec 'zstd_dict' only, not {codec!r}")
+    if dict_size is not None:
+        raise ValueError("dict_size and dict_bytes contradict each other: a ready dictionary has its size")
+    try:
+        data = bytes(memoryview(dict_bytes))
+    except TypeError:
+        raise TypeError(f"dict_bytes must be bytes-like, got {type(dict_bytes).__name__}") from None
+    if data[:4] != _ZSTD_DICT_MAGIC:
+        raise ValueError(
+            f"dict_bytes is not a zstd dictionary: it starts with {data[:4]!r} ({len(data)} bytes), "
+            f"not the dictionary magic {_ZSTD_DICT_MAGIC!r}; pass what train_dict returns"
+        )
+    return data
+
+
+def train_dict(
+    samples: Iterable[Any],
+    tier: str = "balanced",
+    *,
+    dict_size: int | None = None,
+    progress: bool | None = None,
+) -> bytes:
+    """Train a zstd dictionary once, to share between stores of one kind of
+    data (``from_numpy(..., codec="zstd_dict", dict_bytes=d)``).
+
+    Args:
+        samples: records representative of the data: arrays (each one is a
+            sample; pass ``list(array[:k])`` to sample the rows of an array)
+            or bytes-like objects. At least 8 samples of 8 bytes or more.
+            About the tier's sample budget of bytes is used (an evenly
+            strided subset if more is given).
+        tier: ``"fast"``, ``"balanced"`` (default) or ``"max"``: the
+            dictionary size and training effort, as for ``from_numpy``.
+        dict_size: an upper bound on the dictionary size in bytes.
+        progress: draw a progress line on stderr: None (default) when stderr
+            is a terminal.
+
+    Returns:
+        The dictionary, a zstd dictionary that any zstd tool also reads.
+
+    Raises:
+        ValueError: a bad tier, too few usable samples, or samples that share
+            too little content to build a dictionary from.
+
+    Example::
+
+        d = train_dict(list(images[:5000]))
+        from_numpy("part1", images, codec="zstd_dict", dict_bytes=d)
+    """
+    if tier not in DICT_TIERS:
+        raise ValueError(f"tier must be one of {', '.join(map(repr, DICT_TIERS))}; got {tier!r}")
+    size = 0
+    if dict_size is not None:
+        size = as_int(dict_size, "dict_size")
+        if size <= 0:
+            raise ValueError(f"dict_size must be positive, got {dict_size!r}")
+    if isinstance(samples, (bytes, bytearray, memoryview, str)):
+        raise TypeError(f"samples must be a list of records, not a single {type(samples).__name__}")
+    records = []
+    total = 0
+    for i, value in enumerate(samples):
+        if isinstance(value, np.ndarray):
+            rec = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
+        else:
+            try:
+                rec = memoryview(value)
+            except TypeError:
+                raise TypeError(f"samples[{i}] must be an array or bytes-like, got {type(value).__name__}") from None
+        records.append(rec)
+        total += rec.nbytes
+    bar = Progress(f"train_dict ({tier})", len(records), total, enabled=progress)
+    try:
+        d = _native.dict_train(records, tier, size)
+        bar.update(len(records), total)
+    except ValueError as e:
+        raise ValueError(
+            f"could not train a dictionary on {len(records)} samples ({total} bytes): {e}"
+        ) from e
+    finally:
+        bar.close()
+    return d

@@ -7,13 +7,17 @@ array of shape ``(B, *item_shape)``. A ragged store (written by
 varies; a batch comes back as a list of arrays, and :func:`pad` turns such a
 list into a dense array when needed.
 
-Both open the store read-only; gathers from many threads at once are safe and
-release the GIL for the copy.
+Both open the store read-only by default; gathers from many threads at once
+are safe and release the GIL for the copy. Opened with ``writable=True`` they
+grow: :meth:`DenseDataset.append` / :meth:`RaggedDataset.append` add records
+of the store's own dtype and shape (the schema never changes), and
+``delete`` / ``compact`` pass through to the store.
 """
 
 from __future__ import annotations
 
 import errno
+import io
 import os
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -22,7 +26,8 @@ import numpy as np
 
 from loaderx import _native
 from loaderx._args import is_scalar_index, normalize_index
-from loaderx._store import StoreHandle
+from loaderx._dtypes import from_schema_name
+from loaderx._store import StoreHandle, compact_handle, open_logged, packed_offsets
 from loaderx.errors import CorruptStoreError
 
 if TYPE_CHECKING:
@@ -52,9 +57,9 @@ def _read_schema(path: str, want: str) -> tuple[np.dtype, tuple[int, ...]]:
         hint = f"; open it with {other}" if other else ""
         raise ValueError(f"{path!r} is a {kind!r} store, not a {want!r} one{hint}")
     try:
-        dtype = np.dtype(dtype_str)
-    except TypeError:
-        raise CorruptStoreError(f"{path!r}: schema dtype {dtype_str!r} is not a NumPy dtype") from None
+        dtype = from_schema_name(dtype_str, path)
+    except ValueError as e:
+        raise CorruptStoreError(str(e)) from None
     return dtype, tuple(int(d) for d in shape)
 
 
@@ -63,12 +68,54 @@ class _StoreView(StoreHandle):
 
     _kind = ""
 
-    def __init__(self, path: PathLike) -> None:
+    def __init__(self, path: PathLike, *, writable: bool = False) -> None:
         super().__init__(path)
         self._dtype, self._item_shape = _read_schema(self._path, self._kind)
         # bytes of one item (dense) or of one row along axis 0 (ragged)
         self._stride = int(np.prod(self._item_shape, dtype=np.int64)) * self._dtype.itemsize
-        self._adopt(_native.store_open(self._path, readonly=True))
+        self._writable = bool(writable)
+        self._adopt(open_logged(self._path, readonly=not self._writable))
+
+    @property
+    def writable(self) -> bool:
+        """Whether the dataset was opened with ``writable=True``."""
+        return self._writable
+
+    def _writer(self, op: str) -> int:
+        h = self._h
+        if not self._writable:
+            raise io.UnsupportedOperation(
+                f"{op}: {type(self).__name__}({self._path!r}) is open read-only; "
+                f"open it with {type(self).__name__}(path, writable=True)"
+            )
+        return h
+
+    def _check_batch(self, batch: Any, what: str) -> np.ndarray:
+        """``batch`` as an array of the store's dtype, refusing any other dtype."""
+        a = batch if isinstance(batch, np.ndarray) else np.asarray(batch)
+        if a.dtype != self._dtype:
+            raise TypeError(
+                f"{what} has dtype {a.dtype}, but {self._path!r} stores {self._dtype}; "
+                "convert it first (an append never changes a store's schema)"
+            )
+        return a
+
+    def delete(self, indices: IndexLike) -> None:
+        """Delete records; the last records move into the holes, so other
+        indices may change. Needs ``writable=True`` and the store to itself."""
+        h = self._writer("delete")
+        idx, _ = self._indices(indices)
+        if idx.size:
+            _native.store_delete(h, np.unique(idx))
+
+    def compact(self, *, progress: bool | None = None) -> int:
+        """Reclaim the space of deleted records and return the bytes reclaimed.
+        Needs ``writable=True`` and the store to itself."""
+        return compact_handle(self._writer("compact"), self._path, progress)
+
+    def sync(self) -> None:
+        """Make every append so far durable."""
+        _native.store_sync(self._writer("sync"))
 
     @property
     def dtype(self) -> np.dtype:
@@ -84,9 +131,15 @@ class _StoreView(StoreHandle):
             f"item_shape={self._item_shape}, codec={self._codec!r})"
         )
 
-    def __reduce__(self) -> tuple[type, tuple[str]]:
+    def __reduce__(self) -> tuple[Any, ...]:
         # Reopen by path: handles do not survive a process boundary.
+        if self._writable:
+            return (_reopen_writable, (type(self), self._path))
         return (type(self), (self._path,))
+
+
+def _reopen_writable(cls: type, path: str) -> Any:
+    return cls(path, writable=True)
 
 
 class DenseDataset(_StoreView):
@@ -103,6 +156,8 @@ class DenseDataset(_StoreView):
 
     Args:
         path: a store written by :func:`loaderx.converter.from_numpy`.
+        writable: open for :meth:`append`, :meth:`delete` and
+            :meth:`compact` (one writer per store at a time).
 
     Raises:
         FileNotFoundError: nothing (or no store) at ``path``.
@@ -130,6 +185,29 @@ class DenseDataset(_StoreView):
     def nbytes_per_item(self) -> int:
         """The size of one record in bytes."""
         return self._stride
+
+    def append(self, batch: Any) -> int:
+        """Append the records of ``batch``, an array of shape
+        ``(k, *item_shape)`` and exactly this dataset's dtype, and return the
+        index of the first. Needs ``writable=True``.
+
+        Raises:
+            TypeError: the batch's dtype is not the store's.
+            ValueError: its shape is not ``(k, *item_shape)``.
+        """
+        h = self._writer("append")
+        a = self._check_batch(batch, "the batch")
+        if a.ndim != 1 + len(self._item_shape) or a.shape[1:] != self._item_shape:
+            raise ValueError(
+                f"the batch has shape {a.shape}, but {self._path!r} holds records of shape "
+                f"{self._item_shape}: append an array of shape (k, *{self._item_shape})"
+            )
+        k = int(a.shape[0])
+        if k == 0:
+            return int(_native.store_len(h))
+        data = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+        offsets = np.arange(k + 1, dtype=np.int64) * self._stride
+        return int(_native.store_append_packed(h, data, offsets))
 
     def _gather_unchecked(self, indices: np.ndarray, out: np.ndarray) -> None:
         """Fill ``out`` from valid, C-contiguous int64 ``indices``: the loader's
@@ -212,6 +290,8 @@ class RaggedDataset(_StoreView):
 
     Args:
         path: a store written by :func:`loaderx.converter.from_iterator`.
+        writable: open for :meth:`append`, :meth:`delete` and
+            :meth:`compact` (one writer per store at a time).
 
     Raises:
         FileNotFoundError: nothing (or no store) at ``path``.
@@ -224,6 +304,34 @@ class RaggedDataset(_StoreView):
     def item_shape(self) -> tuple[int, ...]:
         """The trailing shape shared by every record (everything but axis 0)."""
         return self._item_shape
+
+    def append(self, records: Sequence[Any]) -> int:
+        """Append a list of arrays, each of shape ``(L_i, *item_shape)`` and
+        exactly this dataset's dtype, and return the index of the first.
+        Needs ``writable=True``.
+
+        Raises:
+            TypeError: a record's dtype is not the store's.
+            ValueError: a record's trailing shape is not ``item_shape``.
+        """
+        h = self._writer("append")
+        if isinstance(records, np.ndarray):
+            raise TypeError("append takes a list of arrays (one per record), not one array")
+        arrays = []
+        for k, r in enumerate(records):
+            a = self._check_batch(r, f"record {k}")
+            if a.ndim != 1 + len(self._item_shape) or a.shape[1:] != self._item_shape:
+                raise ValueError(
+                    f"record {k} has shape {a.shape}, but {self._path!r} holds records of shape "
+                    f"(L, *{self._item_shape})"
+                )
+            arrays.append(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+        if not arrays:
+            return int(_native.store_len(h))
+        sizes = np.fromiter((a.nbytes for a in arrays), dtype=np.int64, count=len(arrays))
+        offsets = packed_offsets(sizes)
+        data = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
+        return int(_native.store_append_packed(h, data, offsets))
 
     def _rows(self, sizes: np.ndarray, idx: np.ndarray) -> np.ndarray:
         if self._stride == 0:

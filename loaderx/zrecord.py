@@ -21,7 +21,7 @@ import numpy as np
 
 from loaderx import _native
 from loaderx._args import CODECS, as_int, check_codec, is_scalar_index, normalize_index
-from loaderx._store import StoreHandle
+from loaderx._store import StoreHandle, compact_handle, open_logged
 
 if TYPE_CHECKING:
     from loaderx._args import IndexLike, PathLike
@@ -94,7 +94,7 @@ class Zrecord(StoreHandle):
         else:
             if samples is not None or dict_size is not None:
                 raise ValueError("samples= and dict_size= apply only with create=True")
-            self._adopt(_native.store_open(self._path, readonly=self._readonly))
+            self._adopt(open_logged(self._path, readonly=self._readonly))
 
     # -- plumbing ----------------------------------------------------------
 
@@ -151,9 +151,10 @@ class Zrecord(StoreHandle):
         if idx.size:
             _native.store_delete(h, np.unique(idx))
 
-    def compact(self) -> None:
-        """Reclaim the space of deleted records. Needs exclusive access."""
-        _native.store_compact(self._writable("compact"))
+    def compact(self, *, progress: bool | None = None) -> int:
+        """Reclaim the space of deleted records and return the bytes
+        reclaimed (also logged). Needs exclusive access."""
+        return compact_handle(self._writable("compact"), self._path, progress)
 
     def sync(self) -> None:
         """Make every append so far durable (data, table, then header)."""
