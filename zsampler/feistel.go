@@ -31,14 +31,38 @@ func roundsFor(b uint) int {
 //	r ^= F_i(l) mod 2^wb   (odd i)
 //
 // each of which is its own inverse, so an odd b needs no special case, and
-// b = 0 (the domain {0}) and b = 1 work too. The round function F_i(v) =
-// mix64(v ^ k[i]) is a full-avalanche mixer, so that even the few bits of a
-// narrow part reach every output bit non-linearly.
+// b = 0 (the domain {0}) and b = 1 work too.
+//
+// The round function depends on the width. From b = mulBits on (halves of
+// 8 bits and more, four rounds: every domain a training run shuffles) it is
+// F_i(v) = mum(v ^ k_i, m_i): one 64×64 → 128-bit multiply by a keyed odd
+// multiplier, its high word xored into its low word. The low word's bits
+// carry the low input bits upwards, the high word's bits depend on every
+// input bit through the carries. That is half the multiplies of a
+// full-avalanche mixer and none of its shifts, and four such rounds over
+// halves this wide pass TestPermutationUniformWide. The multiplier must be
+// keyed: with a fixed one, a difference d between two inputs becomes d·C in
+// every cycle alike, which that test detects in the images of neighbouring
+// positions. Below mulBits, where a half has a few bits only and the low
+// bits of a product are close to linear in them, F_i(v) = mix64(v ^ k_i),
+// the SplitMix64 output function, whose every output bit depends on every
+// input bit.
 type feistel struct {
 	k      [maxRounds]uint64 // round keys; the first rounds are used
+	m      [4]uint64         // multipliers of the mum rounds, odd
 	rounds int               // even, at least 4
+	mul    bool              // round function mum (b ≥ mulBits), else mix64
 	wb     uint              // width of the low part
 	ma, mb uint64            // 2^wa − 1 and 2^wb − 1
+}
+
+// mulBits is the least domain width whose rounds use mum.
+const mulBits = 16
+
+// mum multiplies a by m to 128 bits and folds the high word into the low.
+func mum(a, m uint64) uint64 {
+	hi, lo := bits.Mul64(a, m)
+	return hi ^ lo
 }
 
 // newFeistel returns the permutation of [0, 2^b) with round keys drawn from
@@ -51,20 +75,34 @@ func newFeistel(b uint, key uint64) feistel {
 // most maxRounds.
 func newFeistelRounds(b uint, key uint64, rounds int) feistel {
 	wa, wb := (b+1)/2, b/2
-	f := feistel{rounds: rounds, wb: wb, ma: 1<<wa - 1, mb: 1<<wb - 1}
+	f := feistel{rounds: rounds, mul: b >= mulBits, wb: wb, ma: 1<<wa - 1, mb: 1<<wb - 1}
 	for i := range f.rounds {
 		key += golden
 		f.k[i] = mix64(key)
 	}
+	if f.mul {
+		for i := range f.m {
+			key += golden
+			f.m[i] = mix64(key) | 1
+		}
+	}
 	return f
+}
+
+// round is F_i(v).
+func (f *feistel) round(i int, v uint64) uint64 {
+	if f.mul {
+		return mum(v^f.k[i], f.m[i&3])
+	}
+	return mix64(v ^ f.k[i])
 }
 
 // forward applies the permutation.
 func (f *feistel) forward(x uint64) uint64 {
 	l, r := x>>f.wb, x&f.mb
 	for i := 0; i < f.rounds; i += 2 {
-		l ^= mix64(r^f.k[i]) & f.ma
-		r ^= mix64(l^f.k[i+1]) & f.mb
+		l ^= f.round(i, r) & f.ma
+		r ^= f.round(i+1, l) & f.mb
 	}
 	return l<<f.wb | r
 }
@@ -73,8 +111,8 @@ func (f *feistel) forward(x uint64) uint64 {
 func (f *feistel) inverse(x uint64) uint64 {
 	l, r := x>>f.wb, x&f.mb
 	for i := f.rounds - 1; i > 0; i -= 2 {
-		r ^= mix64(l^f.k[i]) & f.mb
-		l ^= mix64(r^f.k[i-1]) & f.ma
+		r ^= f.round(i, l) & f.mb
+		l ^= f.round(i-1, r) & f.ma
 	}
 	return l<<f.wb | r
 }
