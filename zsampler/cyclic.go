@@ -33,20 +33,21 @@ func fillCyclic(dst []int64, n, g, seed, step, first uint64) {
 	// Four mum rounds, the case of every n above 2^15: p.at by hand, so
 	// that the rounds inline and the keys stay in registers.
 	wb, ma, mb := p.f.wb&63, p.f.ma, p.f.mb
-	k0, k1, k2, k3 := p.f.k[0], p.f.k[1], p.f.k[2], p.f.k[3]
-	mul0, mul1, mul2, mul3 := p.f.m[0], p.f.m[1], p.f.m[2], p.f.m[3]
+	k, m := &p.f.k, &p.f.m
 	perm := func(x uint64) uint64 {
 		l, r := x>>wb, x&mb
-		l ^= mum(r^k0, mul0) & ma
-		r ^= mum(l^k1, mul1) & mb
-		l ^= mum(r^k2, mul2) & ma
-		r ^= mum(l^k3, mul3) & mb
+		l ^= mum(r^k[0], m[0]) & ma
+		r ^= mum(l^k[1], m[1]) & mb
+		l ^= mum(r^k[2], m[2]) & ma
+		r ^= mum(l^k[3], m[3]) & mb
 		return l<<wb | r
 	}
 	// The first application, to every position: a loop of independent
 	// iterations with nothing else in it, which the processor overlaps.
+	x := x0
 	for i := range dst {
-		dst[i] = int64(perm(x0 + uint64(i)))
+		dst[i] = int64(perm(x))
+		x++
 	}
 	if (ma+1)<<wb == n {
 		return // n is the power of two itself: nothing walks

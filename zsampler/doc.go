@@ -25,9 +25,10 @@
 // perm_c(j·G + k) for k in [0, G). perm_c is a keyed Feistel network over the
 // smallest power of two at least N, with round keys derived from (seed, c),
 // brought into [0, N) by cycle walking: applied again until the value falls
-// inside. From N > 2^15 on it has four rounds, each one 128-bit multiply by
-// a keyed multiplier; below, where the halves of the network are only a few
-// bits wide, more rounds of a full-avalanche mixer. Within a cycle no index repeats. The
+// inside. From N > 2^15 on it has four rounds, each one 32×32-bit multiply
+// by a keyed multiplier; below, where the halves of the network are only a
+// few bits wide, more rounds of a full-avalanche mixer. Within a cycle no
+// index repeats. The
 // N − P·G indices that a cycle does not reach are dropped; every cycle has a
 // fresh permutation and so drops different ones, and every index is reached
 // within a few cycles. Nothing the size of N is ever materialized, so a cycle
@@ -57,8 +58,8 @@
 // batches at once.
 //
 // The permutation of cycles over more than 2^15 indices changed once, when
-// its rounds moved from a 64-bit mixer to one multiply each (about four
-// times faster): for such N, a step computed by a version before that change
+// its rounds moved from a 64-bit mixer to one multiply each (twice as
+// fast): for such N, a step computed by a version before that change
 // and the same step computed now hold different indices. A run resumed
 // across that change still draws without replacement within every cycle it
 // starts afresh, but the cycle it resumes in mixes two orders.

@@ -34,22 +34,20 @@ func roundsFor(b uint) int {
 // b = 0 (the domain {0}) and b = 1 work too.
 //
 // The round function depends on the width. From b = mulBits on (halves of
-// 8 bits and more, four rounds: every domain a training run shuffles) it is
-// F_i(v) = mum(v ^ k_i, m_i): one 64×64 → 128-bit multiply by a keyed odd
-// multiplier, its high word xored into its low word. The low word's bits
-// carry the low input bits upwards, the high word's bits depend on every
-// input bit through the carries. That is half the multiplies of a
-// full-avalanche mixer and none of its shifts, and four such rounds over
-// halves this wide pass TestPermutationUniformWide. The multiplier must be
-// keyed: with a fixed one, a difference d between two inputs becomes d·C in
-// every cycle alike, which that test detects in the images of neighbouring
-// positions. Below mulBits, where a half has a few bits only and the low
-// bits of a product are close to linear in them, F_i(v) = mix64(v ^ k_i),
+// 8 to 32 bits, four rounds: every domain a training run shuffles) it is
+// F_i(v) = mum(v ^ k_i, m_i): the low 32 bits of v ^ k_i times a keyed odd
+// 32-bit multiplier m_i, the high half of the 64-bit product xored into its
+// low half. Bit j of the low half depends on input bits 0..j only; the high
+// half depends on every input bit through the carries, so the kept bits
+// depend on the whole input non-linearly. That is one multiply and a shift
+// instead of a full-avalanche mixer's two multiplies and three shifts, and
+// four such rounds over halves this wide pass TestPermutationUniformWide.
+// Below mulBits, where a half has a few bits only, F_i(v) = mix64(v ^ k_i),
 // the SplitMix64 output function, whose every output bit depends on every
 // input bit.
 type feistel struct {
 	k      [maxRounds]uint64 // round keys; the first rounds are used
-	m      [4]uint64         // multipliers of the mum rounds, odd
+	m      [4]uint64         // multipliers of the mum rounds: odd, below 2^32
 	rounds int               // even, at least 4
 	mul    bool              // round function mum (b ≥ mulBits), else mix64
 	wb     uint              // width of the low part
@@ -59,10 +57,12 @@ type feistel struct {
 // mulBits is the least domain width whose rounds use mum.
 const mulBits = 16
 
-// mum multiplies a by m to 128 bits and folds the high word into the low.
+// mum multiplies the low 32 bits of a by m, which is below 2^32, and
+// folds the high half of the 64-bit product into its low half: the low 32
+// bits of the result are lo ^ hi.
 func mum(a, m uint64) uint64 {
-	hi, lo := bits.Mul64(a, m)
-	return hi ^ lo
+	p := uint64(uint32(a)) * m
+	return p ^ p>>32
 }
 
 // newFeistel returns the permutation of [0, 2^b) with round keys drawn from
@@ -83,7 +83,7 @@ func newFeistelRounds(b uint, key uint64, rounds int) feistel {
 	if f.mul {
 		for i := range f.m {
 			key += golden
-			f.m[i] = mix64(key) | 1
+			f.m[i] = mix64(key)>>32 | 1
 		}
 	}
 	return f
