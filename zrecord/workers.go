@@ -2,7 +2,6 @@ package zrecord
 
 import (
 	"runtime"
-	"sync"
 	"sync/atomic"
 )
 
@@ -33,8 +32,8 @@ func Threads() int {
 }
 
 // fanOutBytes is the least work (bytes copied or decoded) that justifies one
-// more goroutine: waking a goroutine costs on the order of 10 µs when the
-// caller is a C thread, about what copying 1 MiB takes.
+// more goroutine: handing a block to a parked helper costs a few µs when
+// the caller is a C thread, and a block should dwarf that.
 const fanOutBytes = 1 << 20
 
 // compressFanOutBytes is the same threshold for compression, which is far
@@ -49,26 +48,15 @@ func workersFor(total int64, n int, per int64) int {
 	return int(max(w, 1))
 }
 
-// parallel runs work(0..n-1): work(0) on the calling goroutine, the rest on
-// new goroutines, and waits. Every goroutine turns memory faults and panics
-// into errors. It returns the error of the lowest-numbered failing worker.
+// parallel runs work(0..n-1) on the calling goroutine and the package's
+// persistent helpers (pool.go), and waits. Every block runs with memory
+// faults turned into panics and every panic turned into an error. It
+// returns the error of the lowest-numbered failing block.
 func parallel(n int, op string, work func(w int) error) error {
 	if n <= 1 {
 		return guarded(op, 0, work)
 	}
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for w := 1; w < n; w++ {
-		wg.Go(func() { errs[w] = guarded(op, w, work) })
-	}
-	errs[0] = guarded(op, 0, work)
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return fanOut(n, op, work)
 }
 
 // guarded runs work(w) with memory faults turned into panics and every

@@ -24,40 +24,50 @@ func fillCyclic(dst []int64, n, g, seed, step, first uint64) {
 	c, j := step/per, step%per
 	p := cyclePermutation(n, seed, c)
 	x0 := j*g + first
-	if p.f.rounds != 4 {
+	if p.f.rounds != 4 || !p.f.mul {
 		for i := range dst {
 			dst[i] = int64(p.at(x0 + uint64(i)))
 		}
 		return
 	}
-	// Four rounds, the case of every large n: p.at by hand, so that the
-	// rounds inline and the keys stay in registers.
-	wb, ma, mb := p.f.wb, p.f.ma, p.f.mb
-	k0, k1, k2, k3 := p.f.k[0], p.f.k[1], p.f.k[2], p.f.k[3]
+	// Four mum rounds, the case of every n above 2^15: p.at by hand, so
+	// that the rounds inline and the keys stay in registers.
+	wb, ma, mb := p.f.wb&63, p.f.ma, p.f.mb
+	k, m := &p.f.k, &p.f.m
 	perm := func(x uint64) uint64 {
 		l, r := x>>wb, x&mb
-		l ^= mix64(r^k0) & ma
-		r ^= mix64(l^k1) & mb
-		l ^= mix64(r^k2) & ma
-		r ^= mix64(l^k3) & mb
+		l ^= mum(r^k[0], m[0]) & ma
+		r ^= mum(l^k[1], m[1]) & mb
+		l ^= mum(r^k[2], m[2]) & ma
+		r ^= mum(l^k[3], m[3]) & mb
 		return l<<wb | r
+	}
+	// The first application, to every position: four lanes at a time in
+	// the AVX2 kernel where there is one (wide_amd64.s), the rest in a loop
+	// of independent iterations with nothing else in it, which the
+	// processor overlaps.
+	done := permWide(dst, x0, &p.f)
+	x := x0 + uint64(done)
+	for i := done; i < len(dst); i++ {
+		dst[i] = int64(perm(x))
+		x++
+	}
+	if (ma+1)<<wb == n {
+		return // n is the power of two itself: nothing walks
 	}
 	// Cycle walking applies perm a data-dependent number of times, and a
 	// branch per index on "x < n" would be mispredicted whenever n is well
-	// below the power of two. So the walks advance in passes instead: each
-	// pass applies perm once to every index whose walk is unfinished and
-	// collects, without a branch, those still out of range. Every pass is
-	// a loop of independent iterations that the processor overlaps.
+	// below the power of two. So the walks advance in passes instead: a
+	// scan collects, without a branch, the positions still out of range,
+	// and each pass applies perm once to every one of them and collects
+	// those still out. Every pass is a loop of independent iterations.
 	var pending [256]uint16 // positions in dst[lo:hi] still walking
 	for lo := 0; lo < len(dst); lo += len(pending) {
 		chunk := dst[lo:min(lo+len(pending), len(dst))]
-		x := x0 + uint64(lo)
 		m := 0
-		for i := range chunk {
-			y := perm(x + uint64(i))
-			chunk[i] = int64(y)
+		for i, y := range chunk {
 			pending[m] = uint16(i)
-			m += int(1 ^ (y-n)>>63) // y ≥ n: y, n < 2^63, so y−n has no top bit
+			m += int(1 ^ (uint64(y)-n)>>63) // y ≥ n: y, n < 2^63, so y−n has no top bit
 		}
 		for m > 0 {
 			k := 0

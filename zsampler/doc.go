@@ -25,8 +25,10 @@
 // perm_c(j·G + k) for k in [0, G). perm_c is a keyed Feistel network over the
 // smallest power of two at least N, with round keys derived from (seed, c),
 // brought into [0, N) by cycle walking: applied again until the value falls
-// inside. It has four rounds from 2^16 on and more below, where the halves of
-// the network are only a few bits wide. Within a cycle no index repeats. The
+// inside. From N > 2^15 on it has four rounds, each one 32×32-bit multiply
+// by a keyed multiplier; below, where the halves of the network are only a
+// few bits wide, more rounds of a full-avalanche mixer. Within a cycle no
+// index repeats. The
 // N − P·G indices that a cycle does not reach are dropped; every cycle has a
 // fresh permutation and so drops different ones, and every index is reached
 // within a few cycles. Nothing the size of N is ever materialized, so a cycle
@@ -54,6 +56,13 @@
 // arithmetic on steps and positions is exact for every step up to the
 // largest int64. Calls share nothing, so any number of goroutines may fill
 // batches at once.
+//
+// The permutation of cycles over more than 2^15 indices changed once, when
+// its rounds moved from a 64-bit mixer to one multiply each (twice as
+// fast): for such N, a step computed by a version before that change
+// and the same step computed now hold different indices. A run resumed
+// across that change still draws without replacement within every cycle it
+// starts afresh, but the cycle it resumes in mixes two orders.
 //
 // Invalid arguments are reported by errors that wrap [ErrInvalid] and name
 // the offending field and value.

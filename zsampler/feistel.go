@@ -31,14 +31,38 @@ func roundsFor(b uint) int {
 //	r ^= F_i(l) mod 2^wb   (odd i)
 //
 // each of which is its own inverse, so an odd b needs no special case, and
-// b = 0 (the domain {0}) and b = 1 work too. The round function F_i(v) =
-// mix64(v ^ k[i]) is a full-avalanche mixer, so that even the few bits of a
-// narrow part reach every output bit non-linearly.
+// b = 0 (the domain {0}) and b = 1 work too.
+//
+// The round function depends on the width. From b = mulBits on (halves of
+// 8 to 32 bits, four rounds: every domain a training run shuffles) it is
+// F_i(v) = mum(v ^ k_i, m_i): the low 32 bits of v ^ k_i times a keyed odd
+// 32-bit multiplier m_i, the high half of the 64-bit product xored into its
+// low half. Bit j of the low half depends on input bits 0..j only; the high
+// half depends on every input bit through the carries, so the kept bits
+// depend on the whole input non-linearly. That is one multiply and a shift
+// instead of a full-avalanche mixer's two multiplies and three shifts, and
+// four such rounds over halves this wide pass TestPermutationUniformWide.
+// Below mulBits, where a half has a few bits only, F_i(v) = mix64(v ^ k_i),
+// the SplitMix64 output function, whose every output bit depends on every
+// input bit.
 type feistel struct {
 	k      [maxRounds]uint64 // round keys; the first rounds are used
+	m      [4]uint64         // multipliers of the mum rounds: odd, below 2^32
 	rounds int               // even, at least 4
+	mul    bool              // round function mum (b ≥ mulBits), else mix64
 	wb     uint              // width of the low part
 	ma, mb uint64            // 2^wa − 1 and 2^wb − 1
+}
+
+// mulBits is the least domain width whose rounds use mum.
+const mulBits = 16
+
+// mum multiplies the low 32 bits of a by m, which is below 2^32, and
+// folds the high half of the 64-bit product into its low half: the low 32
+// bits of the result are lo ^ hi.
+func mum(a, m uint64) uint64 {
+	p := uint64(uint32(a)) * m
+	return p ^ p>>32
 }
 
 // newFeistel returns the permutation of [0, 2^b) with round keys drawn from
@@ -51,20 +75,34 @@ func newFeistel(b uint, key uint64) feistel {
 // most maxRounds.
 func newFeistelRounds(b uint, key uint64, rounds int) feistel {
 	wa, wb := (b+1)/2, b/2
-	f := feistel{rounds: rounds, wb: wb, ma: 1<<wa - 1, mb: 1<<wb - 1}
+	f := feistel{rounds: rounds, mul: b >= mulBits, wb: wb, ma: 1<<wa - 1, mb: 1<<wb - 1}
 	for i := range f.rounds {
 		key += golden
 		f.k[i] = mix64(key)
 	}
+	if f.mul {
+		for i := range f.m {
+			key += golden
+			f.m[i] = mix64(key)>>32 | 1
+		}
+	}
 	return f
+}
+
+// round is F_i(v).
+func (f *feistel) round(i int, v uint64) uint64 {
+	if f.mul {
+		return mum(v^f.k[i], f.m[i&3])
+	}
+	return mix64(v ^ f.k[i])
 }
 
 // forward applies the permutation.
 func (f *feistel) forward(x uint64) uint64 {
 	l, r := x>>f.wb, x&f.mb
 	for i := 0; i < f.rounds; i += 2 {
-		l ^= mix64(r^f.k[i]) & f.ma
-		r ^= mix64(l^f.k[i+1]) & f.mb
+		l ^= f.round(i, r) & f.ma
+		r ^= f.round(i+1, l) & f.mb
 	}
 	return l<<f.wb | r
 }
@@ -73,8 +111,8 @@ func (f *feistel) forward(x uint64) uint64 {
 func (f *feistel) inverse(x uint64) uint64 {
 	l, r := x>>f.wb, x&f.mb
 	for i := f.rounds - 1; i > 0; i -= 2 {
-		r ^= mix64(l^f.k[i]) & f.mb
-		l ^= mix64(r^f.k[i-1]) & f.ma
+		r ^= f.round(i, l) & f.mb
+		l ^= f.round(i-1, r) & f.ma
 	}
 	return l<<f.wb | r
 }

@@ -3,6 +3,8 @@ package zsampler
 import (
 	"fmt"
 	"math"
+	"math/bits"
+	"slices"
 	"testing"
 )
 
@@ -196,6 +198,120 @@ func TestRoundsFor(t *testing.T) {
 		}
 		if b >= 16 && r != 4 {
 			t.Errorf("roundsFor(%d) = %d, want 4", b, r)
+		}
+	}
+}
+
+// wideStats is neighbourStats for domains too wide for a bin per value: the
+// image of position x and the gap to the image of x+1 are each counted in
+// 256 bins twice, once by their top bits (v·256/n) and once by their low
+// byte (v mod 256), where the bits of a product are least mixed. It returns
+// the four p-values: image by top bits, image by low byte, gap likewise.
+func wideStats(n, x, cycles uint64, perm func(c uint64) permutation) [4]float64 {
+	const bins = 256
+	top := func(v, m uint64) uint64 { hi, lo := bits.Mul64(v, bins); q, _ := bits.Div64(hi, lo, m); return q }
+	var obs [4][]int64
+	var exp [4][]float64
+	for i := range obs {
+		obs[i] = make([]int64, bins)
+		exp[i] = make([]float64, bins)
+	}
+	// Expected counts: how many values of [0, n) (image) or [0, n−1) (gap
+	// minus one) fall in each bin, times cycles over their number.
+	for v := range n {
+		exp[0][top(v, n)] += float64(cycles) / float64(n)
+		exp[1][v%bins] += float64(cycles) / float64(n)
+		if v < n-1 {
+			exp[2][top(v, n-1)] += float64(cycles) / float64(n-1)
+			exp[3][v%bins] += float64(cycles) / float64(n-1)
+		}
+	}
+	for c := range cycles {
+		p := perm(c)
+		a, b := p.at(x), p.at(x+1)
+		g := (b+n-a)%n - 1
+		obs[0][top(a, n)]++
+		obs[1][a%bins]++
+		obs[2][top(g, n-1)]++
+		obs[3][g%bins]++
+	}
+	var ps [4]float64
+	for i := range ps {
+		_, ps[i] = chiSquare(obs[i], exp[i])
+	}
+	return ps
+}
+
+// TestPermutationUniformWide is TestPermutationUniform for the widths that
+// use the mum round function, with four rounds: the images of neighbouring
+// positions look independent and uniform from one cycle to the next. 2^16
+// is the narrowest such domain, 2^16+1 walks half the time, 10^6 is a
+// typical dataset.
+func TestPermutationUniformWide(t *testing.T) {
+	ns := []uint64{1 << 16, 1<<16 + 1, 1_000_000}
+	cycles := uint64(200_000)
+	if testing.Short() {
+		cycles = 50_000
+	}
+	level := alpha / float64(len(ns)*2*4)
+	for _, n := range ns {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			if p := cyclePermutation(n, 5, 0); p.f.rounds != 4 || !p.f.mul {
+				t.Fatalf("n=%d: %d rounds, mum %v; want 4 mum rounds", n, p.f.rounds, p.f.mul)
+			}
+			for _, x := range []uint64{0, n - 2} {
+				ps := wideStats(n, x, cycles, func(c uint64) permutation { return cyclePermutation(n, 5, c) })
+				t.Logf("position %d: p = %.3g", x, ps)
+				if slices.Min(ps[:]) < level {
+					t.Errorf("position %d: p = %.3g (image top, image low, gap top, gap low), want all ≥ %.2g", x, ps, level)
+				}
+			}
+		})
+	}
+}
+
+// TestLinearRoundsDetectedWide is the negative control of
+// TestPermutationUniformWide: the same four rounds with every multiplier set
+// to 1, which leaves F_i(v) = v ^ k_i and the whole network affine, are
+// detected in the images of neighbouring positions.
+func TestLinearRoundsDetectedWide(t *testing.T) {
+	for _, n := range []uint64{1 << 16, 1_000_000} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			ps := wideStats(n, 0, 50_000, func(c uint64) permutation {
+				p := cyclePermutation(n, 5, c)
+				p.f.m = [4]uint64{1, 1, 1, 1}
+				return p
+			})
+			t.Logf("multipliers 1: p = %.3g", ps)
+			if slices.Min(ps[:]) >= alpha {
+				t.Errorf("affine rounds not detected: p = %.3g", ps)
+			}
+		})
+	}
+}
+
+// TestPermWideMatchesForward checks the vector kernel against the scalar
+// network, lane by lane: every wide width, odd and even, starting points
+// near 0 and near the top of the domain, and lengths that are not multiples
+// of the vector width.
+func TestPermWideMatchesForward(t *testing.T) {
+	t.Logf("vector kernel: %v", hasWideKernel)
+	for b := uint(mulBits); b <= 63; b++ {
+		f := newFeistel(b, mix64(uint64(b)*7+1))
+		size := uint64(1) << b
+		for _, x0 := range []uint64{0, 12345 % size, size - 37} {
+			for _, length := range []int{0, 1, 4, 5, 33} {
+				dst := make([]int64, length)
+				done := permWide(dst, x0, &f)
+				if hasWideKernel && done != length&^3 || !hasWideKernel && done != 0 {
+					t.Fatalf("b=%d: permWide covered %d of %d", b, done, length)
+				}
+				for i := range done {
+					if want := f.forward(x0 + uint64(i)); uint64(dst[i]) != want {
+						t.Fatalf("b=%d x0=%d: lane %d = %d, want forward(%d) = %d", b, x0, i, dst[i], x0+uint64(i), want)
+					}
+				}
+			}
 		}
 	}
 }

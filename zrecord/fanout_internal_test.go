@@ -1,0 +1,161 @@
+package zrecord
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// The fan-out is measured from a goroutine locked to its OS thread, as a cgo
+// export's goroutine is:
+//
+//	go test -run '^$' -bench 'FanOut' ./zrecord/
+
+// BenchmarkFanOut is the per-call cost of parallel itself: two blocks that
+// do nothing.
+func BenchmarkFanOut(b *testing.B) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var sink atomic.Int64
+	work := func(w int) error { sink.Add(int64(w)); return nil }
+	for b.Loop() {
+		if err := parallel(2, "bench", work); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkFanOutBusy is parallel over blocks of about 20 µs of computation
+// each, so that a helper does take a block: with perfect fan-out, blocks=2
+// takes as long as blocks=1, and the difference is the cost of the hand-off.
+func BenchmarkFanOutBusy(b *testing.B) {
+	var sink atomic.Uint64
+	work := func(w int) error {
+		x := uint64(w) + 1
+		for range 20_000 {
+			x ^= x << 13
+			x ^= x >> 7
+			x ^= x << 17
+		}
+		sink.Add(x)
+		return nil
+	}
+	for _, n := range []int{1, 2} {
+		b.Run(fmt.Sprintf("blocks=%d", n), func(b *testing.B) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			for b.Loop() {
+				if err := parallel(n, "bench", work); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkFanOutGather gathers 9 raw records of 256 KiB (2.25 MiB, just
+// above the threshold of two workers) at one and two threads.
+func BenchmarkFanOutGather(b *testing.B) {
+	const size, count, batch = 256 << 10, 64, 9
+	s, err := Create(b.TempDir(), WithCodec(Raw))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	recs := make([][]byte, count)
+	for i := range recs {
+		recs[i] = make([]byte, size)
+		for k := range recs[i] {
+			recs[i][k] = byte(i + k)
+		}
+	}
+	if _, err := s.Append(recs); err != nil {
+		b.Fatal(err)
+	}
+	idx := make([]int64, batch)
+	for k := range idx {
+		idx[k] = int64(k * 7 % count)
+	}
+	dst := make([]byte, batch*size)
+	defer SetThreads(0)
+	for _, threads := range []int{1, 2} {
+		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) {
+			SetThreads(threads)
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			b.SetBytes(int64(len(dst)))
+			for b.Loop() {
+				if err := s.Gather(idx, dst, size); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestParallelRunsEveryBlockOnce checks parallel at several widths, from
+// locked and unlocked goroutines calling at once: every block runs exactly
+// once per call, and the call returns only after all of them finished.
+func TestParallelRunsEveryBlockOnce(t *testing.T) {
+	var wg sync.WaitGroup
+	for c := range 4 {
+		wg.Go(func() {
+			if c%2 == 0 {
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+			}
+			for it := range 200 {
+				n := 2 + (it+c)%7
+				counts := make([]atomic.Int32, n)
+				if err := parallel(n, "test", func(w int) error {
+					counts[w].Add(1)
+					return nil
+				}); err != nil {
+					t.Error(err)
+					return
+				}
+				for w := range counts {
+					if got := counts[w].Load(); got != 1 {
+						t.Errorf("caller %d call %d: block %d of %d ran %d times", c, it, w, n, got)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestParallelErrorsAndPanics checks that parallel reports the error of the
+// lowest-numbered failing block, turns a panic in any block into an error
+// naming the operation, and keeps working afterwards.
+func TestParallelErrorsAndPanics(t *testing.T) {
+	boom := errors.New("boom")
+	err := parallel(4, "gather", func(w int) error {
+		if w >= 2 {
+			return fmt.Errorf("block %d: %w", w, boom)
+		}
+		return nil
+	})
+	if err == nil || !errors.Is(err, boom) || err.Error() != "block 2: boom" {
+		t.Fatalf("error = %v, want block 2's", err)
+	}
+	for range 20 {
+		err = parallel(3, "gather", func(w int) error {
+			if w == 1 {
+				panic("bad block")
+			}
+			return nil
+		})
+		if err == nil || !strings.Contains(err.Error(), "gather: internal error: bad block") {
+			t.Fatalf("a panicking block gave %v", err)
+		}
+	}
+	if err := parallel(3, "gather", func(int) error { return nil }); err != nil {
+		t.Fatalf("after panics: %v", err)
+	}
+}
