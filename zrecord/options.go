@@ -22,6 +22,8 @@ type options struct {
 	files    []companionFile // WithFile, in order
 	replace  bool            // WithReplace
 	keep     []string        // WithReplace's patterns
+	// verifyRaw: Gather checks raw records against their checksums.
+	verifyRaw bool
 }
 
 // companionFile is a file Create writes beside the store (WithFile).
@@ -32,10 +34,11 @@ type companionFile struct {
 
 func defaultOptions() options {
 	return options{
-		codec:    Raw,
-		tier:     TierBalanced,
-		capacity: MaxChunkCapacity,
-		fs:       OSFS,
+		codec:     Raw,
+		tier:      TierBalanced,
+		capacity:  MaxChunkCapacity,
+		fs:        OSFS,
+		verifyRaw: defaultVerifyRaw,
 	}
 }
 
@@ -80,6 +83,21 @@ func WithDictTier(t DictTier) Option {
 // Default and maximum MaxChunkCapacity; small values are meant for tests.
 func WithChunkCapacity(n int64) Option {
 	return func(o *options) { o.capacity = n }
+}
+
+// defaultVerifyRaw is whether Gather checks raw records by default. See
+// WithVerify for what it costs.
+const defaultVerifyRaw = false
+
+// WithVerify sets whether Gather, GatherPacked and Upgrade-free reads check
+// the checksum of raw records of a version-4 store against their bytes
+// (after copying them, while they are still in the cache). Compressed
+// records are always checked before they are decoded, and the table
+// entries a call touches always are, whatever this option says. It is a
+// property of the handle (see also SetVerify). Default off: see
+// defaultVerifyRaw for the measured cost.
+func WithVerify(on bool) Option {
+	return func(o *options) { o.verifyRaw = on }
 }
 
 // WithFS routes every file operation of the store through fs (for example a
