@@ -284,7 +284,7 @@ func (fsx *fuzzStore) judge(v diskView, i int64) verdict {
 		return verdict{why: "no header on disk"}
 	case !sealedAt(raw[:], i):
 		return verdict{mustFail: true, why: "the entry's checksum does not match"}
-	case inFile && crc32.Checksum(disk, castagnoliTable) != e.sum:
+	case inFile && crc32.Checksum(disk, castagnoli) != e.sum:
 		return verdict{mustFail: true, why: "the stored bytes do not match the entry's checksum"}
 	case e.chunk > v.tailChunk:
 		return verdict{mustFail: true, why: fmt.Sprintf("chunk %d past the tail chunk %d", e.chunk, v.tailChunk)}
