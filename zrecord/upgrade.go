@@ -122,6 +122,16 @@ func (w *upgradeWriter) close() {
 	}
 }
 
+// discard removes the segments written so far, after a failure before the
+// switch (best effort: the next writable Open removes them too).
+func (w *upgradeWriter) discard() {
+	w.close()
+	for id := range w.files {
+		w.s.removeFile(layoutV4.segName(id))
+	}
+	w.files = nil
+}
+
 // upgrade rewrites the table (see Upgrade). switched reports whether the
 // new header was written, after which a failure leaves the handle unusable.
 func (s *Store) upgrade() (switched bool, err error) {
@@ -131,7 +141,13 @@ func (s *Store) upgrade() (switched bool, err error) {
 	n := s.length.Load()
 	segs := *s.segs.Load()
 	w := &upgradeWriter{s: s, files: map[uint32]File{}, buf: make([]byte, 0, 1<<20+maxEntrySize)}
-	defer w.close()
+	defer func() {
+		if err != nil && !switched {
+			w.discard()
+		} else {
+			w.close()
+		}
+	}()
 	newSegs := layoutV4.segCount(n)
 	if n == 0 {
 		newSegs = 1 // a store always has segment 0
