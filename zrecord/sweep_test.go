@@ -103,7 +103,7 @@ func sweepMutations(files map[string][]byte, short bool) []sweepMutation {
 			}
 		case name == "dict.zr" || strings.HasSuffix(name, ".tab"):
 			if short {
-				every = 3
+				every = 8
 			}
 			for at := int64(0); at < size; at += every {
 				flips = append(flips, at)
@@ -114,7 +114,7 @@ func sweepMutations(files map[string][]byte, short bool) []sweepMutation {
 		default: // chunks
 			n := int64(48)
 			if short {
-				n = 12
+				n = 8
 			}
 			for at := int64(0); at < size; at += step(size, n) {
 				flips = append(flips, at)
