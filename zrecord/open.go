@@ -137,6 +137,11 @@ func (s *Store) loadFiles() (err error) {
 		for _, c := range *s.chunks.Load() {
 			c.end.Store(min(c.size, chunkSpan))
 		}
+		if s.lay.version == versionV3 {
+			// No recovery cuts the original's preallocated tail chunk
+			// back, so bound it by the frontier, as a read-only Open does.
+			(*s.chunks.Load())[s.tail.chunk].end.Store(int64(s.tail.off))
+		}
 	}
 	// Validate before cutting anything off, so that damage is reported
 	// rather than compounded.
