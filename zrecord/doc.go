@@ -44,19 +44,20 @@
 // Every byte a read depends on is covered by a checksum, so that damage is
 // reported instead of returned. The checksums are CRC-32C, which the
 // hash/crc32 package computes with the CPU's CRC instruction on amd64 and
-// arm64. The header's fits in its formerly reserved bytes, so meta.zr stays
-// one 32-byte write, which is what publishes every change. The per-record
-// checksum lives in the table entry rather than in a parallel file or in
-// the zstd frame: an entry is read anyway before its record, a parallel
-// file would be a second table to keep in step through crashes, and a
-// frame checksum would cover neither raw records nor the entry's own
-// offset and lengths. Because the data checksum is taken over the stored
-// bytes, a wrong offset, length or chunk id in an entry reads bytes that
-// fail it rather than a neighbour's record; and because the entry checksum
-// takes in the index, an entry written into the wrong slot fails too. A
-// 24-byte entry makes 2^28 entries 6 GiB, so a segment holds 2^27 (3 GiB)
-// and is still mapped in one piece. The new segments are called .tab, not
-// .loc, so that Upgrade can write a whole new table beside the old one and
+// arm64. The header's checksum fits in its formerly reserved bytes, so
+// meta.zr stays one 32-byte write, which is what publishes every change.
+// The per-record checksum lives in the table entry rather than in a
+// parallel file or in the zstd frame: an entry is read anyway before its
+// record, a parallel file would be a second table to keep in step through
+// crashes, and a frame checksum would cover neither raw records nor the
+// entry's own offset and lengths. Because the data checksum is taken over
+// the stored bytes, a wrong offset, length or chunk id in an entry makes
+// the read fail the check instead of returning a neighbour's bytes; and
+// because the entry checksum takes in the index, an entry written into the
+// wrong slot fails too. A 24-byte entry makes 2^28 entries 6 GiB, so a
+// segment holds 2^27 (3 GiB) and is still mapped in one piece. The new
+// segments are called .tab, not .loc, so that Upgrade can write a whole
+// new table beside the old one and
 // switch to it with the single header write, without a journal.
 //
 // On read, the header is checked at Open, with the dictionary; every table
