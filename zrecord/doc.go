@@ -57,8 +57,8 @@
 // wrong slot fails too. A 24-byte entry makes 2^28 entries 6 GiB, so a
 // segment holds 2^27 (3 GiB) and is still mapped in one piece. The new
 // segments are called .tab, not .loc, so that Upgrade can write a whole
-// new table beside the old one and
-// switch to it with the single header write, without a journal.
+// new table beside the old one and switch to it with the single header
+// write, without a journal.
 //
 // On read, the header is checked at Open, with the dictionary; every table
 // entry is checked at Open and again whenever a Gather, GatherPacked,
