@@ -30,7 +30,11 @@
 // variable-length byte strings (records to append, dictionary-training
 // samples, a packed gather destination) is one data buffer plus n+1
 // nondecreasing int64_t offsets: record i is data[offsets[i]:offsets[i+1]].
-// C strings are NUL-terminated UTF-8 and are copied on entry.
+// C strings are NUL-terminated UTF-8 and are copied on entry. A result of
+// unbounded size (the report of lx_store_verify and lx_verify_dir) is
+// written as NUL-terminated JSON into a caller buffer, with the size it
+// needs through an out-pointer: when it does not fit, nothing else is
+// written and the caller calls again with a larger buffer.
 //
 // Every export recovers a Go panic and reports it as LX_INTERNAL, so a bug
 // never unwinds into C (which would abort the host process). Every export

@@ -13,7 +13,7 @@ package main
 
 // The version of the exported interface: it changes whenever an export is
 // added, removed or changes its signature or meaning.
-#define LX_ABI_VERSION 2
+#define LX_ABI_VERSION 3
 
 // The largest number of dimensions an item shape may have (NumPy's limit).
 #define LX_MAX_DIMS 64
@@ -61,7 +61,10 @@ enum lx_stat {
 	LX_STAT_CODEC = 4,
 	LX_STAT_DICT_BYTES = 5,
 	LX_STAT_CHUNKS = 6,
-	LX_STATS_LEN = 7
+	LX_STAT_VERSION = 7,
+	LX_STAT_CHECKSUMMED = 8,
+	LX_STAT_VERIFIED = 9,
+	LX_STATS_LEN = 10
 };
 
 // The int64_t values of lx_sample's spec, by position; LX_SPEC_LEN counts
@@ -134,6 +137,9 @@ const (
 	statCodec        = C.LX_STAT_CODEC
 	statDictBytes    = C.LX_STAT_DICT_BYTES
 	statChunks       = C.LX_STAT_CHUNKS
+	statVersion      = C.LX_STAT_VERSION
+	statChecksummed  = C.LX_STAT_CHECKSUMMED
+	statVerified     = C.LX_STAT_VERIFIED
 )
 
 // Positions of the values in lx_sample's spec (enum lx_sample_spec).

@@ -6,6 +6,7 @@ package main
 import "C"
 
 import (
+	"encoding/json"
 	"fmt"
 	"runtime/debug"
 	"unsafe"
@@ -346,8 +347,109 @@ func lx_store_stats(h C.int64_t, out *C.int64_t, outLen C.int64_t, errBuf *C.cha
 		dst[statCodec] = int64(st.Codec)
 		dst[statDictBytes] = st.DictBytes
 		dst[statChunks] = st.Chunks
+		dst[statVersion] = int64(st.Version)
+		dst[statChecksummed] = boolInt(st.Checksummed)
+		dst[statVerified] = boolInt(st.Verified)
 		return nil
 	})
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// lx_store_upgrade rewrites a store of an earlier format version (1, or 3
+// as the original loaderx 1.5.2 wrote it) to the current one, crash-safely;
+// a current store is left alone (zrecord.Store.Upgrade).
+//
+//export lx_store_upgrade
+func lx_store_upgrade(h C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
+	return call("lx_store_upgrade", errBuf, errLen, func() error {
+		s, err := storeOf(h)
+		if err != nil {
+			return err
+		}
+		return s.Upgrade()
+	})
+}
+
+// lx_store_set_verify turns the checking of raw records against their
+// checksums on gather on (nonzero) or off for the handle h. Compressed
+// records are always checked (zrecord.Store.SetVerify).
+//
+//export lx_store_set_verify
+func lx_store_set_verify(h C.int64_t, on C.int, errBuf *C.char, errLen C.int64_t) C.int {
+	return call("lx_store_set_verify", errBuf, errLen, func() error {
+		s, err := storeOf(h)
+		if err != nil {
+			return err
+		}
+		s.SetVerify(on != 0)
+		return nil
+	})
+}
+
+// lx_store_verify scans the whole store behind h (zrecord.Store.Verify) and
+// writes its report as NUL-terminated JSON into the out_len bytes at out:
+// an object with dir, version, codec, checksummed, records, checked,
+// faults (a list of {file, index, what}; index -1 for a fault that is no
+// record's), more_faults and pending. *needed receives the report's size
+// with its NUL; when that exceeds out_len nothing else is written and the
+// call succeeds, so the caller retries with a larger buffer. Damage is
+// reported in the JSON, not as a status; a status other than LX_OK means
+// the scan itself failed.
+//
+//export lx_store_verify
+func lx_store_verify(h C.int64_t, out *C.char, outLen C.int64_t, needed *C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
+	return call("lx_store_verify", errBuf, errLen, func() error {
+		s, err := storeOf(h)
+		if err != nil {
+			return err
+		}
+		return reportOut(s.Verify, out, outLen, needed)
+	})
+}
+
+// lx_verify_dir is lx_store_verify for the store in the directory path,
+// which need not open: it reads the files read-only, without the store's
+// lock (zrecord.VerifyDir).
+//
+//export lx_verify_dir
+func lx_verify_dir(path *C.char, out *C.char, outLen C.int64_t, needed *C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
+	return call("lx_verify_dir", errBuf, errLen, func() error {
+		dir, err := goString(path, "path")
+		if err != nil {
+			return err
+		}
+		return reportOut(func() (zrecord.Report, error) { return zrecord.VerifyDir(dir) }, out, outLen, needed)
+	})
+}
+
+// reportOut runs a scan and writes its report as JSON (see lx_store_verify).
+func reportOut(scan func() (zrecord.Report, error), out *C.char, outLen C.int64_t, needed *C.int64_t) error {
+	if needed == nil {
+		return nullArg("needed")
+	}
+	buf, err := byteView(unsafe.Pointer(out), outLen, "out")
+	if err != nil {
+		return err
+	}
+	r, err := scan()
+	if err != nil {
+		return err
+	}
+	js, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode the report: %w", err)
+	}
+	*needed = C.int64_t(len(js) + 1)
+	if len(js)+1 <= len(buf) {
+		buf[copy(buf, js)] = 0
+	}
+	return nil
 }
 
 // lx_store_sync makes every record appended so far durable.

@@ -46,7 +46,7 @@ def compressible(i: int, size: int) -> bytes:
 
 
 def test_library_loads(native: ModuleType) -> None:
-    assert native.ABI_VERSION == 2
+    assert native.ABI_VERSION == 3
     assert os.path.isfile(native.library_path)
     v = native.ffi.new("int64_t *")
     assert native.lib.lx_abi_version(v, native.ffi.NULL, 0) == 0
@@ -211,7 +211,11 @@ def test_gather_empty_batch(native: ModuleType, raw_store: int) -> None:
 def test_delete_compact_stats(native: ModuleType, raw_store: int) -> None:
     native.store_append(raw_store, records_of(range(10)))
     before = native.store_stats(raw_store)
-    assert set(before) == {"length", "live_bytes", "chunk_bytes", "logical_bytes", "codec", "dict_bytes", "chunks"}
+    assert set(before) == {
+        "length", "live_bytes", "chunk_bytes", "logical_bytes", "codec", "dict_bytes", "chunks",
+        "version", "checksummed", "verified",
+    }
+    assert before["version"] == 4 and before["checksummed"] is True and before["verified"] is False
     assert before["length"] == 10 and before["codec"] == "raw" and before["dict_bytes"] == 0
     assert before["live_bytes"] == before["logical_bytes"] == 320
     assert all(isinstance(v, int) for k, v in before.items() if k != "codec")

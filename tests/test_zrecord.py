@@ -113,7 +113,9 @@ def test_stats_fields(tmp_path):
         stats = zr.stats()
         assert set(stats) == {
             "length", "live_bytes", "chunk_bytes", "logical_bytes", "codec", "dict_bytes", "chunks",
+            "version", "checksummed", "verified",
         }
+        assert stats["version"] == 4 and stats["checksummed"] is True and stats["verified"] is True
         assert stats["length"] == 1
         assert stats["logical_bytes"] == 10_000
         assert stats["live_bytes"] < 10_000  # compressed

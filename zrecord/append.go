@@ -9,6 +9,7 @@ import (
 // appendScratch is the per-call working memory of Append, reused across calls.
 type appendScratch struct {
 	phys    [][]byte // what is stored for each record
+	sums    []uint32 // the checksum of each record's stored bytes
 	entries []entry
 	spans   []int // start and end of each record's frame in its arena; -1 if stored raw
 	iov     [][]byte
@@ -18,18 +19,19 @@ type appendScratch struct {
 
 var appendPool = sync.Pool{New: func() any { return new(appendScratch) }}
 
-func (a *appendScratch) reset(n, workers int) {
+func (a *appendScratch) reset(n, workers int, entSize int) {
 	if cap(a.phys) < n {
 		a.phys = make([][]byte, n)
+		a.sums = make([]uint32, n)
 		a.entries = make([]entry, n)
 		a.spans = make([]int, 2*n)
 	}
 	a.spans = a.spans[:2*n]
-	a.phys, a.entries = a.phys[:n], a.entries[:n]
-	if cap(a.table) < n*entrySize {
-		a.table = make([]byte, n*entrySize)
+	a.phys, a.sums, a.entries = a.phys[:n], a.sums[:n], a.entries[:n]
+	if cap(a.table) < n*entSize {
+		a.table = make([]byte, n*entSize)
 	}
-	a.table = a.table[:n*entrySize]
+	a.table = a.table[:n*entSize]
 	for len(a.arenas) < workers {
 		a.arenas = append(a.arenas, nil)
 	}
@@ -60,6 +62,11 @@ func (a *appendScratch) release() {
 // include the batch. Concurrent Gathers never see part of a batch.
 func (s *Store) Append(records [][]byte) (first int64, err error) {
 	defer recoverTo(&err, "append")
+	if len(records) > 0 {
+		if err := s.upgradeFor("append"); err != nil {
+			return 0, err
+		}
+	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if err := s.checkWrite("append"); err != nil {
@@ -81,7 +88,7 @@ func (s *Store) Append(records [][]byte) (first int64, err error) {
 	if s.codec != Raw {
 		workers = workersFor(total, len(records), compressFanOutBytes)
 	}
-	a.reset(len(records), workers)
+	a.reset(len(records), workers, int(layoutV4.entSize))
 	if err := s.compress(records, a, workers, total); err != nil {
 		return 0, err
 	}
@@ -95,10 +102,14 @@ func (s *Store) Append(records [][]byte) (first int64, err error) {
 }
 
 // compress fills a.phys with what each record is stored as: its zstd frame
-// when that is smaller, else the record itself.
+// when that is smaller, else the record itself; and a.sums with the
+// checksums of those bytes.
 func (s *Store) compress(records [][]byte, a *appendScratch, workers int, total int64) error {
 	if s.codec == Raw {
 		copy(a.phys, records)
+		for k, r := range records {
+			a.sums[k] = dataSum(r)
+		}
 		return nil
 	}
 	s.encOnce.Do(func() { s.enc, s.encErr = newEncoder(s.codec, s.dict, s.opts.tier) })
@@ -137,6 +148,7 @@ func (s *Store) compress(records [][]byte, a *appendScratch, workers int, total 
 			} else {
 				a.phys[k] = arena[start:end:end]
 			}
+			a.sums[k] = dataSum(a.phys[k])
 		}
 		a.arenas[w] = arena
 		return nil
@@ -163,7 +175,7 @@ func (s *Store) commit(records [][]byte, a *appendScratch) (int64, error) {
 			}
 			pos = position{pos.chunk + 1, 0}
 		}
-		a.entries[k] = entry{off: pos.off, phys: uint32(size), logic: uint32(len(records[k])), chunk: pos.chunk}
+		a.entries[k] = entry{off: pos.off, phys: uint32(size), logic: uint32(len(records[k])), chunk: pos.chunk, sum: a.sums[k]}
 		pos.off += uint32(size)
 		live += int64(size)
 		logical += int64(len(records[k]))
@@ -199,16 +211,18 @@ func (s *Store) commit(records [][]byte, a *appendScratch) (int64, error) {
 	}
 
 	// Table entries, one write per segment.
+	l := s.lay
+	es := l.entSize
 	for k := range a.entries {
-		a.entries[k].put(a.table[k*entrySize:])
+		l.putEntry(a.table[int64(k)*es:int64(k+1)*es], length+int64(k), a.entries[k])
 	}
 	segs := *s.segs.Load()
 	for i := length; i < length+n; {
-		g := segs[i>>segShift]
-		cnt := min(length+n-i, segEntries-(i&segMask))
-		b := a.table[(i-length)*entrySize : (i-length+cnt)*entrySize]
-		if err := writeFull(g.f, b, (i&segMask)*entrySize); err != nil {
-			return 0, wrapf(err, "append: write %s", s.path(segName(g.id)))
+		g := segs[i>>l.shift]
+		cnt := min(length+n-i, l.segEntries()-(i&l.segMask()))
+		b := a.table[(i-length)*es : (i-length+cnt)*es]
+		if err := writeFull(g.f, b, l.segOff(i)); err != nil {
+			return 0, wrapf(err, "append: write %s", s.path(l.segName(g.id)))
 		}
 		g.dirty = true
 		i += cnt
@@ -301,7 +315,7 @@ func (s *Store) growChunks(id uint32) error {
 // growSegments makes sure the record table can hold length entries.
 func (s *Store) growSegments(length int64) error {
 	old := *s.segs.Load()
-	need := (length + segEntries - 1) >> segShift
+	need := s.lay.segCount(length)
 	if need <= int64(len(old)) {
 		return nil
 	}

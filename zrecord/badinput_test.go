@@ -141,8 +141,12 @@ func TestOpenDamaged(t *testing.T) {
 		{"no meta", zrecord.Raw, func(t *testing.T, dir string) { os.Remove(filepath.Join(dir, "meta.zr")) }, []error{zrecord.ErrNotStore}, "meta.zr"},
 		{"bad magic", zrecord.Raw, func(t *testing.T, dir string) { patch(t, filepath.Join(dir, "meta.zr"), 0, []byte("ZREX")) }, []error{zrecord.ErrNotStore}, "meta.zr"},
 		{"bad version", zrecord.Raw, func(t *testing.T, dir string) { patch(t, filepath.Join(dir, "meta.zr"), 4, []byte{2}) }, []error{zrecord.ErrVersion}, "version 2"},
-		{"bad codec", zrecord.Raw, func(t *testing.T, dir string) { patch(t, filepath.Join(dir, "meta.zr"), 5, []byte{3}) }, []error{zrecord.ErrCorrupt}, "codec"},
-		{"short table", zrecord.Raw, func(t *testing.T, dir string) { os.Truncate(filepath.Join(dir, "0.loc"), 16*9+3) }, []error{zrecord.ErrCorrupt}, "0.loc"},
+		{"bad codec", zrecord.Raw, func(t *testing.T, dir string) {
+			patch(t, filepath.Join(dir, "meta.zr"), 5, []byte{3})
+			resealHeader(t, dir)
+		}, []error{zrecord.ErrCorrupt}, "codec"},
+		{"header bit flip", zrecord.Raw, func(t *testing.T, dir string) { patch(t, filepath.Join(dir, "meta.zr"), 15, []byte{0x0b}) }, []error{zrecord.ErrCorrupt}, "meta.zr: header checksum"},
+		{"short table", zrecord.Raw, func(t *testing.T, dir string) { os.Truncate(filepath.Join(dir, "0.tab"), 24*9+3) }, []error{zrecord.ErrCorrupt}, "0.tab"},
 		{"short tail chunk", zrecord.Raw, func(t *testing.T, dir string) {
 			names, _ := ztDirNames(dir)
 			last := -1
@@ -154,11 +158,29 @@ func TestOpenDamaged(t *testing.T) {
 			}
 			os.Truncate(filepath.Join(dir, strconv.Itoa(last)+".chunk"), 10)
 		}, []error{zrecord.ErrCorrupt}, ".chunk"},
-		{"entry past chunk end", zrecord.Raw, func(t *testing.T, dir string) { patch(t, filepath.Join(dir, "0.loc"), 0, u32(9000)) }, []error{zrecord.ErrCorrupt}, "entry 0"},
-		{"entry past tail chunk", zrecord.Raw, func(t *testing.T, dir string) { patch(t, filepath.Join(dir, "0.loc"), 16*3+12, u32(77)) }, []error{zrecord.ErrCorrupt}, "entry 3"},
-		{"compressed entry in raw store", zrecord.Raw, func(t *testing.T, dir string) { patch(t, filepath.Join(dir, "0.loc"), 16*2+4, u32(10)) }, []error{zrecord.ErrCorrupt}, "entry 2"},
+		{"entry past chunk end", zrecord.Raw, func(t *testing.T, dir string) {
+			patch(t, filepath.Join(dir, "0.tab"), 0, u32(9000))
+			resealEntry(t, dir, 0)
+		}, []error{zrecord.ErrCorrupt}, "entry 0"},
+		{"entry past tail chunk", zrecord.Raw, func(t *testing.T, dir string) {
+			patch(t, filepath.Join(dir, "0.tab"), 24*3+12, u32(77))
+			resealEntry(t, dir, 3)
+		}, []error{zrecord.ErrCorrupt}, "entry 3"},
+		{"compressed entry in raw store", zrecord.Raw, func(t *testing.T, dir string) {
+			patch(t, filepath.Join(dir, "0.tab"), 24*2+4, u32(10))
+			resealEntry(t, dir, 2)
+		}, []error{zrecord.ErrCorrupt}, "entry 2"},
+		{"entry bit flip", zrecord.Raw, func(t *testing.T, dir string) { patch(t, filepath.Join(dir, "0.tab"), 24*4+9, []byte{0x0c}) }, []error{zrecord.ErrCorrupt}, "record 4 in " + "/"},
+		{"entry in the wrong slot", zrecord.Raw, func(t *testing.T, dir string) {
+			b, _ := os.ReadFile(filepath.Join(dir, "0.tab"))
+			patch(t, filepath.Join(dir, "0.tab"), 24*5, b[24*6:24*7])
+		}, []error{zrecord.ErrCorrupt}, "0.tab: table entry checksum"},
 		{"missing dict", zrecord.ZstdDict, func(t *testing.T, dir string) { os.Remove(filepath.Join(dir, "dict.zr")) }, []error{zrecord.ErrMissingDict}, "dict.zr"},
 		{"garbage dict", zrecord.ZstdDict, func(t *testing.T, dir string) { os.WriteFile(filepath.Join(dir, "dict.zr"), []byte("garbage"), 0o644) }, []error{zrecord.ErrCorrupt}, "dict.zr"},
+		{"dict bit flip", zrecord.ZstdDict, func(t *testing.T, dir string) {
+			b, _ := os.ReadFile(filepath.Join(dir, "dict.zr"))
+			patch(t, filepath.Join(dir, "dict.zr"), int64(len(b)/2), []byte{b[len(b)/2] ^ 4})
+		}, []error{zrecord.ErrCorrupt}, "dict.zr: dictionary checksum"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -54,9 +54,9 @@ func benchBatches(n, count int) [][]int64 {
 
 // benchStore builds a store holding recs and warms the page cache and the
 // mappings by gathering every record once.
-func benchStore(b *testing.B, dir string, codec zrecord.Codec, recs [][]byte) *zrecord.Store {
+func benchStore(b *testing.B, dir string, codec zrecord.Codec, recs [][]byte, opts ...zrecord.Option) *zrecord.Store {
 	b.Helper()
-	s, err := zrecord.Create(dir, zrecord.WithCodec(codec))
+	s, err := zrecord.Create(dir, append([]zrecord.Option{zrecord.WithCodec(codec)}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -98,6 +98,29 @@ func BenchmarkGather(b *testing.B) {
 			})
 			s.Close()
 		}
+	}
+}
+
+// BenchmarkGatherRawVerify is BenchmarkGather's raw case with the checksum
+// of every record checked after it is copied (WithVerify): the ratio of the
+// two is what verifying raw records costs.
+func BenchmarkGatherRawVerify(b *testing.B) {
+	root := b.TempDir()
+	for _, sz := range benchSizes {
+		recs := benchRecords(sz.count, sz.size)
+		batches := benchBatches(64, sz.count)
+		s := benchStore(b, filepath.Join(root, "raw"+sz.name), zrecord.Raw, recs, zrecord.WithVerify(true))
+		b.Run("raw/"+sz.name, func(b *testing.B) {
+			dst := make([]byte, benchBatch*sz.size)
+			b.SetBytes(int64(benchBatch * sz.size))
+			b.ResetTimer()
+			for i := range b.N {
+				if err := s.Gather(batches[i%len(batches)], dst, sz.size); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		s.Close()
 	}
 }
 

@@ -73,8 +73,9 @@ func newEncoder(c Codec, dict []byte, tier DictTier) (*zstd.Encoder, error) {
 	opts := []zstd.EOption{
 		zstd.WithEncoderLevel(encoderLevel(c, tier)),
 		zstd.WithEncoderConcurrency(codecWorkers()),
-		// No content checksum: it costs 4 bytes per record and a hash per
-		// decode, and Gather already insists on the exact logical size.
+		// No content checksum in the frame: the table entry's checksum of
+		// the stored bytes covers the frame, and Gather checks it before
+		// decoding.
 		zstd.WithEncoderCRC(false),
 		// Entropy-code the literals of blocks where no match is found. At
 		// the default level the encoder skips that, so a record of noisy

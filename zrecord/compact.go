@@ -2,6 +2,7 @@ package zrecord
 
 import (
 	"cmp"
+	"fmt"
 	"os"
 	"slices"
 	"sort"
@@ -45,6 +46,9 @@ func (s *Store) Compact() (err error) {
 	if err := s.checkWrite("compact"); err != nil {
 		return err
 	}
+	if err := s.upgradeLocked(); err != nil {
+		return err
+	}
 	if err := s.compact(); err != nil {
 		s.breakHandle(err)
 		return err
@@ -63,9 +67,9 @@ func (s *Store) compact() error {
 	chunks := *s.chunks.Load()
 	live := make([]indexedEntry, 0, length)
 	for i := int64(0); i < length; i++ {
-		e, err := readEntry(segs, i)
+		e, err := s.readEntry(segs, i)
 		if err != nil {
-			return wrapf(err, "compact %s: read entry %d", s.dir, i)
+			return fmt.Errorf("zrecord: compact %s: %w", s.dir, err)
 		}
 		live = append(live, indexedEntry{i, e})
 	}
@@ -94,7 +98,7 @@ func (s *Store) compact() error {
 		if cur.off > 0 && e.chunk != cur.chunk && uint64(cur.off)+uint64(e.phys) > capacity {
 			cur = position{cur.chunk + 1, 0}
 		}
-		to := entry{off: cur.off, phys: e.phys, logic: e.logic, chunk: cur.chunk}
+		to := entry{off: cur.off, phys: e.phys, logic: e.logic, chunk: cur.chunk, sum: e.sum}
 		cur.off += e.phys
 		packed[cur.chunk] = int64(cur.off)
 		if to != e {
@@ -186,7 +190,7 @@ func (s *Store) runMoves(moves []move, chunks []*chunk) error {
 		// 2. The records at their new places.
 		fail := func(err error) error {
 			recs := map[int64]pinned{}
-			at := compactHeadSize + len(group)*compactMoveSize
+			at := compactHeadSize + len(group)*compactMoveSize(journalVersion(s.lay))
 			for _, m := range group {
 				if m.held {
 					recs[m.idx] = pinned{e: m.from, data: slices.Clone(journal[at : at+int(m.from.phys)])}
@@ -208,7 +212,7 @@ func (s *Store) runMoves(moves []move, chunks []*chunk) error {
 			case m.held:
 				// The old bytes may already be overwritten by an earlier
 				// move of this group: copy from the journal.
-				data = heldBytes(journal, group, m.idx)
+				data = heldBytes(journal, journalVersion(s.lay), group, m.idx)
 			case from.data != nil:
 				data = from.data[m.from.off:m.from.end()]
 			default:

@@ -24,7 +24,7 @@ import (
 const crashEnv = "ZRECORD_CRASH_HELPER" // role:seed:dir
 
 type crashOp struct {
-	kind string // "append", "delete", "compact", "sync"
+	kind string // "append", "delete", "compact", "sync", "upgrade"
 	recs [][]byte
 	idx  []int64
 }
@@ -50,6 +50,8 @@ func (op crashOp) apply(s *zrecord.Store) error {
 		return s.Compact()
 	case "sync":
 		return s.Sync()
+	case "upgrade":
+		return s.Upgrade()
 	}
 	return fmt.Errorf("unknown op %q", op.kind)
 }
@@ -71,11 +73,16 @@ type crashPlan struct {
 	capacity int64
 	ops      []crashOp
 	ready    int
+	// oldVersion, when set, makes the helper start from a store of that
+	// format version holding initial (zrecord.WriteOldStore) instead of
+	// creating an empty one.
+	oldVersion uint8
+	initial    model
 }
 
 // states[k] is the model after the first k operations.
 func (p *crashPlan) states() []model {
-	st := []model{nil}
+	st := []model{p.initial}
 	for _, op := range p.ops {
 		st = append(st, op.model(st[len(st)-1]))
 	}
@@ -154,6 +161,29 @@ func buildCrashPlan(role string, seed int64) *crashPlan {
 		add(crashOp{kind: "append", recs: genBatch(rng, 3, 64<<10)})
 		add(crashOp{kind: "delete", idx: pickDelete(rng, n, 3)})
 		add(crashOp{kind: "compact"})
+	case "upgrade":
+		// An old store, mostly of incompressible records: in version 3
+		// each is a frame larger than itself, which the upgrade decodes
+		// and stores raw past the frontier.
+		p.capacity = 2 << 20
+		p.oldVersion = 1
+		if rng.IntN(2) == 1 {
+			p.oldVersion = 3
+			p.codec = zrecord.Zstd
+		}
+		for range 240 {
+			b := make([]byte, 1+rng.IntN(96<<10))
+			if rng.IntN(4) == 0 {
+				for k := range b {
+					b[k] = byte(k / 512)
+				}
+			} else {
+				fillRandom(rng, b)
+			}
+			p.initial = append(p.initial, b)
+		}
+		add(crashOp{kind: "upgrade"})
+		add(crashOp{kind: "append", recs: genBatch(rng, 3, 32<<10)})
 	default:
 		panic("unknown crash role " + role)
 	}
@@ -173,7 +203,16 @@ func TestCrashHelper(t *testing.T) {
 		fmt.Fprintf(out, format+"\n", args...)
 	}
 	p := buildCrashPlan(parts[0], seed)
-	s, err := zrecord.Create(parts[2], zrecord.WithCodec(p.codec), zrecord.WithChunkCapacity(p.capacity))
+	var s *zrecord.Store
+	var err error
+	if p.oldVersion != 0 {
+		err = zrecord.WriteOldStore(parts[2], p.oldVersion, p.codec, nil, p.initial, p.capacity)
+		if err == nil {
+			s, err = zrecord.Open(parts[2], zrecord.WithChunkCapacity(p.capacity))
+		}
+	} else {
+		s, err = zrecord.Create(parts[2], zrecord.WithCodec(p.codec), zrecord.WithChunkCapacity(p.capacity))
+	}
 	if err != nil {
 		report("error Create: %v", err)
 		os.Exit(3)
@@ -292,7 +331,7 @@ func TestCrashKill(t *testing.T) {
 	if v := os.Getenv("ZRECORD_CRASH_KILLS"); v != "" {
 		kills, _ = strconv.Atoi(v)
 	}
-	for _, role := range []string{"append", "delete", "compact"} {
+	for _, role := range []string{"append", "delete", "compact", "upgrade"} {
 		t.Run(role, func(t *testing.T) {
 			rng, _ := seeded(t)
 			// Calibrate: how long the part after "ready" takes here and now.
@@ -317,6 +356,9 @@ func TestCrashKill(t *testing.T) {
 					interrupted++
 				}
 				p := buildCrashPlan(role, seed)
+				if meta, err := os.ReadFile(filepath.Join(dir, "meta.zr")); err == nil && len(meta) > 4 && p.oldVersion != 0 && run.done == 0 {
+					outcome[fmt.Sprintf("left at version %d", meta[4])]++
+				}
 				which := verifyCrash(t, p, dir, run.done, rng)
 				if t.Failed() {
 					t.Fatalf("kill %d: seed %d, killed %v after ready, %d ops reported done", attempts, seed, delay, run.done)
@@ -358,6 +400,9 @@ func verifyCrash(t *testing.T, p *crashPlan, dir string, done int, rng *rand.Ran
 		return -1
 	}
 	defer func() { s.Close() }()
+	if st, err := s.Stats(); err != nil || (st.Version != 4 && st.Version != int(p.oldVersion)) {
+		t.Errorf("after a kill during op %d (%s): format version %d (%v)", done, interrupted, st.Version, err)
+	}
 	which, err := matchAny(s, rng, cands...)
 	if err != nil {
 		t.Errorf("after a kill during op %d (%s) the store matches neither the before nor the after state: %v", done, interrupted, err)

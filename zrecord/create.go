@@ -120,7 +120,7 @@ func Create(dir string, opts ...Option) (s *Store, err error) {
 	if err := newFile(chunkName(0), nil); err != nil {
 		return nil, err
 	}
-	if err := newFile(segName(0), nil); err != nil {
+	if err := newFile(layoutV4.segName(0), nil); err != nil {
 		return nil, err
 	}
 	for _, f := range o.files {
@@ -130,7 +130,10 @@ func Create(dir string, opts ...Option) (s *Store, err error) {
 	}
 	// The header goes last: a directory whose meta.zr lacks the magic is
 	// not a store, so a Create cut short never looks like one.
-	h := header{codec: o.codec}
+	h := header{version: formatVersion, codec: o.codec}
+	if o.codec == ZstdDict {
+		h.dictSum = dataSum(o.dict)
+	}
 	hb := h.encode()
 	if err := writeFull(meta, hb[:], 0); err != nil {
 		return nil, wrapf(err, "write %s", metaPath)

@@ -117,7 +117,7 @@ func TestWithReplace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"0.chunk", "0.loc", "meta.zr", "schema.bin"}; !slices.Equal(names, want) {
+	if want := []string{"0.chunk", "0.tab", "meta.zr", "schema.bin"}; !slices.Equal(names, want) {
 		t.Fatalf("after the replace the directory holds %v, want %v", names, want)
 	}
 	if got, _ := os.ReadFile(filepath.Join(dir, "schema.bin")); string(got) != "new" {

@@ -2,6 +2,7 @@ package zrecord
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 )
 
@@ -41,6 +42,11 @@ func (s *Store) Delete(indices []int64) (err error) {
 			return errf(ErrDuplicateIndex, "delete from %s: index %d given twice", s.dir, order[k])
 		}
 	}
+	// The arguments are good: a store of an earlier version is rewritten
+	// to the current one first (see Upgrade).
+	if err := s.upgradeLocked(); err != nil {
+		return err
+	}
 
 	// Work out the final table in memory, highest index first: the last
 	// record moves into each hole. A slot filled earlier can itself become
@@ -51,9 +57,9 @@ func (s *Store) Delete(indices []int64) (err error) {
 		if e, ok := overlay[i]; ok {
 			return e, nil
 		}
-		e, err := readEntry(segs, i)
+		e, err := s.readEntry(segs, i)
 		if err != nil {
-			return entry{}, wrapf(err, "delete from %s: read entry %d", s.dir, i)
+			return entry{}, fmt.Errorf("zrecord: delete from %s: %w", s.dir, err)
 		}
 		return e, nil
 	}
@@ -89,7 +95,7 @@ func (s *Store) Delete(indices []int64) (err error) {
 	if err := s.syncLocked(); err != nil {
 		return err
 	}
-	j := deleteIntent{before: s.tail, beforeLen: length, afterLen: n, writes: writes}
+	j := deleteIntent{version: journalVersion(s.lay), before: s.tail, beforeLen: length, afterLen: n, writes: writes}
 	if err := s.writeDurable(deleteJournal, j.encode()); err != nil {
 		// Nothing was applied. A journal that cannot even be removed
 		// could be taken for a pending one later, so then the handle stops

@@ -181,7 +181,7 @@ func TestCompactEmpty(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st != (zrecord.Stats{Codec: zrecord.Zstd, Chunks: 1}) {
+	if st != (zrecord.Stats{Codec: zrecord.Zstd, Chunks: 1, Version: 4, Checksummed: true, Verified: true}) {
 		t.Fatalf("Stats of an emptied store: %+v", st)
 	}
 	if _, err := s.Append(recs[:3]); err != nil {

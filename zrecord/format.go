@@ -9,17 +9,19 @@ import (
 
 // On-disk layout constants. Everything is little-endian.
 const (
-	formatVersion = 1
+	// formatVersion is the version this package writes.
+	formatVersion = 4
+	// versionV1 is this project's first format: no checksums.
+	versionV1 = 1
+	// versionV3 is the format of the original loaderx 1.5.2: the layout of
+	// version 1, except that a compressed store keeps every record as a
+	// zstd frame, even one larger than the record.
+	versionV3 = 3
 
 	headerSize = 32
-	entrySize  = 16
 
-	// segShift: a .loc segment holds 2^segShift entries; index i lives in
-	// segment i>>segShift at byte (i & segMask) * entrySize.
-	segShift   = 28
-	segEntries = 1 << segShift
-	segMask    = segEntries - 1
-	segBytes   = segEntries * entrySize // 4 GiB
+	// maxEntrySize is the larger of the two table entry sizes.
+	maxEntrySize = 24
 
 	// chunkSpan is the virtual size every chunk is mapped at: offsets are
 	// 32-bit, so no record byte lies at or beyond it.
@@ -30,10 +32,63 @@ const (
 	deleteJournal = "delete.intent"
 	compactJrnl   = "compact.journal"
 	chunkSuffix   = ".chunk"
-	segSuffix     = ".loc"
+	oldSegSuffix  = ".loc"
+	segSuffix     = ".tab"
 )
 
 var magic = [4]byte{'Z', 'R', 'E', 'C'}
+
+// layout is the geometry of a format version's record table: entry i lives
+// in segment i>>shift at byte (i & (1<<shift - 1)) * entSize of the file
+// "<segment><suffix>".
+type layout struct {
+	version uint8
+	entSize int64
+	shift   uint
+	suffix  string
+}
+
+var (
+	// layoutV4: 24-byte entries, 2^27 per segment, so a segment file stays
+	// below 4 GiB (3 GiB) and is mapped in one piece like a chunk.
+	layoutV4 = layout{version: formatVersion, entSize: 24, shift: 27, suffix: segSuffix}
+	// layoutV1 and layoutV3: 16-byte entries, 2^28 per segment (4 GiB).
+	layoutV1 = layout{version: versionV1, entSize: 16, shift: 28, suffix: oldSegSuffix}
+	layoutV3 = layout{version: versionV3, entSize: 16, shift: 28, suffix: oldSegSuffix}
+)
+
+// layoutOf returns the layout of format version v, or false.
+func layoutOf(v uint8) (layout, bool) {
+	switch v {
+	case formatVersion:
+		return layoutV4, true
+	case versionV1:
+		return layoutV1, true
+	case versionV3:
+		return layoutV3, true
+	}
+	return layout{}, false
+}
+
+func (l layout) segEntries() int64 { return 1 << l.shift }
+func (l layout) segMask() int64    { return l.segEntries() - 1 }
+func (l layout) segBytes() int64   { return l.segEntries() * l.entSize }
+
+// segOff is where entry i sits in its segment.
+func (l layout) segOff(i int64) int64 { return (i & l.segMask()) * l.entSize }
+
+// segName names segment id of the table.
+func (l layout) segName(id uint32) string {
+	return strconv.FormatUint(uint64(id), 10) + l.suffix
+}
+
+// segCount is the number of segments that length entries need.
+func (l layout) segCount(length int64) int64 {
+	return (length + l.segEntries() - 1) >> l.shift
+}
+
+// checksummed reports whether the format carries checksums.
+func (l layout) checksummed() bool { return l.version >= formatVersion }
 
 // header is the decoded content of meta.zr.
 //
@@ -43,22 +98,41 @@ var magic = [4]byte{'Z', 'R', 'E', 'C'}
 //	6–9   tail_chunk (u32): the chunk holding the write frontier
 //	10–13 tail_offset (u32): the frontier's offset in that chunk
 //	14–21 length (u64): number of records
-//	22–31 reserved, zero
+//
+// then, in version 4:
+//
+//	22–25 CRC-32C of bytes 0–21 and 26–31
+//	26–29 CRC-32C of dict.zr (zero without a dictionary)
+//	30–31 zero
+//
+// and in versions 1 and 3, zeros from byte 22 on.
 type header struct {
+	version    uint8
 	codec      Codec
 	tailChunk  uint32
 	tailOffset uint32
 	length     uint64
+	dictSum    uint32 // version 4 only
+}
+
+// headerSum is the checksum of a version-4 header: every byte but 22–25.
+func headerSum(b []byte) uint32 {
+	c := crc32.Update(0, castagnoli, b[0:22])
+	return crc32.Update(c, castagnoli, b[26:headerSize])
 }
 
 func (h header) encode() [headerSize]byte {
 	var b [headerSize]byte
 	copy(b[0:4], magic[:])
-	b[4] = formatVersion
+	b[4] = h.version
 	b[5] = byte(h.codec)
 	binary.LittleEndian.PutUint32(b[6:10], h.tailChunk)
 	binary.LittleEndian.PutUint32(b[10:14], h.tailOffset)
 	binary.LittleEndian.PutUint64(b[14:22], h.length)
+	if h.version >= formatVersion {
+		binary.LittleEndian.PutUint32(b[26:30], h.dictSum)
+		binary.LittleEndian.PutUint32(b[22:26], headerSum(b[:]))
+	}
 	return b
 }
 
@@ -70,22 +144,35 @@ func decodeHeader(b []byte, path string) (header, error) {
 	if len(b) < headerSize {
 		return header{}, errf(ErrCorrupt, "%s: header is %d bytes, want %d", path, len(b), headerSize)
 	}
-	if b[4] != formatVersion {
-		return header{}, errf(ErrVersion, "%s: version %d (this package reads %d)", path, b[4], formatVersion)
+	if _, ok := layoutOf(b[4]); !ok {
+		return header{}, errf(ErrVersion, "%s: version %d (this package reads %d, %d and %d)", path, b[4], versionV1, versionV3, formatVersion)
 	}
 	h := header{
+		version:    b[4],
 		codec:      Codec(b[5]),
 		tailChunk:  binary.LittleEndian.Uint32(b[6:10]),
 		tailOffset: binary.LittleEndian.Uint32(b[10:14]),
 		length:     binary.LittleEndian.Uint64(b[14:22]),
 	}
+	reserved := 22
+	if h.version >= formatVersion {
+		stored, sum := binary.LittleEndian.Uint32(b[22:26]), headerSum(b)
+		if stored != sum {
+			return header{}, errf(ErrCorrupt, "%s: header checksum %#08x, its bytes give %#08x", path, stored, sum)
+		}
+		h.dictSum = binary.LittleEndian.Uint32(b[26:30])
+		reserved = 30
+	}
 	if !h.codec.valid() {
 		return header{}, errf(ErrCorrupt, "%s: codec byte %d", path, b[5])
 	}
-	for i := 22; i < headerSize; i++ {
+	for i := reserved; i < headerSize; i++ {
 		if b[i] != 0 {
 			return header{}, errf(ErrCorrupt, "%s: reserved byte %d is %#x", path, i, b[i])
 		}
+	}
+	if h.codec != ZstdDict && h.dictSum != 0 {
+		return header{}, errf(ErrCorrupt, "%s: dictionary checksum %#08x for codec %v", path, h.dictSum, h.codec)
 	}
 	// length must fit an int64 and its table must be addressable.
 	if h.length > 1<<62 {
@@ -94,26 +181,36 @@ func decodeHeader(b []byte, path string) (header, error) {
 	return h, nil
 }
 
-// entry is one record-table slot: where a record lives and how big it is.
-// phys == logic means the record is stored raw; phys < logic means it is a
-// zstd frame of the store's codec.
+// entry is one record-table slot: where a record lives, how big it is and,
+// in version 4, the CRC-32C of its stored bytes. In versions 1 and 4,
+// phys == logic means the record is stored raw and phys < logic that it is a
+// zstd frame of the store's codec; in version 3 every record of a
+// compressed store is a frame.
 type entry struct {
 	off   uint32 // offset inside the chunk
 	phys  uint32 // stored bytes
 	logic uint32 // bytes after decoding
 	chunk uint32 // chunk id
+	sum   uint32 // CRC-32C of the stored bytes (version 4)
 }
 
+// put writes the first 16 bytes of an entry: the fields every version has.
 func (e entry) put(b []byte) {
-	_ = b[entrySize-1]
+	_ = b[15]
 	binary.LittleEndian.PutUint32(b[0:4], e.off)
 	binary.LittleEndian.PutUint32(b[4:8], e.phys)
 	binary.LittleEndian.PutUint32(b[8:12], e.logic)
 	binary.LittleEndian.PutUint32(b[12:16], e.chunk)
 }
 
+// put20 writes an entry with its data checksum: 20 bytes.
+func (e entry) put20(b []byte) {
+	e.put(b)
+	binary.LittleEndian.PutUint32(b[16:20], e.sum)
+}
+
 func getEntry(b []byte) entry {
-	_ = b[entrySize-1]
+	_ = b[15]
 	return entry{
 		off:   binary.LittleEndian.Uint32(b[0:4]),
 		phys:  binary.LittleEndian.Uint32(b[4:8]),
@@ -122,11 +219,58 @@ func getEntry(b []byte) entry {
 	}
 }
 
+func getEntry20(b []byte) entry {
+	e := getEntry(b)
+	e.sum = binary.LittleEndian.Uint32(b[16:20])
+	return e
+}
+
+// entrySum is the checksum that seals table entry idx: the CRC-32C of the
+// index (u64) followed by the entry's first 20 bytes. The index in it makes
+// an entry written to the wrong slot fail as surely as a damaged one.
+func entrySum(idx int64, b []byte) uint32 {
+	var ib [8]byte
+	binary.LittleEndian.PutUint64(ib[:], uint64(idx))
+	return crc32.Update(crc32.Update(0, castagnoli, ib[:]), castagnoli, b[:20])
+}
+
+// putEntry encodes e as table entry idx in l's layout (l.entSize bytes).
+func (l layout) putEntry(b []byte, idx int64, e entry) {
+	if !l.checksummed() {
+		e.put(b)
+		return
+	}
+	e.put20(b)
+	binary.LittleEndian.PutUint32(b[20:24], entrySum(idx, b))
+}
+
+// entryFault describes why the bytes of table entry idx fail their checksum.
+type entryFault struct {
+	stored, computed uint32
+}
+
+// getEntryAt decodes table entry idx from b in l's layout. For a
+// checksummed layout, a non-nil fault says the entry's checksum does not
+// match its bytes.
+func (l layout) getEntryAt(b []byte, idx int64) (entry, *entryFault) {
+	if !l.checksummed() {
+		return getEntry(b), nil
+	}
+	e := getEntry20(b)
+	stored, computed := binary.LittleEndian.Uint32(b[20:24]), entrySum(idx, b)
+	if stored != computed {
+		return e, &entryFault{stored, computed}
+	}
+	return e, nil
+}
+
+// dataSum is the checksum of a record's stored bytes.
+func dataSum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
 // end is the first byte after the record in its chunk.
 func (e entry) end() uint64 { return uint64(e.off) + uint64(e.phys) }
 
 func chunkName(id uint32) string { return strconv.FormatUint(uint64(id), 10) + chunkSuffix }
-func segName(id uint32) string   { return strconv.FormatUint(uint64(id), 10) + segSuffix }
 
 // parseID returns the numeric id of a "<id><suffix>" file name.
 func parseID(name, suffix string) (uint32, bool) {
@@ -148,11 +292,12 @@ func isStoreFile(name string) bool {
 	case metaName, dictName, deleteJournal, compactJrnl:
 		return true
 	}
-	if _, ok := parseID(name, chunkSuffix); ok {
-		return true
+	for _, suffix := range []string{chunkSuffix, segSuffix, oldSegSuffix} {
+		if _, ok := parseID(name, suffix); ok {
+			return true
+		}
 	}
-	_, ok := parseID(name, segSuffix)
-	return ok
+	return false
 }
 
 // isCompanionName reports whether name may be given to WithFile: a plain

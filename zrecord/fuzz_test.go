@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io/fs"
 	"math"
 	"os"
@@ -24,7 +25,7 @@ type fuzzStore struct {
 	codec   zrecord.Codec
 	recs    model
 	files   map[string][]byte // the template's files (holes read as zeros)
-	entries [][16]byte
+	entries [][24]byte
 }
 
 const fuzzRecords = 12
@@ -61,10 +62,10 @@ func buildFuzzStores(t testing.TB) []*fuzzStore {
 			t.Fatal(err)
 		}
 		fsx.files = readSmallFiles(t, fsx.dir)
-		loc := fsx.files["0.loc"]
+		loc := fsx.files["0.tab"]
 		for i := range fuzzRecords {
-			var e [16]byte
-			copy(e[:], loc[i*16:])
+			var e [24]byte
+			copy(e[:], loc[i*24:])
 			fsx.entries = append(fsx.entries, e)
 		}
 		out = append(out, fsx)
@@ -94,7 +95,7 @@ func readSmallFiles(t testing.TB, dir string) map[string][]byte {
 	return out
 }
 
-type locEntry struct{ off, phys, logic, chunk uint32 }
+type locEntry struct{ off, phys, logic, chunk, sum uint32 }
 
 func parseEntry(b []byte) locEntry {
 	return locEntry{
@@ -102,14 +103,20 @@ func parseEntry(b []byte) locEntry {
 		phys:  binary.LittleEndian.Uint32(b[4:]),
 		logic: binary.LittleEndian.Uint32(b[8:]),
 		chunk: binary.LittleEndian.Uint32(b[12:]),
+		sum:   binary.LittleEndian.Uint32(b[16:]),
 	}
+}
+
+// sealedAt reports whether b (24 bytes) carries the checksum of entry i.
+func sealedAt(b []byte, i int64) bool {
+	return binary.LittleEndian.Uint32(b[20:]) == entryChecksum(i, b[:20])
 }
 
 // fuzzPatch describes one corruption.
 type fuzzPatch struct {
 	meta     []byte // written over meta.zr at metaOff
 	metaOff  uint8
-	loc      []byte // written over 0.loc at locOff
+	loc      []byte // written over 0.tab at locOff
 	locOff   uint16
 	chunkLen int32 // ≥ 0: truncate a chunk (modulo its size + 1)
 	flags    uint8
@@ -117,7 +124,7 @@ type fuzzPatch struct {
 
 const (
 	fTruncMeta  = 1 << iota // truncate meta.zr to metaOff
-	fTruncLoc               // truncate 0.loc to locOff
+	fTruncLoc               // truncate 0.tab to locOff
 	fLastChunk              // chunkLen applies to the last chunk, not 0.chunk
 	fRemoveLast             // remove the last chunk file
 	fRemoveDict             // remove dict.zr
@@ -172,7 +179,7 @@ func truncFile(t *testing.T, path string, size int64) {
 func (p fuzzPatch) apply(t *testing.T, dir string) {
 	t.Helper()
 	meta := filepath.Join(dir, "meta.zr")
-	loc := filepath.Join(dir, "0.loc")
+	loc := filepath.Join(dir, "0.tab")
 	patchFile(t, meta, int64(p.metaOff%64), p.meta[:min(len(p.meta), 64)])
 	patchFile(t, loc, int64(p.locOff%1024), p.loc[:min(len(p.loc), 256)])
 	if p.flags&fTruncMeta != 0 {
@@ -222,14 +229,14 @@ func readDiskView(dir string) diskView {
 }
 
 // entry reads entry i from disk; ok is false when the table does not hold it.
-func (v diskView) entry(i int64) (e [16]byte, ok bool) {
-	f, err := os.Open(filepath.Join(v.dir, strconv.FormatInt(i>>28, 10)+".loc"))
+func (v diskView) entry(i int64) (e [24]byte, ok bool) {
+	f, err := os.Open(filepath.Join(v.dir, strconv.FormatInt(i>>27, 10)+".tab"))
 	if err != nil {
 		return e, false
 	}
 	defer f.Close()
-	n, _ := f.ReadAt(e[:], (i&(1<<28-1))*16)
-	return e, n == 16
+	n, _ := f.ReadAt(e[:], (i&(1<<27-1))*24)
+	return e, n == 24
 }
 
 // chunkBytes reads [off, off+n) of a chunk; ok is false when the file does
@@ -275,6 +282,10 @@ func (fsx *fuzzStore) judge(v diskView, i int64) verdict {
 	switch {
 	case !v.haveHeader:
 		return verdict{why: "no header on disk"}
+	case !sealedAt(raw[:], i):
+		return verdict{mustFail: true, why: "the entry's checksum does not match"}
+	case inFile && crc32.Checksum(disk, castagnoli) != e.sum:
+		return verdict{mustFail: true, why: "the stored bytes do not match the entry's checksum"}
 	case e.chunk > v.tailChunk:
 		return verdict{mustFail: true, why: fmt.Sprintf("chunk %d past the tail chunk %d", e.chunk, v.tailChunk)}
 	case !inFile:
@@ -294,7 +305,7 @@ func (fsx *fuzzStore) judge(v diskView, i int64) verdict {
 func FuzzOpen(f *testing.F) {
 	stores := buildFuzzStores(f)
 	tmpl := stores[0]
-	ent := func(i int) int { return i * 16 }
+	ent := func(i int) int { return i * 24 }
 	tailChunk := binary.LittleEndian.Uint32(tmpl.files["meta.zr"][6:])
 	tailOff := binary.LittleEndian.Uint32(tmpl.files["meta.zr"][10:])
 	e2 := parseEntry(tmpl.entries[2][:])
@@ -350,7 +361,7 @@ func FuzzOpen(f *testing.F) {
 		add(v, fuzzPatch{loc: u32(99), locOff: uint16(ent(1) + 12), chunkLen: -1, flags: fWriteAfter})
 		add(v, fuzzPatch{loc: u32(tailChunk), locOff: uint16(ent(0) + 12), chunkLen: -1}) // another chunk
 		add(v, fuzzPatch{loc: tmpl.entries[5][:], locOff: uint16(ent(4)), chunkLen: -1})  // entry 4 → record 5
-		add(v, fuzzPatch{loc: make([]byte, 16), locOff: uint16(ent(fuzzRecords - 1)), chunkLen: -1})
+		add(v, fuzzPatch{loc: make([]byte, 24), locOff: uint16(ent(fuzzRecords - 1)), chunkLen: -1})
 		add(v, fuzzPatch{loc: bytes.Repeat([]byte{0xFF}, 64), locOff: uint16(ent(6)), chunkLen: -1, flags: fWriteAfter})
 	}
 
@@ -360,7 +371,8 @@ func FuzzOpen(f *testing.F) {
 		dir := filepath.Join(t.TempDir(), "s")
 		copyTree(t, fsx.dir, dir)
 		p.apply(t, dir)
-		opts := []zrecord.Option{zrecord.WithChunkCapacity(4 << 10)}
+		// Raw records are verified too, so every codec must notice damage.
+		opts := []zrecord.Option{zrecord.WithChunkCapacity(4 << 10), zrecord.WithVerify(true)}
 		if flags&fReadOnly != 0 {
 			opts = append(opts, zrecord.WithReadOnly())
 		}

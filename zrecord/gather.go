@@ -218,12 +218,12 @@ func (s *Store) locate(op string, indices []int64, g *gatherScratch) ([]*chunk, 
 				continue
 			}
 		}
-		e, err := readEntry(segs, i)
+		e, err := s.readEntry(segs, i)
 		if err != nil {
-			return nil, wrapf(err, "%s from %s: read entry %d", op, s.dir, i)
+			return nil, fmt.Errorf("zrecord: %s from %s: %w", op, s.dir, err)
 		}
 		if err := s.checkEntry(e, chunks); err != nil {
-			return nil, fmt.Errorf("zrecord: %s from %s: %s entry %d: %v: %w", op, s.dir, segName(uint32(i>>segShift)), i, err, ErrCorrupt)
+			return nil, fmt.Errorf("zrecord: %s from %s: %s entry %d: %v: %w", op, s.dir, s.lay.segName(uint32(i>>s.lay.shift)), i, err, ErrCorrupt)
 		}
 		locs[k] = e
 	}
@@ -238,20 +238,23 @@ func (g *gatherScratch) prepare(workers int) {
 
 // fill writes the k-th record of the call, idx, into out (exactly its
 // logical size). Bytes of out's spare capacity may be overwritten. w
-// selects the worker's staging buffer.
+// selects the worker's staging buffer. In a checksummed store, a frame is
+// checked before it is decoded, and a raw record after it is copied when
+// raw verification is on.
 func (s *Store) fill(g *gatherScratch, w, k int, chunks []*chunk, idx int64, out []byte) error {
 	e := g.locs[k]
 	c := chunks[e.chunk]
+	frame := s.isFrame(e)
 	var src []byte
 	if g.pins != nil && g.pins[k] != nil {
 		src = g.pins[k]
 	} else if c.data != nil {
 		src = c.data[e.off:e.end():e.end()]
-	} else if e.phys == e.logic {
+	} else if !frame {
 		if err := readFull(c.f, out, int64(e.off)); err != nil {
 			return wrapf(err, "gather from %s: read record %d", s.dir, idx)
 		}
-		return nil
+		return s.checkRaw(idx, e, out)
 	} else {
 		if cap(g.raw[w]) < int(e.phys) {
 			g.raw[w] = make([]byte, e.phys)
@@ -261,11 +264,34 @@ func (s *Store) fill(g *gatherScratch, w, k int, chunks []*chunk, idx int64, out
 			return wrapf(err, "gather from %s: read record %d", s.dir, idx)
 		}
 	}
-	if e.phys == e.logic {
+	if !frame {
 		copy(out, src)
-		return nil
+		return s.checkRaw(idx, e, out)
+	}
+	if s.lay.checksummed() {
+		if sum := dataSum(src); sum != e.sum {
+			return s.dataError(idx, e, sum)
+		}
 	}
 	return s.decode(idx, src, out)
+}
+
+// checkRaw checks the copy b of raw record idx against its checksum, when
+// the store has checksums and raw verification is on.
+func (s *Store) checkRaw(idx int64, e entry, b []byte) error {
+	if !s.lay.checksummed() || !s.verifyRaw.Load() {
+		return nil
+	}
+	if sum := dataSum(b); sum != e.sum {
+		return s.dataError(idx, e, sum)
+	}
+	return nil
+}
+
+// dataError reports stored bytes that do not match their checksum.
+func (s *Store) dataError(idx int64, e entry, sum uint32) error {
+	return errf(ErrCorrupt, "record %d in %s: stored bytes checksum %#08x, table says %#08x",
+		idx, s.path(chunkName(e.chunk)), sum, e.sum)
 }
 
 // decode decompresses the frame src of record idx into out, whose length is

@@ -64,9 +64,15 @@ type indexedEntry struct {
 //	16  tail chunk (u32), 20 tail offset (u32) — unchanged by Delete
 //	24  length after (u64)
 //	32  number of writes (u64)
-//	40  writes: index (u64) + entry (16 bytes) each
+//	40  writes: index (u64) + entry each
 //	end CRC-32C of everything before it
+//
+// A journal of version 2 (written for a store of format 4) holds entries of
+// 20 bytes: offset, phys, logic, chunk and the data checksum. Version 1
+// (format 1) holds the first 16 of them. The entry checksum is not kept:
+// it follows from the index when the entry is written.
 type deleteIntent struct {
+	version   uint8
 	before    position
 	beforeLen int64
 	afterLen  int64
@@ -77,36 +83,72 @@ var deleteMagic = [4]byte{'Z', 'D', 'E', 'L'}
 
 const deleteHeadSize = 40
 
+// journalVersion is the version of the journals written for a store of
+// layout l.
+func journalVersion(l layout) uint8 {
+	if l.checksummed() {
+		return 2
+	}
+	return 1
+}
+
+// journalEntrySize is the size of an entry in a journal of version v.
+func journalEntrySize(v uint8) int {
+	if v >= 2 {
+		return 20
+	}
+	return 16
+}
+
+// putJournalEntry encodes e as a journal of version v holds it.
+func putJournalEntry(b []byte, v uint8, e entry) {
+	if v >= 2 {
+		e.put20(b)
+	} else {
+		e.put(b)
+	}
+}
+
+func getJournalEntry(b []byte, v uint8) entry {
+	if v >= 2 {
+		return getEntry20(b)
+	}
+	return getEntry(b)
+}
+
 func (j deleteIntent) encode() []byte {
-	b := make([]byte, deleteHeadSize, deleteHeadSize+len(j.writes)*24+4)
+	es := journalEntrySize(j.version)
+	b := make([]byte, deleteHeadSize, deleteHeadSize+len(j.writes)*(8+es)+4)
 	copy(b, deleteMagic[:])
-	b[4] = 1
+	b[4] = j.version
 	binary.LittleEndian.PutUint64(b[8:], uint64(j.beforeLen))
 	binary.LittleEndian.PutUint32(b[16:], j.before.chunk)
 	binary.LittleEndian.PutUint32(b[20:], j.before.off)
 	binary.LittleEndian.PutUint64(b[24:], uint64(j.afterLen))
 	binary.LittleEndian.PutUint64(b[32:], uint64(len(j.writes)))
-	var eb [entrySize]byte
+	var eb [20]byte
 	for _, w := range j.writes {
 		b = binary.LittleEndian.AppendUint64(b, uint64(w.idx))
-		w.e.put(eb[:])
-		b = append(b, eb[:]...)
+		putJournalEntry(eb[:], j.version, w.e)
+		b = append(b, eb[:es]...)
 	}
 	return sealed(b)
 }
 
 func decodeDeleteIntent(raw []byte) (deleteIntent, bool) {
 	b, ok := unseal(raw)
-	if !ok || len(b) < deleteHeadSize || [4]byte(b[0:4]) != deleteMagic || b[4] != 1 {
+	if !ok || len(b) < deleteHeadSize || [4]byte(b[0:4]) != deleteMagic || (b[4] != 1 && b[4] != 2) {
 		return deleteIntent{}, false
 	}
 	j := deleteIntent{
+		version:   b[4],
 		beforeLen: int64(binary.LittleEndian.Uint64(b[8:])),
 		before:    position{binary.LittleEndian.Uint32(b[16:]), binary.LittleEndian.Uint32(b[20:])},
 		afterLen:  int64(binary.LittleEndian.Uint64(b[24:])),
 	}
+	ws := uint64(8 + journalEntrySize(j.version))
 	count := binary.LittleEndian.Uint64(b[32:])
-	if count != uint64(len(b)-deleteHeadSize)/24 || uint64(len(b)-deleteHeadSize)%24 != 0 {
+	if count != uint64(len(b)-deleteHeadSize)/ws || uint64(len(b)-deleteHeadSize)%ws != 0 {
 		return deleteIntent{}, false
 	}
 	if j.afterLen < 0 || j.beforeLen <= j.afterLen {
@@ -114,8 +156,8 @@ func decodeDeleteIntent(raw []byte) (deleteIntent, bool) {
 	}
 	j.writes = make([]indexedEntry, count)
 	for k := range j.writes {
-		p := b[deleteHeadSize+k*24:]
-		j.writes[k] = indexedEntry{int64(binary.LittleEndian.Uint64(p)), getEntry(p[8:])}
+		p := b[deleteHeadSize+uint64(k)*ws:]
+		j.writes[k] = indexedEntry{int64(binary.LittleEndian.Uint64(p)), getJournalEntry(p[8:], j.version)}
 		if j.writes[k].idx < 0 || j.writes[k].idx >= j.afterLen {
 			return deleteIntent{}, false
 		}
@@ -129,8 +171,9 @@ func decodeDeleteIntent(raw []byte) (deleteIntent, bool) {
 //	4   version (u8), 3 zero bytes
 //	8   number of moves (u32)
 //	12  total size of the held copies (u32)
-//	16  moves, 48 bytes each: index (u64), entry before (16 bytes), entry
-//	    after (16 bytes), flags (u32; 1: a copy is held), 4 zero bytes
+//	16  moves: index (u64), entry before, entry after, flags (u32; 1: a
+//	    copy is held), 4 zero bytes; entries as in delete.intent of the
+//	    same version, so a move is 48 bytes in version 1 and 56 in 2
 //	..  the held copies (stored bytes), in the order of their moves
 //	..  CRC-32C of everything before it
 //
@@ -138,15 +181,15 @@ func decodeDeleteIntent(raw []byte) (deleteIntent, bool) {
 // leftovers of a longer earlier group and are ignored.
 var compactMagic = [4]byte{'Z', 'C', 'M', 'P'}
 
-const (
-	compactHeadSize = 16
-	compactMoveSize = 48
-)
+const compactHeadSize = 16
+
+// compactMoveSize is the size of a move in a journal of version v.
+func compactMoveSize(v uint8) int { return 16 + 2*journalEntrySize(v) }
 
 // encodeCompactJournal returns the journal of group in b's memory, reading
 // the copies of held records from their (still intact) old places.
 func (s *Store) encodeCompactJournal(b []byte, group []move, chunks []*chunk) ([]byte, error) {
-	return appendCompactJournal(b[:0], group, func(m move, dst []byte) error {
+	return appendCompactJournal(b[:0], journalVersion(s.lay), group, func(m move, dst []byte) error {
 		if err := s.readStored(chunks[m.from.chunk], m.from, dst); err != nil {
 			return wrapf(err, "compact %s: read record %d", s.dir, m.idx)
 		}
@@ -156,32 +199,34 @@ func (s *Store) encodeCompactJournal(b []byte, group []move, chunks []*chunk) ([
 
 // appendCompactJournal appends the journal of group to b; copy fills in the
 // stored bytes of each held record.
-func appendCompactJournal(b []byte, group []move, copy func(m move, dst []byte) error) ([]byte, error) {
+func appendCompactJournal(b []byte, v uint8, group []move, copy func(m move, dst []byte) error) ([]byte, error) {
 	var held uint64
 	for _, m := range group {
 		if m.held {
 			held += uint64(m.from.phys)
 		}
 	}
-	size := compactHeadSize + len(group)*compactMoveSize + int(held)
+	ms, es := compactMoveSize(v), journalEntrySize(v)
+	size := compactHeadSize + len(group)*ms + int(held)
 	start := len(b)
 	b = slices.Grow(b, size+4)[:start+compactHeadSize]
 	h := b[start:]
 	h[0], h[1], h[2], h[3] = compactMagic[0], compactMagic[1], compactMagic[2], compactMagic[3]
-	h[4], h[5], h[6], h[7] = 1, 0, 0, 0
+	h[4], h[5], h[6], h[7] = v, 0, 0, 0
 	binary.LittleEndian.PutUint32(h[8:], uint32(len(group)))
 	binary.LittleEndian.PutUint32(h[12:], uint32(held))
-	var mb [compactMoveSize]byte
+	var buf [56]byte
+	mb := buf[:ms]
 	for _, m := range group {
 		binary.LittleEndian.PutUint64(mb[0:], uint64(m.idx))
-		m.from.put(mb[8:])
-		m.to.put(mb[24:])
+		putJournalEntry(mb[8:], v, m.from)
+		putJournalEntry(mb[8+es:], v, m.to)
 		flags := uint32(0)
 		if m.held {
 			flags = 1
 		}
-		binary.LittleEndian.PutUint32(mb[40:], flags)
-		b = append(b, mb[:]...)
+		binary.LittleEndian.PutUint32(mb[8+2*es:], flags)
+		b = append(b, mb...)
 	}
 	for _, m := range group {
 		if !m.held {
@@ -197,17 +242,20 @@ func appendCompactJournal(b []byte, group []move, copy func(m move, dst []byte) 
 }
 
 type compactJournal struct {
-	moves []move
-	held  [][]byte // per move, the held copy or nil
+	version uint8
+	moves   []move
+	held    [][]byte // per move, the held copy or nil
 }
 
 func decodeCompactJournal(raw []byte) (compactJournal, bool) {
-	if len(raw) < compactHeadSize || [4]byte(raw[0:4]) != compactMagic || raw[4] != 1 {
+	if len(raw) < compactHeadSize || [4]byte(raw[0:4]) != compactMagic || (raw[4] != 1 && raw[4] != 2) {
 		return compactJournal{}, false
 	}
+	v := raw[4]
+	ms, es := uint64(compactMoveSize(v)), journalEntrySize(v)
 	count := uint64(binary.LittleEndian.Uint32(raw[8:]))
 	heldLen := uint64(binary.LittleEndian.Uint32(raw[12:]))
-	size := compactHeadSize + count*compactMoveSize + heldLen
+	size := compactHeadSize + count*ms + heldLen
 	if count == 0 || size+4 > uint64(len(raw)) {
 		return compactJournal{}, false
 	}
@@ -215,13 +263,13 @@ func decodeCompactJournal(raw []byte) (compactJournal, bool) {
 	if !ok {
 		return compactJournal{}, false
 	}
-	j := compactJournal{moves: make([]move, count), held: make([][]byte, count)}
-	at := compactHeadSize + count*compactMoveSize
+	j := compactJournal{version: v, moves: make([]move, count), held: make([][]byte, count)}
+	at := compactHeadSize + count*ms
 	for k := range j.moves {
-		p := b[compactHeadSize+k*compactMoveSize:]
-		m := move{idx: int64(binary.LittleEndian.Uint64(p)), from: getEntry(p[8:]), to: getEntry(p[24:])}
-		flags := binary.LittleEndian.Uint32(p[40:])
-		if m.idx < 0 || m.from.phys != m.to.phys || m.from.logic != m.to.logic || m.from == m.to || flags > 1 {
+		p := b[compactHeadSize+uint64(k)*ms:]
+		m := move{idx: int64(binary.LittleEndian.Uint64(p)), from: getJournalEntry(p[8:], v), to: getJournalEntry(p[8+es:], v)}
+		flags := binary.LittleEndian.Uint32(p[8+2*es:])
+		if m.idx < 0 || m.from.phys != m.to.phys || m.from.logic != m.to.logic || m.from.sum != m.to.sum || m.from == m.to || flags > 1 {
 			return compactJournal{}, false
 		}
 		if flags == 1 {
@@ -240,9 +288,10 @@ func decodeCompactJournal(raw []byte) (compactJournal, bool) {
 	return j, true
 }
 
-// heldBytes returns the journal's copy of record idx of the group.
-func heldBytes(journal []byte, group []move, idx int64) []byte {
-	at := compactHeadSize + len(group)*compactMoveSize
+// heldBytes returns the journal's copy of record idx of the group, in a
+// journal of version v.
+func heldBytes(journal []byte, v uint8, group []move, idx int64) []byte {
+	at := compactHeadSize + len(group)*compactMoveSize(v)
 	for _, m := range group {
 		if !m.held {
 			continue

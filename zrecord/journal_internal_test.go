@@ -2,21 +2,32 @@ package zrecord
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 )
 
 func TestDeleteIntentEncoding(t *testing.T) {
+	for _, v := range []uint8{1, 2} {
+		t.Run(fmt.Sprint("version ", v), func(t *testing.T) { testDeleteIntentEncoding(t, v) })
+	}
+}
+
+func testDeleteIntentEncoding(t *testing.T, v uint8) {
 	j := deleteIntent{
+		version:   v,
 		before:    position{3, 12345},
 		beforeLen: 10,
 		afterLen:  7,
-		writes:    []indexedEntry{{1, entry{1, 2, 3, 4}}, {5, entry{5, 6, 7, 0}}},
+		writes:    []indexedEntry{{1, entry{1, 2, 3, 4, 0}}, {5, entry{5, 6, 7, 0, 0}}},
+	}
+	if v == 2 {
+		j.writes[1].e.sum = 0xdeadbeef
 	}
 	b := j.encode()
 	got, ok := decodeDeleteIntent(b)
-	if !ok || got.before != j.before || got.beforeLen != 10 || got.afterLen != 7 || len(got.writes) != 2 || got.writes[1] != j.writes[1] {
+	if !ok || got.version != v || got.before != j.before || got.beforeLen != 10 || got.afterLen != 7 || len(got.writes) != 2 || got.writes[1] != j.writes[1] {
 		t.Fatalf("round trip: %+v, %v", got, ok)
 	}
 	for i := range b {
@@ -39,7 +50,7 @@ func TestDeleteIntentEncoding(t *testing.T) {
 // zjJournal encodes a group whose held copies are given by idx.
 func zjJournal(t *testing.T, group []move, copies map[int64][]byte) []byte {
 	t.Helper()
-	b, err := appendCompactJournal(nil, group, func(m move, dst []byte) error {
+	b, err := appendCompactJournal(nil, journalVersion(layoutV4), group, func(m move, dst []byte) error {
 		copy(dst, copies[m.idx])
 		return nil
 	})
@@ -52,7 +63,7 @@ func zjJournal(t *testing.T, group []move, copies map[int64][]byte) []byte {
 func TestCompactJournalEncoding(t *testing.T) {
 	group := []move{
 		{idx: 4, from: entry{off: 5000, phys: 10, logic: 10}, to: entry{off: 100, phys: 10, logic: 10}},
-		{idx: 2, from: entry{off: 300, phys: 900, logic: 2000}, to: entry{off: 110, phys: 900, logic: 2000}, held: true},
+		{idx: 2, from: entry{off: 300, phys: 900, logic: 2000, sum: 77}, to: entry{off: 110, phys: 900, logic: 2000, sum: 77}, held: true},
 		{idx: 9, from: entry{off: 1200, phys: 0, logic: 0}, to: entry{off: 1010, phys: 0, logic: 0}},
 	}
 	held := bytes.Repeat([]byte{7}, 900)
@@ -104,20 +115,22 @@ func TestGroupHeld(t *testing.T) {
 }
 
 func TestTornBetween(t *testing.T) {
-	a := entry{off: 0x01020304, phys: 10, logic: 20, chunk: 1}
-	b := entry{off: 0x0A0B0C0D, phys: 10, logic: 20, chunk: 2}
-	var ab, bb [entrySize]byte
-	a.put(ab[:])
-	b.put(bb[:])
-	for cut := 0; cut <= entrySize; cut++ {
-		var mix [entrySize]byte
+	a := entry{off: 0x01020304, phys: 10, logic: 20, chunk: 1, sum: 5}
+	b := entry{off: 0x0A0B0C0D, phys: 10, logic: 20, chunk: 2, sum: 5}
+	l := layoutV4
+	var ab, bb, ub [24]byte
+	l.putEntry(ab[:], 3, a)
+	l.putEntry(bb[:], 3, b)
+	for cut := 0; cut <= int(l.entSize); cut++ {
+		var mix [24]byte
 		copy(mix[:], bb[:cut])
 		copy(mix[cut:], ab[cut:])
-		if !tornBetween(getEntry(mix[:]), a, b) {
+		if !tornBetween(mix[:], ab[:], bb[:]) {
 			t.Fatalf("a write cut after %d bytes was not recognised", cut)
 		}
 	}
-	if tornBetween(entry{off: 0x01020399, phys: 10, logic: 20, chunk: 1}, a, b) {
+	l.putEntry(ub[:], 3, entry{off: 0x01020399, phys: 10, logic: 20, chunk: 1, sum: 5})
+	if tornBetween(ub[:], ab[:], bb[:]) {
 		t.Fatal("an unrelated entry was taken for a torn write")
 	}
 }
@@ -147,7 +160,7 @@ func zjCompactCrash(t *testing.T, damage func(t *testing.T, dir string, m move, 
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	m := move{idx: 1, from: entry{off: 257, phys: 1000, logic: 1000}, to: entry{off: 0, phys: 1000, logic: 1000}}
+	m := move{idx: 1, from: entry{off: 257, phys: 1000, logic: 1000, sum: dataSum(b)}, to: entry{off: 0, phys: 1000, logic: 1000, sum: dataSum(b)}}
 	g := []move{m}
 	groupEnd(g, 0)
 	if !g[0].held {
@@ -176,7 +189,7 @@ func zjCompactCrash(t *testing.T, damage func(t *testing.T, dir string, m move, 
 	if !bytes.Equal(out[:100], c) || !bytes.Equal(out[100:], b) {
 		t.Fatal("records differ after recovery")
 	}
-	e, _ := readEntry(*s.segs.Load(), 1)
+	e, _ := s.readEntry(*s.segs.Load(), 1)
 	if e != m.to {
 		t.Fatalf("entry 1 is %+v, want the moved %+v", e, m.to)
 	}
@@ -216,9 +229,9 @@ func TestCompactJournalRepairsTornEntry(t *testing.T) {
 		// Died writing the entry: the bytes are in place, the entry is half
 		// new, half old.
 		zjPatch(t, filepath.Join(dir, "0.chunk"), 0, held)
-		var nb [entrySize]byte
-		m.to.put(nb[:])
-		zjPatch(t, filepath.Join(dir, "0.loc"), 1*entrySize, nb[:1])
+		var nb [24]byte
+		layoutV4.putEntry(nb[:], 1, m.to)
+		zjPatch(t, filepath.Join(dir, "0.tab"), 1*24, nb[:1])
 	})
 }
 
@@ -267,10 +280,11 @@ func TestCompactJournalRedoExtendsChunk(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
+	sb, sc, sd := dataSum(recs[1]), dataSum(recs[2]), dataSum(recs[3])
 	group := []move{
-		{idx: 1, from: entry{off: 0, phys: 800, logic: 800, chunk: 1}, to: entry{off: 0, phys: 800, logic: 800, chunk: 0}},
-		{idx: 2, from: entry{off: 800, phys: 150, logic: 150, chunk: 1}, to: entry{off: 800, phys: 150, logic: 150, chunk: 0}},
-		{idx: 0, from: entry{off: 0, phys: 300, logic: 300, chunk: 2}, to: entry{off: 0, phys: 300, logic: 300, chunk: 1}},
+		{idx: 1, from: entry{off: 0, phys: 800, logic: 800, chunk: 1, sum: sb}, to: entry{off: 0, phys: 800, logic: 800, chunk: 0, sum: sb}},
+		{idx: 2, from: entry{off: 800, phys: 150, logic: 150, chunk: 1, sum: sc}, to: entry{off: 800, phys: 150, logic: 150, chunk: 0, sum: sc}},
+		{idx: 0, from: entry{off: 0, phys: 300, logic: 300, chunk: 2, sum: sd}, to: entry{off: 0, phys: 300, logic: 300, chunk: 1, sum: sd}},
 	}
 	groupEnd(group, 0)
 	if !group[0].held || group[1].held || group[2].held {

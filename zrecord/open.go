@@ -97,10 +97,16 @@ func (s *Store) loadFiles() (err error) {
 		return err
 	}
 	s.codec = h.codec
+	s.lay, _ = layoutOf(h.version)
+	s.verifyRaw.Store(s.opts.verifyRaw)
 	s.tail = position{h.tailChunk, h.tailOffset}
 	if s.codec == ZstdDict {
 		if err := s.loadDict(); err != nil {
 			return err
+		}
+		s.dictSum = dataSum(s.dict)
+		if s.lay.checksummed() && s.dictSum != h.dictSum {
+			return errf(ErrCorrupt, "%s: dictionary checksum %#08x, %s says %#08x", s.path(dictName), s.dictSum, metaPath, h.dictSum)
 		}
 	}
 	if s.codec != Raw {
@@ -131,6 +137,11 @@ func (s *Store) loadFiles() (err error) {
 		for _, c := range *s.chunks.Load() {
 			c.end.Store(min(c.size, chunkSpan))
 		}
+		if s.lay.version == versionV3 {
+			// No recovery cuts the original's preallocated tail chunk
+			// back, so bound it by the frontier, as a read-only Open does.
+			(*s.chunks.Load())[s.tail.chunk].end.Store(int64(s.tail.off))
+		}
 	}
 	// Validate before cutting anything off, so that damage is reported
 	// rather than compounded.
@@ -138,7 +149,9 @@ func (s *Store) loadFiles() (err error) {
 	if err != nil {
 		return err
 	}
-	if !s.readOnly {
+	if !s.readOnly && s.lay.version != versionV3 {
+		// A version-3 store is the original's: its files are left as
+		// they are (preallocated, sparse) until Upgrade rewrites it.
 		return s.recoverFrontier(tailEnd)
 	}
 	return nil
@@ -209,11 +222,12 @@ func (s *Store) openChunks() error {
 	}
 }
 
-// openSegments opens and maps the .loc segments that length entries need.
+// openSegments opens and maps the table segments that length entries need.
 func (s *Store) openSegments(length int64) error {
 	var list []*segment
 	s.segs.Store(&list)
-	nseg := (length + segEntries - 1) >> segShift
+	l := s.lay
+	nseg := l.segCount(length)
 	for id := int64(0); id < nseg; id++ {
 		g, err := s.openSegment(uint32(id), false)
 		if err != nil {
@@ -221,24 +235,29 @@ func (s *Store) openSegments(length int64) error {
 		}
 		list = append(list, g)
 		s.segs.Store(&list)
-		need := int64(segBytes)
+		need := l.segBytes()
 		if id == nseg-1 {
-			need = ((length-1)&segMask + 1) * entrySize
+			need = ((length-1)&l.segMask() + 1) * l.entSize
 		}
 		size, err := fileSize(g.f)
 		if err != nil {
-			return wrapf(err, "stat %s", s.path(segName(g.id)))
+			return wrapf(err, "stat %s", s.path(l.segName(g.id)))
 		}
 		if size < need {
-			return errf(ErrCorrupt, "%s: %d bytes, length %d needs %d", s.path(segName(g.id)), size, length, need)
+			return errf(ErrCorrupt, "%s: %d bytes, length %d needs %d", s.path(l.segName(g.id)), size, length, need)
 		}
 	}
 	return nil
 }
 
-// openSegment opens (or, with create, creates) and maps one segment file.
+// openSegment opens (or, with create, creates) and maps one segment file
+// of the store's layout.
 func (s *Store) openSegment(id uint32, create bool) (*segment, error) {
-	p := s.path(segName(id))
+	return s.openSegmentOf(s.lay, id, create)
+}
+
+func (s *Store) openSegmentOf(l layout, id uint32, create bool) (*segment, error) {
+	p := s.path(l.segName(id))
 	flag := s.fileFlag()
 	if create {
 		flag |= os.O_CREATE
@@ -251,43 +270,49 @@ func (s *Store) openSegment(id uint32, create bool) (*segment, error) {
 		return nil, wrapf(err, "open %s", p)
 	}
 	g := &segment{id: id, f: f}
-	if g.data, err = mapSpan(f, segBytes); err != nil {
+	if g.data, err = mapSpan(f, int(l.segBytes())); err != nil {
 		f.Close()
 		return nil, wrapf(err, "map %s", p)
 	}
 	return g, nil
 }
 
-// validate checks every live table entry against the chunks and sums the
-// byte totals. It returns where the last record in the tail chunk ends.
+// validate checks every live table entry (its checksum, in a checksummed
+// format, and its place against the chunks) and sums the byte totals. It
+// returns where the last record in the tail chunk ends.
 func (s *Store) validate() (int64, error) {
 	n := s.length.Load()
 	var tailEnd int64
 	segs := *s.segs.Load()
 	chunks := *s.chunks.Load()
+	l := s.lay
 	var live, logical int64
 	var buf []byte
+	const block = 1 << 16
 	for i := int64(0); i < n; {
-		g := segs[i>>segShift]
+		g := segs[i>>l.shift]
 		// Entries of this segment from i on, in one block.
-		lo := i & segMask
-		cnt := min(n-i, segEntries-lo, 1<<16)
+		lo := i & l.segMask()
+		cnt := min(n-i, l.segEntries()-lo, block)
 		var b []byte
 		if g.data != nil {
-			b = g.data[lo*entrySize : (lo+cnt)*entrySize]
+			b = g.data[lo*l.entSize : (lo+cnt)*l.entSize]
 		} else {
 			if buf == nil {
-				buf = make([]byte, (1<<16)*entrySize)
+				buf = make([]byte, block*l.entSize)
 			}
-			b = buf[:cnt*entrySize]
-			if err := readFull(g.f, b, lo*entrySize); err != nil {
-				return 0, wrapf(err, "read %s", s.path(segName(g.id)))
+			b = buf[:cnt*l.entSize]
+			if err := readFull(g.f, b, lo*l.entSize); err != nil {
+				return 0, wrapf(err, "read %s", s.path(l.segName(g.id)))
 			}
 		}
 		for k := int64(0); k < cnt; k++ {
-			e := getEntry(b[k*entrySize:])
+			e, bad := l.getEntryAt(b[k*l.entSize:(k+1)*l.entSize], i+k)
+			if bad != nil {
+				return 0, s.entryError(i+k, bad)
+			}
 			if err := s.checkEntry(e, chunks); err != nil {
-				return 0, fmt.Errorf("zrecord: %s: entry %d: %v: %w", s.path(segName(g.id)), i+k, err, ErrCorrupt)
+				return 0, fmt.Errorf("zrecord: %s: entry %d: %v: %w", s.path(l.segName(g.id)), i+k, err, ErrCorrupt)
 			}
 			live += int64(e.phys)
 			logical += int64(e.logic)
@@ -316,11 +341,20 @@ func (s *Store) checkEntry(e entry, chunks []*chunk) error {
 	if e.end() > uint64(chunks[e.chunk].end.Load()) {
 		return errEntryEnd
 	}
-	if e.phys > e.logic || e.logic > MaxRecordSize {
+	if e.logic > MaxRecordSize {
 		return errEntrySize
 	}
 	if e.phys != e.logic && s.dec == nil {
 		return errEntryCodec
 	}
+	if e.phys > e.logic && s.lay.version != versionV3 {
+		// Only the original format keeps frames larger than the record.
+		return errEntrySize
+	}
 	return nil
+}
+
+// isFrame reports whether the record at e is stored as a zstd frame.
+func (s *Store) isFrame(e entry) bool {
+	return s.dec != nil && (e.phys != e.logic || s.lay.version == versionV3)
 }

@@ -26,8 +26,19 @@ func (s *Store) recoverFrontier(tailEnd int64) error {
 	if err != nil {
 		return wrapf(err, "read directory %s", s.dir)
 	}
+	// The other format's table segments are what an interrupted Upgrade
+	// left: .tab files it had not switched to, or .loc files it had not
+	// removed yet.
+	foreign := layoutV4.suffix
+	if s.lay.checksummed() {
+		foreign = layoutV1.suffix
+	}
 	for _, e := range ents {
+		_, stale := parseID(e.Name(), foreign)
 		if id, ok := parseID(e.Name(), chunkSuffix); ok && id > s.tail.chunk {
+			stale = true
+		}
+		if stale {
 			if err := s.removeFile(e.Name()); err != nil {
 				return err
 			}
@@ -41,7 +52,7 @@ func (s *Store) recoverFrontier(tailEnd int64) error {
 // applied) or its after state (all entries written, though after a power
 // failure not necessarily all kept). Anything else is stale.
 func (s *Store) deleteJournalLive(j deleteIntent, valid bool) bool {
-	if !valid || j.before != s.tail {
+	if !valid || j.version != journalVersion(s.lay) || j.before != s.tail {
 		return false
 	}
 	n := s.length.Load()
@@ -69,17 +80,37 @@ func (s *Store) replayDeleteJournal() error {
 
 // tornBetween reports whether every byte of cur is the byte of a or of b at
 // the same place: what an entry write from a to b cut short leaves.
-func tornBetween(cur, a, b entry) bool {
-	var x, y, z [entrySize]byte
-	cur.put(x[:])
-	a.put(y[:])
-	b.put(z[:])
-	for i := range x {
-		if x[i] != y[i] && x[i] != z[i] {
+func tornBetween(cur, a, b []byte) bool {
+	for i := range cur {
+		if cur[i] != a[i] && cur[i] != b[i] {
 			return false
 		}
 	}
 	return true
+}
+
+// entryState is what the bytes of table entry idx are with respect to a
+// write from entry a to entry b: 0 if they are a, 1 if b, 2 if a write from
+// one to the other cut short, -1 if none of these.
+func (s *Store) entryState(segs []*segment, idx int64, a, b entry) (int, error) {
+	var buf [maxEntrySize]byte
+	cur, err := s.entryBytes(segs, idx, &buf)
+	if err != nil {
+		return 0, err
+	}
+	l := s.lay
+	var ab, bb [maxEntrySize]byte
+	l.putEntry(ab[:l.entSize], idx, a)
+	l.putEntry(bb[:l.entSize], idx, b)
+	switch {
+	case string(cur) == string(ab[:l.entSize]):
+		return 0, nil
+	case string(cur) == string(bb[:l.entSize]):
+		return 1, nil
+	case tornBetween(cur, ab[:l.entSize], bb[:l.entSize]):
+		return 2, nil
+	}
+	return -1, nil
 }
 
 // compactRepair is one step of finishing a journal: move k of the journal
@@ -98,29 +129,32 @@ type compactRepair struct {
 // Records whose entry is old and whose old bytes the group left alone stay
 // where they are.
 func (s *Store) planCompactRepair(j compactJournal) ([]compactRepair, error) {
+	if j.version != journalVersion(s.lay) {
+		return nil, nil // written for another format: stale
+	}
 	length := s.length.Load()
 	segs := *s.segs.Load()
-	cur := make([]entry, len(j.moves))
+	cur := make([]int, len(j.moves))
 	for k, m := range j.moves {
 		if m.idx >= length {
 			return nil, nil
 		}
-		e, err := readEntry(segs, m.idx)
+		st, err := s.entryState(segs, m.idx, m.from, m.to)
 		if err != nil {
-			return nil, wrapf(err, "read entry %d of %s", m.idx, s.dir)
+			return nil, err
 		}
-		if e != m.from && e != m.to && !tornBetween(e, m.from, m.to) {
+		if st < 0 {
 			return nil, nil
 		}
-		cur[k] = e
+		cur[k] = st
 	}
 	var plan []compactRepair
 	for k, m := range j.moves {
 		switch {
-		case cur[k] == m.to:
+		case cur[k] == 1:
 		case m.held:
 			plan = append(plan, compactRepair{k, true})
-		case cur[k] != m.from:
+		case cur[k] != 0:
 			plan = append(plan, compactRepair{k, false})
 		}
 	}

@@ -19,6 +19,16 @@ type Stats struct {
 	DictBytes int64
 	// Chunks is the number of chunk files.
 	Chunks int64
+	// Version is the store's format version: 4 for stores this package
+	// writes, 1 or 3 for older ones until they are upgraded (see Upgrade).
+	Version int
+	// Checksummed reports whether the format carries checksums (version
+	// 4). Records of an older store are read unverified.
+	Checksummed bool
+	// Verified reports whether Gather checks every record it returns
+	// against its checksum: always for a compressed version-4 store, and
+	// for a raw one when verification is on (WithVerify, SetVerify).
+	Verified bool
 }
 
 // Stats returns the store's current figures; they are kept up to date in
@@ -45,5 +55,13 @@ func (s *Store) Stats() (st Stats, err error) {
 		Codec:        s.codec,
 		DictBytes:    int64(len(s.dict)),
 		Chunks:       int64(s.tail.chunk) + 1,
+		Version:      int(s.lay.version),
+		Checksummed:  s.lay.checksummed(),
+		Verified:     s.lay.checksummed() && (s.codec != Raw || s.verifyRaw.Load()),
 	}, nil
 }
+
+// SetVerify turns the checking of raw records on Gather on or off for this
+// handle, from the next call on (see WithVerify). It may be called at any
+// time, concurrently with reads.
+func (s *Store) SetVerify(on bool) { s.verifyRaw.Store(on) }

@@ -21,6 +21,14 @@ type Store struct {
 	codec    Codec
 	dict     []byte
 	dec      *zstd.Decoder // nil for Raw stores
+	// lay is the table layout of the store's format version. It changes
+	// only with mu held exclusively (Upgrade).
+	lay layout
+	// dictSum is the CRC-32C of dict (ZstdDict stores).
+	dictSum uint32
+	// verifyRaw: Gather checks the checksum of raw records too (see
+	// WithVerify); compressed records of a checksummed store always are.
+	verifyRaw atomic.Bool
 
 	encOnce sync.Once
 	enc     *zstd.Encoder
@@ -97,7 +105,7 @@ type chunk struct {
 type segment struct {
 	id    uint32
 	f     File
-	data  []byte // read-only mapping of segBytes; nil when f cannot be mapped
+	data  []byte // read-only mapping of the layout's segBytes; nil when f cannot be mapped
 	dirty bool
 }
 
@@ -120,37 +128,70 @@ func (s *Store) fileFlag() int {
 	return os.O_RDWR
 }
 
-// readEntry returns table entry i (i below the table's extent).
-func readEntry(segs []*segment, i int64) (entry, error) {
-	g := segs[i>>segShift]
-	off := (i & segMask) * entrySize
+// entryBytes returns the bytes of table entry i (i below the table's
+// extent), in buf's memory when the segment is not mapped.
+func (s *Store) entryBytes(segs []*segment, i int64, buf *[maxEntrySize]byte) ([]byte, error) {
+	l := s.lay
+	g := segs[i>>l.shift]
+	off := l.segOff(i)
 	if g.data != nil {
-		return getEntry(g.data[off : off+entrySize]), nil
+		return g.data[off : off+l.entSize], nil
 	}
-	var b [entrySize]byte
-	if err := readFull(g.f, b[:], off); err != nil {
+	b := buf[:l.entSize]
+	if err := readFull(g.f, b, off); err != nil {
+		return nil, wrapf(err, "read entry %d from %s", i, s.path(l.segName(g.id)))
+	}
+	return b, nil
+}
+
+// readEntry returns table entry i (i below the table's extent), checking
+// its checksum: a damaged entry is ErrCorrupt naming the segment and i.
+func (s *Store) readEntry(segs []*segment, i int64) (entry, error) {
+	var buf [maxEntrySize]byte
+	b, err := s.entryBytes(segs, i, &buf)
+	if err != nil {
 		return entry{}, err
 	}
-	return getEntry(b[:]), nil
+	e, bad := s.lay.getEntryAt(b, i)
+	if bad != nil {
+		return entry{}, s.entryError(i, bad)
+	}
+	return e, nil
+}
+
+// entryError reports a table entry whose checksum does not match.
+func (s *Store) entryError(i int64, f *entryFault) error {
+	return errf(ErrCorrupt, "record %d in %s: table entry checksum %#08x, its bytes give %#08x",
+		i, s.path(s.lay.segName(uint32(i>>s.lay.shift))), f.stored, f.computed)
 }
 
 // writeEntry stores table entry i.
 func (s *Store) writeEntry(i int64, e entry) error {
 	segs := *s.segs.Load()
-	g := segs[i>>segShift]
-	var b [entrySize]byte
-	e.put(b[:])
-	if err := writeFull(g.f, b[:], (i&segMask)*entrySize); err != nil {
-		return wrapf(err, "write %s", s.path(segName(g.id)))
+	l := s.lay
+	g := segs[i>>l.shift]
+	var b [maxEntrySize]byte
+	l.putEntry(b[:l.entSize], i, e)
+	if err := writeFull(g.f, b[:l.entSize], l.segOff(i)); err != nil {
+		return wrapf(err, "write %s", s.path(l.segName(g.id)))
 	}
 	g.dirty = true
 	return nil
 }
 
+// headerFor returns the header of the store's format with a frontier and
+// a length.
+func (s *Store) headerFor(tail position, length int64) header {
+	h := header{version: s.lay.version, codec: s.codec, tailChunk: tail.chunk, tailOffset: tail.off, length: uint64(length)}
+	if s.lay.checksummed() && s.codec == ZstdDict {
+		h.dictSum = s.dictSum
+	}
+	return h
+}
+
 // writeHeader stores a frontier and a length in meta.zr.
 func (s *Store) writeHeader(tail position, length int64) error {
-	h := header{codec: s.codec, tailChunk: tail.chunk, tailOffset: tail.off, length: uint64(length)}
-	b := h.encode()
+	b := s.headerFor(tail, length).encode()
 	if err := writeFull(s.meta, b[:], 0); err != nil {
 		return wrapf(err, "write %s", s.path(metaName))
 	}
@@ -266,7 +307,7 @@ func (s *Store) syncSegments() error {
 	for _, g := range *s.segs.Load() {
 		if g.dirty {
 			if err := g.f.Sync(); err != nil {
-				return wrapf(err, "sync %s", s.path(segName(g.id)))
+				return wrapf(err, "sync %s", s.path(s.lay.segName(g.id)))
 			}
 			g.dirty = false
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -212,4 +213,50 @@ func ztDirNames(dir string) ([]string, error) {
 		names = append(names, e.Name())
 	}
 	return names, err
+}
+
+// resealHeader recomputes the checksum of dir's version-4 header after a
+// test changed one of its fields, so that the field's own check is what
+// the change meets.
+func resealHeader(t testing.TB, dir string) {
+	t.Helper()
+	p := filepath.Join(dir, "meta.zr")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := crc32.Update(0, castagnoli, b[0:22])
+	c = crc32.Update(c, castagnoli, b[26:32])
+	binary.LittleEndian.PutUint32(b[22:26], c)
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// resealEntry recomputes the checksum of table entry i (segment 0 of a
+// version-4 store) after a test changed one of its fields.
+func resealEntry(t testing.TB, dir string, i int64) {
+	t.Helper()
+	p := filepath.Join(dir, "0.tab")
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var b [24]byte
+	if _, err := f.ReadAt(b[:], i*24); err != nil {
+		t.Fatal(err)
+	}
+	binary.LittleEndian.PutUint32(b[20:], entryChecksum(i, b[:20]))
+	if _, err := f.WriteAt(b[:], i*24); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// entryChecksum is the checksum of table entry i with the given first 20
+// bytes: CRC-32C of the index (u64) and the bytes.
+func entryChecksum(i int64, b []byte) uint32 {
+	var ib [8]byte
+	binary.LittleEndian.PutUint64(ib[:], uint64(i))
+	return crc32.Update(crc32.Update(0, castagnoli, ib[:]), castagnoli, b[:20])
 }

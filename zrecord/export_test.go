@@ -1,0 +1,69 @@
+package zrecord
+
+import (
+	"os"
+	"path/filepath"
+)
+
+// WriteOldStore writes a store of format version 1 (this package's first
+// format) or 3 (the original loaderx's) in dir, holding recs, laid out as
+// those writers lay it out: chunks of at most capacity bytes, 16-byte
+// entries in 0.loc, and no checksums. In a version-3 compressed store every
+// record is a zstd frame, even one larger than the record; in version 1 a
+// frame is kept only when it is smaller. It exists for the tests.
+func WriteOldStore(dir string, version uint8, codec Codec, dict []byte, recs [][]byte, capacity int64) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var enc interface {
+		EncodeAll(src, dst []byte) []byte
+		Close() error
+	}
+	if codec != Raw {
+		e, err := newEncoder(codec, dict, TierFast)
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		enc = e
+	}
+	if codec == ZstdDict {
+		if err := os.WriteFile(filepath.Join(dir, dictName), dict, 0o644); err != nil {
+			return err
+		}
+	}
+	var chunks [][]byte
+	chunks = append(chunks, nil)
+	table := make([]byte, 0, len(recs)*16)
+	for _, r := range recs {
+		stored := r
+		if enc != nil {
+			frame := enc.EncodeAll(r, nil)
+			if version == versionV3 || len(frame) < len(r) {
+				stored = frame
+			}
+		}
+		cur := len(chunks) - 1
+		if len(chunks[cur]) > 0 && int64(len(chunks[cur])+len(stored)) > capacity {
+			chunks = append(chunks, nil)
+			cur++
+		}
+		e := entry{off: uint32(len(chunks[cur])), phys: uint32(len(stored)), logic: uint32(len(r)), chunk: uint32(cur)}
+		chunks[cur] = append(chunks[cur], stored...)
+		var b [16]byte
+		e.put(b[:])
+		table = append(table, b[:]...)
+	}
+	for id, c := range chunks {
+		if err := os.WriteFile(filepath.Join(dir, chunkName(uint32(id))), c, 0o644); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, layoutV1.segName(0)), table, 0o644); err != nil {
+		return err
+	}
+	last := len(chunks) - 1
+	h := header{version: version, codec: codec, tailChunk: uint32(last), tailOffset: uint32(len(chunks[last])), length: uint64(len(recs))}
+	b := h.encode()
+	return os.WriteFile(filepath.Join(dir, metaName), b[:], 0o644)
+}
