@@ -1,7 +1,9 @@
 package zrecord
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"sync"
 )
@@ -252,7 +254,7 @@ func (s *Store) fill(g *gatherScratch, w, k int, chunks []*chunk, idx int64, out
 		src = c.data[e.off:e.end():e.end()]
 	} else if !frame {
 		if err := readFull(c.f, out, int64(e.off)); err != nil {
-			return wrapf(err, "gather from %s: read record %d", s.dir, idx)
+			return s.readError(err, idx, e)
 		}
 		return s.checkRaw(idx, e, out)
 	} else {
@@ -261,7 +263,7 @@ func (s *Store) fill(g *gatherScratch, w, k int, chunks []*chunk, idx int64, out
 		}
 		src = g.raw[w][:e.phys]
 		if err := readFull(c.f, src, int64(e.off)); err != nil {
-			return wrapf(err, "gather from %s: read record %d", s.dir, idx)
+			return s.readError(err, idx, e)
 		}
 	}
 	if !frame {
@@ -274,6 +276,18 @@ func (s *Store) fill(g *gatherScratch, w, k int, chunks []*chunk, idx int64, out
 		}
 	}
 	return s.decode(idx, src, out)
+}
+
+// readError reports a failed positional read of record idx. A chunk file
+// that ends before the record does (truncated by another process, where
+// chunks are read without a mapping) is damage, the same ErrCorrupt a
+// mapped reader reports for it; other failures keep their cause.
+func (s *Store) readError(err error, idx int64, e entry) error {
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return errf(ErrCorrupt, "record %d in %s: the file ends before the record's %d bytes at offset %d",
+			idx, s.path(chunkName(e.chunk)), e.phys, e.off)
+	}
+	return wrapf(err, "gather from %s: read record %d", s.dir, idx)
 }
 
 // checkRaw checks the copy b of raw record idx against its checksum, when
