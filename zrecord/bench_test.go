@@ -195,3 +195,57 @@ func BenchmarkAppend(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGatherVerifyCost measures what the checks of format 4 cost a
+// gather, side by side in one run: for each codec and record size, the same
+// records in an unchecked version-1 store ("v1"), in a version-4 store with
+// its default checks ("v4": table entries always, frames before decoding),
+// and, for raw records, with every payload checked too ("v4verify").
+//
+//	go test -run XXX -bench GatherVerifyCost -count 3 ./zrecord/
+func BenchmarkGatherVerifyCost(b *testing.B) {
+	root := b.TempDir()
+	for _, sz := range benchSizes {
+		recs := benchRecords(sz.count, sz.size)
+		batches := benchBatches(64, sz.count)
+		for _, codec := range []zrecord.Codec{zrecord.Raw, zrecord.Zstd} {
+			name := codec.String() + "/" + sz.name
+			old := filepath.Join(root, "v1-"+codec.String()+sz.name)
+			if err := zrecord.WriteOldStore(old, 1, codec, nil, recs, 0); err != nil {
+				b.Fatal(err)
+			}
+			v1, err := zrecord.Open(old, zrecord.WithReadOnly())
+			if err != nil {
+				b.Fatal(err)
+			}
+			variants := []struct {
+				name string
+				s    *zrecord.Store
+			}{
+				{"v1", v1},
+				{"v4", benchStore(b, filepath.Join(root, "v4-"+codec.String()+sz.name), codec, recs)},
+			}
+			if codec == zrecord.Raw {
+				variants = append(variants, struct {
+					name string
+					s    *zrecord.Store
+				}{"v4verify", benchStore(b, filepath.Join(root, "v4v-"+sz.name), codec, recs, zrecord.WithVerify(true))})
+			}
+			for _, v := range variants {
+				b.Run(name+"/"+v.name, func(b *testing.B) {
+					dst := make([]byte, benchBatch*sz.size)
+					b.SetBytes(int64(benchBatch * sz.size))
+					b.ResetTimer()
+					for i := range b.N {
+						if err := v.s.Gather(batches[i%len(batches)], dst, sz.size); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
+			for _, v := range variants {
+				v.s.Close()
+			}
+		}
+	}
+}
