@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from types import ModuleType
 
-from contenders import arrayrecord, blosc2, grain, hdf5, loaderx, numpy, tensorstore, torch
+from contenders import arrayrecord, blosc2, grain, hdf5, loaderx, numpy, original, tensorstore, torch
 from contenders.base import LoaderContender, SamplerContender, Store
 
-SAMPLER_MODULES: tuple[ModuleType, ...] = (numpy, loaderx)
-STORE_MODULES: tuple[ModuleType, ...] = (loaderx, numpy, hdf5, blosc2, tensorstore, arrayrecord)
-LOADER_MODULES: tuple[ModuleType, ...] = (loaderx, torch, grain)
+SAMPLER_MODULES: tuple[ModuleType, ...] = (numpy, loaderx, original)
+STORE_MODULES: tuple[ModuleType, ...] = (loaderx, original, numpy, hdf5, blosc2, tensorstore, arrayrecord)
+LOADER_MODULES: tuple[ModuleType, ...] = (loaderx, original, torch, grain)
 
 STORES: list[type[Store]] = [cls for m in STORE_MODULES for cls in m.STORES]
 LOADERS: list[LoaderContender] = [c for m in LOADER_MODULES for c in m.LOADERS]
