@@ -77,7 +77,7 @@ def _ours_maintain(path: str, idx: np.ndarray) -> dict[str, Any]:
     return {"delete_s": t_del, "compact_s": t_cmp, "len_before": n0, "len_after": n1,
             "chunk_bytes_before": mid["chunk_bytes"], "chunk_bytes_after": after["chunk_bytes"],
             "delete_written": None if w0 is None or w1 is None else w1 - w0,
-            "compact_written": None if w1 is None or w2 is None else w2 - w1}
+            "compact_written": None if w0 is None or w2 is None else w2 - w0}
 
 
 def _orig_maintain(path: str, idx: np.ndarray) -> dict[str, Any]:
@@ -139,8 +139,8 @@ def bench_maint(args: argparse.Namespace, results: dict[str, Any], tmp: str) -> 
         f"codec `{args.maint_codec}`) is written once per library; each of {runs} runs copies it, "
         f"flushes the copy (os.sync), deletes a random {100 * DELETE_FRACTION:.0f} % of its records "
         "and compacts it, each call timed on its own (`--maint-mib`, `--maint-1gib` for the 1 GiB "
-        "case). `written` is the process's write_bytes from /proc around compaction (for the "
-        "original: around delete and compact together). Ragged: records of "
+        "case). `bytes written` is the process's write_bytes from /proc around delete and compact "
+        "together. Ragged: records of "
         f"{RAGGED_MIN}-{RAGGED_MAX // 1024} KiB uint8 (uniform), about {human_bytes(size // 2)}, "
         f"converted with `from_iterator(codec=\"zstd\")` and read in random batches of {RAGGED_BATCH} "
         "(this project: `RaggedDataset[idx]`; the original: `RaggedDataset.__getitems__`). Medians over "

@@ -7,6 +7,7 @@ the layers it takes part in.
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Sequence
 from types import ModuleType
 
@@ -49,12 +50,16 @@ def known_names() -> set[str]:
 
 
 def selected(only: Sequence[str] | None, name: str) -> bool:
-    """--only takes exact names, or a family prefix such as `zrecord` or `zsampler`."""
+    """--only takes exact names, a family prefix such as `zrecord` or `zsampler`
+    (when it is not itself a contender's name: `loaderx` is the zstd loader
+    only), or a shell pattern such as `original*`."""
     if not only:
         return True
     known = known_names()
     for o in only:
         if o == name or o.replace("-", " ") == name:
+            return True
+        if any(ch in o for ch in "*?[") and fnmatch.fnmatchcase(name, o):
             return True
         if o not in known and (name.startswith(o + "-") or name.startswith(o + " ")):
             return True

@@ -98,7 +98,7 @@ class Worker:
     def _drain(self) -> None:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
-            self.err = (self.err + [line.rstrip()])[-20:]
+            self.err = [*self.err, line.rstrip()][-20:]
 
     def call(self, op: str, **kw: Any) -> dict[str, Any]:
         """One request; the answer's fields, or RuntimeError with the worker's message."""
