@@ -108,7 +108,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--runs", type=int, default=None,
                     help="runs per figure for every section (default: sampler 7, store 5 rounds, loader 3)")
     ap.add_argument("--only", type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
-                    default=None, help="comma-separated contender names, families or patterns, e.g. zrecord,npy-mmap,torch,'original*' "
+                    default=None, help="comma-separated contender names, families or patterns, e.g. "
+                    "zrecord,npy-mmap,torch,'original*' "
                     "(memcpy and numpy default_rng always run: they are the references)")
     ap.add_argument("--transform", choices=["identity", "augment"], default="identity")
     ap.add_argument("--json", default=None, help="write every result to this file")

@@ -124,7 +124,8 @@ def _write_all(args: argparse.Namespace, shape: tuple[int, ...], src: np.ndarray
                          "apparent_bytes": apparent,
                          "apparent_ratio": logical / apparent if apparent else None,
                          "allocates": st.allocates, "how": st.how, "compresses": st.compresses,
-                         "shares": cls.shares if owner is not None else None}
+                         "shares": cls.shares if owner is not None else None,
+                         "train_s": getattr(st, "train_seconds", None) if owner is None else None}
         log(f"{tag}   {cls.name}: {logical / wt / MiB:.0f} MiB/s, {human_bytes(disk)} on disk")
         stores.append(st)
     return stores, rows, skipped
@@ -220,7 +221,8 @@ def original_ratios(out_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "write": z["write_mib_s"] / o["write_mib_s"] if o["write_mib_s"] else None,
                     "rnd": _paired_ratio(z["runs_rnd_mib_s"], o["runs_rnd_mib_s"]),
                     "seq": _paired_ratio(z["runs_seq_mib_s"], o["runs_seq_mib_s"]),
-                    "disk": (o["disk_bytes"] / z["disk_bytes"]) if z["disk_bytes"] and o["disk_bytes"] else None})
+                    "disk": (o["disk_bytes"] / z["disk_bytes"]) if z["disk_bytes"] and o["disk_bytes"] else None,
+                    "orig_write_s": o.get("write_s"), "orig_train_s": o.get("train_s")})
     return res
 
 
@@ -234,6 +236,11 @@ def _print_original_table(ratios: list[dict[str, Any]]) -> None:
               [[r["codec"], fmt_ratio(r["write"]), fmt_ratio(r["rnd"]), fmt_ratio(r["seq"]),
                 fmt_ratio(r["disk"])] for r in ratios]))
     out()
+    for r in ratios:
+        if r.get("orig_train_s"):
+            out(f"The original's {r['codec']} conversion took {r['orig_write_s']:.1f}s, of which "
+                f"{r['orig_train_s']:.1f}s is train_dict.")
+            out()
 
 
 def bench_store_shape(args: argparse.Namespace, shape: tuple[int, ...], n: int, tmp: str,
