@@ -18,7 +18,8 @@ $LOADERX_BENCH_ORIG, default ~/.cache/loaderx-bench/orig-1.5.2;
 also `loaderx`, so every figure of it is measured in a child interpreter with
 PYTHONPATH=DIR, and every table gets a `loaderx / original` ratio.
 
---quick runs a small configuration (about a minute without the original).
+--quick runs a small configuration (about a minute and a half without the original,
+two with it, on a loaded two-core machine).
 
 Every contender is driven through the binding a client actually uses, so the
 foreign-call cost, the GIL and NumPy allocations are inside the timings. Each
@@ -72,7 +73,7 @@ LAYERS: dict[str, Callable[[argparse.Namespace, dict[str, Any], str], None]] = {
 }
 
 # --quick: a small configuration (flags given explicitly still win)
-QUICK = {"records": 400, "runs": 3, "store_slice": 0.04, "warm_cap": 0.5, "sampler_loop_ms": 10.0,
+QUICK = {"records": 200, "runs": 2, "store_slice": 0.04, "warm_cap": 0.5, "sampler_loop_ms": 10.0,
          "loader_warmup": 0.3, "loader_measure": 1.0, "maint_mib": 32}
 
 
