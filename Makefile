@@ -53,7 +53,11 @@ bench-deps:
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[bench]'
 
 bench: bench-deps build
-	$(PYTHON) scripts/bench all
+	@echo "The original Zig loaderx (loaderx==1.5.2) is measured when it is installed in a directory of its own:"
+	@echo "  make bench BENCH_ARGS=--install-original     (pip install --target ~/.cache/loaderx-bench/orig-1.5.2)"
+	@echo "  make bench BENCH_ARGS='--original DIR'        (or LOADERX_BENCH_ORIG=DIR: an existing --target install)"
+	@echo "A small run: make bench BENCH_ARGS=--quick"
+	$(PYTHON) scripts/bench all $(BENCH_ARGS)
 
 ## wheels: one py3-none-<platform> wheel per platform into dist/, cross-built with zig cc (slow; not part of test)
 wheels-deps:

@@ -9,6 +9,17 @@ store    batch gather from a record store: zrecord (raw / zstd / zstd+dict)
 loader   the whole input pipeline (sample, fetch, collate, hand over a batch):
          loaderx against PyTorch's DataLoader and Grain, with the peak memory
          of each loader's whole process tree.
+maint    ragged conversion and gather, delete 10 % of a store and compact it.
+
+The original Zig loaderx (loaderx==1.5.2 on PyPI) takes part in every layer
+when it is installed in a directory of its own (--original DIR, or
+$LOADERX_BENCH_ORIG, default ~/.cache/loaderx-bench/orig-1.5.2;
+--install-original runs `pip install --target` there). Its import name is
+also `loaderx`, so every figure of it is measured in a child interpreter with
+PYTHONPATH=DIR, and every table gets a `loaderx / original` ratio.
+
+--quick runs a small configuration (about a minute and a half without the original,
+two with it, on a loaded two-core machine).
 
 Every contender is driven through the binding a client actually uses, so the
 foreign-call cost, the GIL and NumPy allocations are inside the timings. Each
@@ -27,7 +38,9 @@ matplotlib (or pip install -e '.[bench]').
 Layout: machine.py (the machine block), contenders/ (one adapter per library,
 registered per layer in contenders/__init__.py), data.py (the records and the
 transform), sampler.py, store.py and loader.py (one module per layer),
-report.py (tables, targets and checks, plot, JSON) and this CLI.
+maint.py (one module per layer), report.py (tables, targets and checks, plot,
+JSON) and this CLI. contenders/original.py drives the original through
+contenders/original_worker.py.
 """
 
 from __future__ import annotations
@@ -43,8 +56,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from contenders import original
 from loader import bench_loader, loader_child
 from machine import machine_info, print_machine
+from maint import bench_maint
 from report import checks, out, plot, write_json
 from sampler import bench_sampler
 from store import DEFAULT_RECORDS, SMALL_FACTOR, bench_store
@@ -54,7 +69,12 @@ LAYERS: dict[str, Callable[[argparse.Namespace, dict[str, Any], str], None]] = {
     "sampler": bench_sampler,
     "store": bench_store,
     "loader": bench_loader,
+    "maint": bench_maint,
 }
+
+# --quick: a small configuration (flags given explicitly still win)
+QUICK = {"records": 200, "runs": 2, "store_slice": 0.04, "warm_cap": 0.5, "sampler_loop_ms": 10.0,
+         "loader_warmup": 0.3, "loader_measure": 1.0, "maint_mib": 32}
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -77,7 +97,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("section", nargs="?", default="all", choices=[*LAYERS, "all"])
     ap.add_argument("--shape", type=parse_shape, default=None,
                     help="record shape, e.g. 512x512 (default: store runs 512x512 and 64x192, loader 512x512)")
-    ap.add_argument("--dtype", default="uint8")
+    ap.add_argument("--dtype", default="uint8",
+                    help="record dtype (the default store runs' 2 KiB shape is always int32[512])")
     ap.add_argument("--records", type=int, default=None,
                     help=f"records (default {DEFAULT_RECORDS}; the default store run's 12 KiB "
                          f"shape gets {SMALL_FACTOR}x as many)")
@@ -88,7 +109,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--runs", type=int, default=None,
                     help="runs per figure for every section (default: sampler 7, store 5 rounds, loader 3)")
     ap.add_argument("--only", type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
-                    default=None, help="comma-separated contender names or families, e.g. zrecord,npy-mmap,torch "
+                    default=None, help="comma-separated contender names, families or patterns, e.g. "
+                    "zrecord,npy-mmap,torch,'original*' "
                     "(memcpy and numpy default_rng always run: they are the references)")
     ap.add_argument("--transform", choices=["identity", "augment"], default="identity")
     ap.add_argument("--json", default=None, help="write every result to this file")
@@ -103,7 +125,28 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--loader-warmup", type=float, default=0.5)
     ap.add_argument("--loader-measure", type=float, default=2.5)
     ap.add_argument("--loader-timeout", type=float, default=240.0)
+    ap.add_argument("--maint-mib", type=int, default=256,
+                    help="size of the store that maint deletes from and compacts, MiB")
+    ap.add_argument("--maint-1gib", action="store_true", help="maint on a 1 GiB store (--maint-mib 1024)")
+    ap.add_argument("--maint-runs", type=int, default=None, help="delete + compact runs (default 3, --quick 1)")
+    ap.add_argument("--maint-codec", choices=["raw", "zstd", "zstd_dict"], default="zstd")
+    ap.add_argument("--quick", action="store_true",
+                    help="a small configuration: " + ", ".join(f"{k.replace('_', '-')} {v}" for k, v in QUICK.items()))
+    ap.add_argument("--original", default=None, metavar="DIR",
+                    help=f"where loaderx==1.5.2 is pip-installed with --target (default: ${original.ENV_DIR} "
+                         f"or {original.default_dir()})")
+    ap.add_argument("--install-original", action="store_true",
+                    help="pip install --target the original into that directory when it is missing")
+    ap.add_argument("--no-original", action="store_true", help="leave the original out")
     return ap
+
+
+def apply_quick(args: argparse.Namespace, argv: list[str]) -> None:
+    """Fill in the --quick values for every option not given on the command line."""
+    given = {a.split("=")[0] for a in argv if a.startswith("--")}
+    for k, v in QUICK.items():
+        if f"--{k.replace('_', '-')}" not in given:
+            setattr(args, k, v)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,9 +155,15 @@ def main(argv: list[str] | None = None) -> int:
         loader_child(json.loads(argv[1]))
         return 0
     args = parser().parse_args(argv)
+    if args.quick:
+        apply_quick(args, argv)
+    if args.maint_1gib:
+        args.maint_mib = 1024
     args.sampler_runs = args.runs or 7
     args.store_runs = args.runs or 5
     args.loader_runs = args.runs or 3
+    args.maint_runs = args.maint_runs or (1 if args.quick else 3)
+    original.configure(args.original, enabled=not args.no_original, install=args.install_original)
 
     t_start = time.perf_counter()
     results: dict[str, Any] = {"argv": argv, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}

@@ -26,7 +26,7 @@ import numpy as np
 from contenders import LOADERS, loader_named, selected
 from data import make_data, read_files_allocated
 from machine import read_text
-from report import MiB, log, median, out, shape_str, skip_lines, table
+from report import MiB, fmt_ratio, log, median, out, shape_str, skip_lines, table
 from store import DEFAULT_RECORDS, DEFAULT_SHAPE
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -369,8 +369,35 @@ def bench_loader(args: argparse.Namespace, results: dict[str, Any], tmp: str) ->
                 f"{r['peak_shm'] / MiB:,.0f} MiB", f"{r['peak_anon_shm'] / MiB:,.0f} MiB",
                 r["procs"]] for r in rows]))
     out()
+    vs_orig = _original_ratios(rows, per)
+    if vs_orig:
+        out("loaderx / original (the original's DataLoader: cyclic sampler, one gather thread, "
+            f"{args.workers} transform threads; same stores' data and codec): batches/s is "
+            "loaderx / original (median of per-run ratios), memory is original / loaderx — above 1 "
+            "means this project does better.")
+        out()
+        out(table(["pair", "batches/s", "anon + shm", "peak PSS"],
+                  [[f"{r['ours']} / {r['original']}", fmt_ratio(r["speed"]), fmt_ratio(r["anon_shm"]),
+                    fmt_ratio(r["pss"])] for r in vs_orig]))
+        out()
     results["loader"] = {"shape": list(shape), "dtype": dtype.name, "records": n, "batch": b,
                          "workers": args.workers, "transform": args.transform, "rows": rows,
                          "skipped": skipped, "errors": errors, "runs": args.loader_runs,
                          # per-run figures, paired by run for the checks' ratios
-                         "per_run": {k: [x["bps"] for x in v] for k, v in per.items()}}
+                         "per_run": {k: [x["bps"] for x in v] for k, v in per.items()},
+                         "vs_original": vs_orig}
+
+
+def _original_ratios(rows: list[dict[str, Any]], per: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """loaderx / original for each loader pair measured in this run."""
+    by = {r["loader"]: r for r in rows}
+    res = []
+    for ours, orig in (("loaderx", "original"), ("loaderx-raw", "original-raw")):
+        a, b = by.get(ours), by.get(orig)
+        if not a or not b:
+            continue
+        speed = median([x["bps"] / y["bps"] for x, y in zip(per[ours], per[orig])])
+        res.append({"ours": ours, "original": orig, "speed": speed,
+                    "anon_shm": b["peak_anon_shm"] / a["peak_anon_shm"] if a["peak_anon_shm"] else None,
+                    "pss": b["peak_pss"] / a["peak_pss"] if a["peak_pss"] else None})
+    return res

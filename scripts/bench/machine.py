@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 import numpy as np
-from contenders import VERSIONED
+from contenders import VERSIONED, original
 from contenders.loaderx import loaderx_status
 from report import human_bytes, out, table
 
@@ -167,6 +167,8 @@ def _software(info: dict[str, str]) -> None:
     except (OSError, subprocess.SubprocessError):
         info["go"] = "not found on PATH"
     info["loaderx"] = loaderx_status()
+    ok, why = original.status()
+    info["original loaderx"] = why if ok else f"not measured: {why}"
     vers = []
     for module, dist in [*VERSIONED, ("matplotlib", "matplotlib")]:
         v = module_version(module, dist)

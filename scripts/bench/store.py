@@ -19,13 +19,23 @@ import numpy as np
 from contenders import STORES, selected
 from contenders.base import Store, timed_batches
 from contenders.loaderx import gather_threads
+from contenders.original import COUNTERPART
 from data import allocated_bytes, apparent_bytes, make_data, read_files_allocated
 from report import MiB, fmt_num, fmt_ratio, human_bytes, log, median, out, shape_str, skip_lines, table
 
 DEFAULT_SHAPE = (512, 512)          # 256 KiB of uint8: one image record
 SMALL_SHAPE = (64, 192)             # 12 KiB: the latency-bound case
+TINY_SHAPE = (512,)                 # 2 KiB of int32: a token or feature row
 DEFAULT_RECORDS = 2500              # ~625 MiB at 256 KiB, more than any cache here
 SMALL_FACTOR = 8                    # 12 KiB run: 8x the records (20,000, ~234 MiB)
+TINY_FACTOR = 32                    # 2 KiB run: 32x the records (80,000, ~156 MiB)
+
+# The default store runs: (shape, dtype or None for --dtype, records as a multiple of --records)
+DEFAULT_RUNS: list[tuple[tuple[int, ...], str | None, int]] = [
+    (DEFAULT_SHAPE, None, 1),
+    (SMALL_SHAPE, None, SMALL_FACTOR),
+    (TINY_SHAPE, "int32", TINY_FACTOR),
+]
 
 
 class Memcpy:
@@ -98,6 +108,7 @@ def _write_all(args: argparse.Namespace, shape: tuple[int, ...], src: np.ndarray
                 t0 = time.perf_counter()
                 st.write(src)
                 wt = time.perf_counter() - t0
+                wt = getattr(st, "write_seconds", None) or wt  # timed in its own process
             else:
                 wt = rows[owner.name]["write_s"]
             st.open()
@@ -113,7 +124,8 @@ def _write_all(args: argparse.Namespace, shape: tuple[int, ...], src: np.ndarray
                          "apparent_bytes": apparent,
                          "apparent_ratio": logical / apparent if apparent else None,
                          "allocates": st.allocates, "how": st.how, "compresses": st.compresses,
-                         "shares": cls.shares if owner is not None else None}
+                         "shares": cls.shares if owner is not None else None,
+                         "train_s": getattr(st, "train_seconds", None) if owner is None else None}
         log(f"{tag}   {cls.name}: {logical / wt / MiB:.0f} MiB/s, {human_bytes(disk)} on disk")
         stores.append(st)
     return stores, rows, skipped
@@ -192,10 +204,49 @@ def _print_store_table(args: argparse.Namespace, out_rows: list[dict[str, Any]],
         out()
 
 
+def _paired_ratio(a: Sequence[float], b: Sequence[float]) -> float | None:
+    return median([x / y for x, y in zip(a, b) if y])
+
+
+def original_ratios(out_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each codec measured for both loaderx and the original: write, random and
+    sequential gather, loaderx / original (per-run ratios for the gathers)."""
+    by = {r["store"]: r for r in out_rows}
+    res = []
+    for orig_name, ours_name in COUNTERPART.items():
+        o, z = by.get(orig_name), by.get(ours_name)
+        if not o or not z:
+            continue
+        res.append({"codec": ours_name.split("-", 1)[1], "ours": ours_name, "original": orig_name,
+                    "write": z["write_mib_s"] / o["write_mib_s"] if o["write_mib_s"] else None,
+                    "rnd": _paired_ratio(z["runs_rnd_mib_s"], o["runs_rnd_mib_s"]),
+                    "seq": _paired_ratio(z["runs_seq_mib_s"], o["runs_seq_mib_s"]),
+                    "disk": (o["disk_bytes"] / z["disk_bytes"]) if z["disk_bytes"] and o["disk_bytes"] else None,
+                    "orig_write_s": o.get("write_s"), "orig_train_s": o.get("train_s")})
+    return res
+
+
+def _print_original_table(ratios: list[dict[str, Any]]) -> None:
+    if not ratios:
+        return
+    out("loaderx / original on this record size (same data, same codec, same run; above 1 "
+        "means this project is faster, or smaller on disk):")
+    out()
+    out(table(["codec", "conversion", "gather rnd", "gather seq", "size on disk"],
+              [[r["codec"], fmt_ratio(r["write"]), fmt_ratio(r["rnd"]), fmt_ratio(r["seq"]),
+                fmt_ratio(r["disk"])] for r in ratios]))
+    out()
+    for r in ratios:
+        if r.get("orig_train_s"):
+            out(f"The original's {r['codec']} conversion took {r['orig_write_s']:.1f}s, of which "
+                f"{r['orig_train_s']:.1f}s is train_dict.")
+            out()
+
+
 def bench_store_shape(args: argparse.Namespace, shape: tuple[int, ...], n: int, tmp: str,
-                      threads: int) -> dict[str, Any]:
+                      threads: int, dtype_name: str | None = None) -> dict[str, Any]:
     """One record shape: write, warm, then timed rounds over every store and the memcpy references."""
-    dtype = np.dtype(args.dtype)
+    dtype = np.dtype(dtype_name or args.dtype)
     rec_bytes = int(np.prod(shape)) * dtype.itemsize
     b = min(args.batch, n)
     batch_bytes = b * rec_bytes
@@ -261,12 +312,14 @@ def bench_store_shape(args: argparse.Namespace, shape: tuple[int, ...], n: int, 
         c.close()
 
     _print_store_table(args, out_rows, ceiling, skipped, warm_notes)
+    vs_orig = original_ratios(out_rows)
+    _print_original_table(vs_orig)
     shutil.rmtree(sdir, ignore_errors=True)
     del src
     gc.collect()
     return {"shape": list(shape), "dtype": dtype.name, "records": n, "record_bytes": rec_bytes,
             "batch": b, "threads": threads, "ceiling": ceiling, "rows": out_rows,
-            "skipped": skipped, "warm_capped": warm_notes, "runs": runs}
+            "skipped": skipped, "warm_capped": warm_notes, "runs": runs, "vs_original": vs_orig}
 
 
 def bench_store(args: argparse.Namespace, results: dict[str, Any], tmp: str) -> None:
@@ -282,15 +335,17 @@ def bench_store(args: argparse.Namespace, results: dict[str, Any], tmp: str) -> 
         f"thread and on {threads} threads (the store's thread count) — the ceiling. "
         "`write` is ingestion into the page cache (no fsync), `on disk` is allocated blocks, "
         "`ratio` = logical bytes / on disk. `allocates`: whether the batch lands in a new array "
-        "rather than the caller's buffer.")
+        "rather than the caller's buffer. `original-*` rows are loaderx 1.5.2 (the Zig "
+        "implementation) run in a process of its own, timed there; its zstd_dict conversion "
+        "is `train_dict` (tier balanced) plus `from_numpy(dict_bytes=...)`, as this project's "
+        "`from_numpy(codec=\"zstd_dict\")` trains its dictionary inside the conversion.")
     out()
-    shapes = [tuple(args.shape)] if args.shape else [DEFAULT_SHAPE, SMALL_SHAPE]
+    runs = [(tuple(args.shape), None, 1)] if args.shape else DEFAULT_RUNS
     n0 = args.records or DEFAULT_RECORDS
     res = []
-    for i, shp in enumerate(shapes):
-        # the small shape gets SMALL_FACTOR times the records (20,000 at the defaults)
-        n = n0 if i == 0 else n0 * SMALL_FACTOR
-        res.append(bench_store_shape(args, shp, n, tmp, threads))
+    for shp, dt, factor in runs:
+        # smaller records get more of them (at the defaults: 2,500 / 20,000 / 80,000)
+        res.append(bench_store_shape(args, shp, n0 * factor, tmp, threads, dt))
     hows: dict[str, str] = {}
     for sres in res:
         for r in sres["rows"]:

@@ -7,15 +7,16 @@ the layers it takes part in.
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Sequence
 from types import ModuleType
 
-from contenders import arrayrecord, blosc2, grain, hdf5, loaderx, numpy, tensorstore, torch
+from contenders import arrayrecord, blosc2, grain, hdf5, loaderx, numpy, original, tensorstore, torch
 from contenders.base import LoaderContender, SamplerContender, Store
 
-SAMPLER_MODULES: tuple[ModuleType, ...] = (numpy, loaderx)
-STORE_MODULES: tuple[ModuleType, ...] = (loaderx, numpy, hdf5, blosc2, tensorstore, arrayrecord)
-LOADER_MODULES: tuple[ModuleType, ...] = (loaderx, torch, grain)
+SAMPLER_MODULES: tuple[ModuleType, ...] = (numpy, loaderx, original)
+STORE_MODULES: tuple[ModuleType, ...] = (loaderx, original, numpy, hdf5, blosc2, tensorstore, arrayrecord)
+LOADER_MODULES: tuple[ModuleType, ...] = (loaderx, original, torch, grain)
 
 STORES: list[type[Store]] = [cls for m in STORE_MODULES for cls in m.STORES]
 LOADERS: list[LoaderContender] = [c for m in LOADER_MODULES for c in m.LOADERS]
@@ -49,12 +50,16 @@ def known_names() -> set[str]:
 
 
 def selected(only: Sequence[str] | None, name: str) -> bool:
-    """--only takes exact names, or a family prefix such as `zrecord` or `zsampler`."""
+    """--only takes exact names, a family prefix such as `zrecord` or `zsampler`
+    (when it is not itself a contender's name: `loaderx` is the zstd loader
+    only), or a shell pattern such as `original*`."""
     if not only:
         return True
     known = known_names()
     for o in only:
         if o == name or o.replace("-", " ") == name:
+            return True
+        if any(ch in o for ch in "*?[") and fnmatch.fnmatchcase(name, o):
             return True
         if o not in known and (name.startswith(o + "-") or name.startswith(o + " ")):
             return True

@@ -16,7 +16,8 @@ another contender's imports in its memory figure.
 A library that cannot share this process (one with loaderx's own import name,
 say) still fits: a sampler's loop, ``Store.timed`` (one timed slice of
 batches) and ``LoaderContender.child_env`` are where it can run in a process
-of its own.
+of its own (``original`` does so: a sampler loop returns the seconds it
+measured, and a store that times its own conversion sets ``write_seconds``).
 """
 
 from __future__ import annotations
@@ -57,10 +58,12 @@ def installed(name: str) -> bool:
 @dataclass(frozen=True)
 class SamplerContender:
     """An index generator. `make(space, batch)` returns `loop(iters)`, which
-    draws `iters` batches of `batch` indices in [0, space)."""
+    draws `iters` batches of `batch` indices in [0, space). A loop that runs
+    elsewhere (another process) returns the seconds it measured there; one
+    that returns None is timed around the call."""
 
     name: str
-    make: Callable[[int, int], Callable[[int], None]]
+    make: Callable[[int, int], Callable[[int], float | None]]
 
 
 # ---------------------------------------------------------------------------

@@ -38,6 +38,12 @@ class GrainLoader(LoaderContender):
 
     def open(self, cfg: dict[str, Any]) -> Batches:
         import grain.python as gp
+        from absl import flags
+
+        # Grain reads absl flags in its workers; outside an absl app nothing has
+        # parsed them, so take the defaults (grain 0.2.18 raises otherwise)
+        if not flags.FLAGS.is_parsed():
+            flags.FLAGS.mark_as_parsed()
 
         # Grain's operations must be module-level classes its workers can
         # import: they live in grain_ops, which only this child imports.
