@@ -40,7 +40,14 @@ _ITER_BYTES = 4 << 20  # iteration reads this much per native call
 
 def _read_schema(path: str, want: str) -> tuple[np.dtype, tuple[int, ...]]:
     if not os.path.isdir(path):
-        raise FileNotFoundError(errno.ENOENT, f"no loaderx store at {path!r}", path)
+        hint = ""
+        if os.path.isfile(path):  # a store is a directory; this is likely a .npy or similar
+            hint = (
+                " (it is a file; a store is a directory: convert an array once with "
+                "loaderx.from_numpy(store_dir, np.load(file)), or pass the array itself "
+                "as a DataLoader stream)"
+            )
+        raise FileNotFoundError(errno.ENOENT, f"no loaderx store at {path!r}{hint}", path)
     try:
         kind, dtype_str, shape = _native.schema_read(path)
     except FileNotFoundError:
