@@ -239,6 +239,21 @@ class DenseDataset(_StoreView):
         self._gather_unchecked(idx, out)
         return out
 
+    def __getitems__(self, indices: Sequence[int]) -> list[np.ndarray]:
+        """The records at ``indices`` as a list, read with one native gather:
+        the batched fetch of torch's map-style dataset protocol, which
+        ``torch.utils.data.DataLoader`` calls with a batch's indices and
+        whose result its default collate stacks. The records are rows of one
+        array.
+
+        Raises:
+            IndexError: an index is out of range (the message names it).
+        """
+        idx, _ = self._indices(indices if isinstance(indices, np.ndarray) else list(indices))
+        out = np.empty((idx.shape[0], *self._item_shape), dtype=self._dtype)
+        self._gather_unchecked(idx, out)
+        return list(out)
+
     def gather(self, indices: IndexLike, out: np.ndarray | None = None) -> np.ndarray:
         """Read the records at ``indices`` into ``out`` (allocated if None).
 
