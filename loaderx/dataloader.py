@@ -329,7 +329,10 @@ class DataLoader:
             cycle), ``"iid"`` (with replacement), ``"sequential"``, or any
             object with ``indices(step) -> int64 array`` of ``batch_size``
             indices, a pure function of ``step`` (for example
-            :class:`loaderx.sampler.WeightedSampler`).
+            :class:`loaderx.sampler.WeightedSampler`). Its ``batch_size``
+            and ``n`` attributes, when it has them, must match the loader's
+            batch size and stream length; it shards itself (``shard=`` is
+            for the built-in modes).
         seed: keys the random samplers.
         shard: ``(rank, world)``: this process's part of a data-parallel run.
         start_step: the first step to yield.
@@ -347,7 +350,9 @@ class DataLoader:
     Batches are yielded in step order and depend only on the settings and the
     step, so a run restored with :meth:`load_state_dict` continues exactly as
     an uninterrupted one would. A finite loader raises StopIteration at its
-    end and has a ``len()``.
+    end and has a ``len()``; it is exhausted once (``load_state_dict`` with
+    ``"step": 0`` runs the same pass again; another seed needs another
+    loader).
 
     Batch arrays are recycled: once you drop every reference to a batch (the
     dict, its arrays and any views of them), its memory may be refilled for a
@@ -476,7 +481,6 @@ class DataLoader:
             order = None
             if opts.sampler == "cyclic":  # one permutation of all n, keyed by seed
                 order = Sampler("cyclic", n, n, seed=opts.seed)(0)
-            check_shard(opts.shard)
             draw = _EpochDraw(n, opts.batch_size, opts.shard, order, opts.drop_last)
             if draw.steps == 0:
                 raise ValueError(

@@ -66,6 +66,7 @@ def test_sequential_epoch_visits_each_record_once_without_wrapping(streams, work
 
 
 @pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.usefixtures("pipeline_shape")
 def test_epoch_with_a_transform_and_image_alignment(streams, workers):
     with DataLoader(streams, batch_size=10, sampler="sequential", epoch=True, num_workers=workers,
                     transform=lambda b: (b["label"].copy(), b["image"].copy())) as loader:
@@ -141,6 +142,15 @@ def test_a_finite_pass_resumes_from_state_dict(streams, workers):
         assert labels(loader) == []
         with pytest.raises(ValueError, match="step=14, past the end of this 13-step loader"):
             loader.load_state_dict({**state, "step": 14})
+
+
+def test_a_held_short_batch_is_not_overwritten(streams):
+    with DataLoader(streams, batch_size=8, sampler="sequential", epoch=True, num_workers=2) as loader:
+        held = list(loader)  # every batch dict kept: none of their buffers may be reused
+        loader.load_state_dict({**loader.state_dict(), "step": 0})
+        again = labels(loader)
+    assert [b["label"].tolist() for b in held] == [b.tolist() for b in again]
+    assert held[-1]["label"].tolist() == [96] and held[-1]["image"].shape == (1, 3)
 
 
 def test_len_of_an_endless_loader_raises(streams):
@@ -319,6 +329,10 @@ def test_custom_sampler_output_is_checked(streams):
                 next(loader)
     with pytest.raises(ValueError, match="batch_size=3 but the sampler draws batch_size=5"):
         DataLoader(streams, batch_size=3, sampler=EveryOther(5))
+    with pytest.raises(ValueError, match="epoch=True needs sampler='sequential'"):
+        DataLoader(streams, sampler=EveryOther(5), epoch=True)
+    with DataLoader(streams, sampler=EveryOther(5), steps=3, num_workers=0) as loader:
+        assert len(loader) == 3 and len(labels(loader)) == 3
     with pytest.raises(ValueError, match="a custom sampler shards itself"):
         DataLoader(streams, sampler=EveryOther(5), shard=(0, 2))
     with pytest.raises(ValueError, match="draws from n=10 records but the streams hold 97"):
