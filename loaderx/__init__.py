@@ -69,6 +69,7 @@ _EXPORTS = {
     "to_dlpack": "loaderx.dlpack",
     "Zrecord": "loaderx.zrecord",
     "Sampler": "loaderx.sampler",
+    "WeightedSampler": "loaderx.sampler",
     "sample": "loaderx.sampler",
 }
 
@@ -89,6 +90,7 @@ __all__ = [
     "to_dlpack",
     "Zrecord",
     "Sampler",
+    "WeightedSampler",
     "sample",
     "errors",
     "set_num_threads",
@@ -102,7 +104,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from loaderx.dataloader import DataLoader
     from loaderx.dataset import DenseDataset, RaggedDataset, pad
     from loaderx.dlpack import to_dlpack
-    from loaderx.sampler import Sampler, sample
+    from loaderx.sampler import Sampler, WeightedSampler, sample
     from loaderx.zrecord import Zrecord
 
 

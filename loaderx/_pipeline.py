@@ -137,6 +137,13 @@ class Pipeline:
         one_gatherer: with workers, gather on one thread only and let the
             workers transform (for batches large enough that one native
             gather already spreads over every core).
+        end: the first step not produced (a finite pass ends there: ``next``
+            raises StopIteration), or None for an endless run.
+
+    ``sampler`` is called as ``sampler(step, out)`` with an int64 buffer of
+    ``sampler.batch_size`` and returns the indices to gather; it may return
+    fewer (the short last batch of a pass), and the batch arrays are then
+    the leading rows of the pool's buffers.
     """
 
     def __init__(
@@ -148,6 +155,7 @@ class Pipeline:
         prefetch: int,
         start_step: int,
         one_gatherer: bool,
+        end: int | None = None,
     ) -> None:
         self.streams = streams
         self.sampler = sampler
@@ -159,6 +167,7 @@ class Pipeline:
         self.prefetch = prefetch
         self.next_out = start_step  # the next step handed to the consumer
         self.next_claim = start_step  # the next step a worker will produce
+        self.end = end
         self.results: dict[int, Any] = {}
         self.lock = threading.Lock()
         self.ready = threading.Condition(self.lock)  # consumer waits for a step
@@ -178,13 +187,15 @@ class Pipeline:
 
     def gather(self, step: int, indices: np.ndarray) -> tuple[Batch, list[np.ndarray]]:
         """Sample the indices of ``step`` and gather every stream there."""
-        self.draw(step, indices)
+        idx = self.draw(step, indices)
+        k = idx.shape[0]
         batch: Batch = {}
         raw = []
         for name, ds, pool in self.streams:
             buf = pool.take()
-            ds._gather_unchecked(indices, buf)
-            batch[name] = buf
+            rows = buf if k == buf.shape[0] else buf[:k]  # a view keeps buf referenced
+            ds._gather_unchecked(idx, rows)
+            batch[name] = rows
             raw.append(buf)
         return batch, raw
 
@@ -221,6 +232,8 @@ class Pipeline:
             if self.stopped:
                 return None
             step = self.next_claim
+            if self.end is not None and step >= self.end:
+                return None  # the pass is fully claimed: this worker is done
             self.next_claim = step + 1
             return step, None
 
@@ -298,7 +311,8 @@ class Pipeline:
 
     def next(self) -> Any:
         """The item of the next step, in step order; its batch arrays go back
-        to their pools. A failure of that step is raised here. Without
+        to their pools. A failure of that step is raised here, and
+        StopIteration once a finite run reaches ``end``. Without
         workers the step is made here, in the caller."""
         if self.num_workers:
             item = self._take_finished()
@@ -306,6 +320,8 @@ class Pipeline:
             if self.stopped:
                 raise ClosedError("the DataLoader is closed")
             step = self.next_out
+            if self.end is not None and step >= self.end:
+                raise StopIteration
             try:
                 item = self.produce(step, self.sync_indices)
             except Exception as e:
@@ -330,6 +346,8 @@ class Pipeline:
         with self.lock:
             step = self.next_out
             results = self.results
+            if self.end is not None and step >= self.end:
+                raise StopIteration
             while step not in results:
                 if self.stopped:
                     raise ClosedError("the DataLoader is closed")

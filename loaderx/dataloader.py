@@ -1,9 +1,11 @@
-"""The endless, step-based data loader.
+"""The step-based data loader: endless, or one finite pass.
 
-A :class:`DataLoader` yields one batch per step, forever: a dict
+A :class:`DataLoader` yields one batch per step, forever (or for ``steps``
+steps, or for one ``epoch=True`` pass over the records): a dict
 ``{name: array}`` where each array is the ``(batch_size, *item_shape)`` batch
-of one dense stream, all streams gathered at the same indices. The indices of
-step ``s`` come from the sampler as a pure function of ``(seed, s)``, so the
+of one dense stream (a store or a NumPy array), all streams gathered at the
+same indices. The indices of step ``s`` come from the sampler as a pure
+function of ``(seed, s)``, so the
 loader's whole position is the step number: :meth:`DataLoader.state_dict`
 saves it and :meth:`DataLoader.load_state_dict` seeks back to it.
 
@@ -21,15 +23,148 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from loaderx._args import as_int, check_mode, check_seed, check_shard, check_step
+import numpy as np
+
+from loaderx._args import MODES, as_int, check_mode, check_seed, check_shard, check_step
 from loaderx._pipeline import Batch, BufferPool, Pipeline, Stream
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import ClosedError
-from loaderx.sampler import Sampler
+from loaderx.sampler import IndexSampler, Sampler
 
 __all__ = ["DataLoader", "LoaderOptions"]
 
 _STATE_KEYS = ("step", "seed", "sampler", "batch_size", "shard")
+#: keys that identify the data; states saved before they existed load without them
+_STATE_DATA_KEYS = ("streams", "pass")
+
+#: torch.utils.data.DataLoader arguments that loaderx has no argument for,
+#: with what to do instead
+_TORCH_ARGS = {
+    "shuffle": "shuffling is sampler='cyclic' (the default, a fresh permutation each cycle), "
+    "'iid' (with replacement) or 'sequential'",
+    "collate_fn": "use transform=, called with each batch dict {name: array} on a worker thread",
+    "pin_memory": "batches are NumPy arrays in host memory; pin in the training step "
+    "(torch.from_numpy(a).pin_memory()) if you need to",
+    "pin_memory_device": "batches are NumPy arrays in host memory; move them in the training step",
+    "persistent_workers": "the worker threads already live as long as the loader (until close())",
+    "batch_sampler": "give batch_size= and sampler=, an object whose indices(step) returns "
+    "the int64 indices of one batch",
+    "prefetch_factor": "use prefetch=, the steps in flight ahead of the consumer for all "
+    "workers together",
+    "worker_init_fn": "workers are threads of this process; there is nothing to set up per worker",
+    "multiprocessing_context": "workers are threads of this process, not processes",
+    "generator": "use seed= (an int); every batch is a pure function of (seed, step)",
+    "timeout": "there is no timeout; a failing step raises its error from next()",
+    "in_order": "batches are always yielded in step order",
+    "dataset": "pass streams={name: DenseDataset or NumPy array}",
+}
+
+
+class _ArrayStream:
+    """A NumPy array (or memmap) used as a stream: gathered with
+    ``np.take(out=)`` into the loader's buffers."""
+
+    def __init__(self, name: str, array: np.ndarray) -> None:
+        if array.ndim < 1:
+            raise ValueError(f"stream {name!r} is a 0-d array; a stream needs a first (record) axis")
+        if array.dtype.hasobject:
+            raise TypeError(f"stream {name!r} has dtype {array.dtype}; object arrays cannot be gathered")
+        self.array = array
+        self.dtype = array.dtype
+        self.item_shape: tuple[int, ...] = tuple(array.shape[1:])
+        self.nbytes_per_item = int(np.prod(self.item_shape, dtype=np.int64)) * array.dtype.itemsize
+
+    def __len__(self) -> int:
+        return int(self.array.shape[0])
+
+    def _gather_unchecked(self, indices: np.ndarray, out: np.ndarray) -> None:
+        # indices are in range (the loader checks them); "clip" skips the
+        # buffered copy that mode="raise" makes when given out=
+        np.take(self.array, indices, axis=0, out=out, mode="clip")
+
+
+class _EpochDraw:
+    """One pass over ``n`` records, each exactly once: in order, or in the
+    order of ``order`` (a permutation). Step ``s`` covers the positions
+    ``[s * G, min((s + 1) * G, n))`` of the pass (``G = batch_size * world``)
+    and rank ``r`` takes its share ``[lo + r * m // world, lo + (r + 1) * m
+    // world)`` of the ``m`` positions, which is ``batch_size`` of them in
+    every step but a short last one."""
+
+    def __init__(
+        self, n: int, batch_size: int, shard: tuple[int, int], order: np.ndarray | None, drop_last: bool
+    ) -> None:
+        self.n = n
+        self.batch_size = batch_size
+        self.rank, self.world = shard
+        self.order = order
+        g = batch_size * self.world
+        self.global_batch = g
+        self.steps = n // g if drop_last or n % g == 0 else n // g + 1
+
+    def __call__(self, step: int, out: np.ndarray) -> np.ndarray:
+        if not 0 <= step < self.steps:
+            raise ValueError(f"step {step} is past the end of the pass ({self.steps} steps)")
+        start = step * self.global_batch
+        m = min(self.global_batch, self.n - start)
+        lo = start + self.rank * m // self.world
+        hi = start + (self.rank + 1) * m // self.world
+        rows = out[: hi - lo]
+        if self.order is None:
+            rows[:] = np.arange(lo, hi, dtype=np.int64)
+        else:
+            rows[:] = self.order[lo:hi]
+        return rows
+
+
+class _CustomDraw:
+    """Adapts an object with ``indices(step)`` to the pipeline, checking
+    what it returns."""
+
+    def __init__(self, sampler: Any, n: int, batch_size: int) -> None:
+        self.sampler = sampler
+        self.n = n
+        self.batch_size = batch_size
+        self.indices = sampler.indices
+
+    def __call__(self, step: int, out: np.ndarray) -> np.ndarray:
+        got = np.asarray(self.indices(step))
+        what = f"{type(self.sampler).__name__}.indices({step})"
+        if got.dtype.kind not in "iu":
+            raise TypeError(f"{what} returned an array of dtype {got.dtype}; it must return integers")
+        if got.shape != (self.batch_size,):
+            raise ValueError(
+                f"{what} returned shape {got.shape}; the loader's batch_size needs ({self.batch_size},)"
+            )
+        if got.size:
+            bad = (got < 0) | (got >= self.n)
+            if bad.any():
+                raise IndexError(
+                    f"{what} returned index {got[np.argmax(bad)]}, out of range for streams of "
+                    f"length {self.n}"
+                )
+        out[:] = got
+        return out
+
+
+def _check_sampler(sampler: Any) -> Any:
+    """A mode name, or an object with a callable ``indices``."""
+    if isinstance(sampler, str):
+        return check_mode(sampler)
+    if isinstance(sampler, IndexSampler) and callable(sampler.indices):
+        return sampler
+    modes = ", ".join(map(repr, MODES))
+    raise TypeError(
+        f"sampler must be one of {modes} or an object with indices(step) -> int64 array; "
+        f"got {type(sampler).__name__} (a torch Sampler iterates indices instead: wrap it in an "
+        "object whose indices(step) returns the batch of that step)"
+    )
+
+
+def _check_bool(value: Any, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
 
 #: The default prefetch keeps at most this many bytes of batches in flight.
 PREFETCH_BYTES = 64 << 20
@@ -48,22 +183,29 @@ class LoaderOptions:
         num_workers: worker threads asked for; at most one per available CPU is
             started (see :attr:`worker_threads`). 0 runs everything in the
             caller.
-        sampler: ``"sequential"``, ``"iid"`` or ``"cyclic"``.
+        sampler: ``"sequential"``, ``"iid"``, ``"cyclic"`` or an object
+            with ``indices(step) -> int64 array``.
         seed: keys the random samplers.
         shard: ``(rank, world)`` for data-parallel training.
         start_step: the first step to yield.
         prefetch: how many steps may be claimed ahead of the consumer; None
             picks a default from the worker threads and the batch size (see
             :meth:`resolved_prefetch`).
+        steps: stop after this many steps (counted from step 0), or None.
+        epoch: one pass over the records, each exactly once.
+        drop_last: in an ``epoch`` pass, drop the short last batch.
     """
 
     batch_size: int = 256
     num_workers: int = 4
-    sampler: str = "cyclic"
+    sampler: Any = "cyclic"
     seed: int = 0
     shard: tuple[int, int] = (0, 1)
     start_step: int = 0
     prefetch: int | None = None
+    steps: int | None = None
+    epoch: bool = False
+    drop_last: bool = False
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -81,9 +223,39 @@ class LoaderOptions:
             if pf < 1:
                 raise ValueError(f"prefetch must be at least 1, got {self.prefetch!r}")
             set_(self, "prefetch", pf)
-        check_mode(self.sampler)
+        _check_sampler(self.sampler)
         set_(self, "seed", check_seed(self.seed))
         set_(self, "shard", check_shard(self.shard))
+        if self.steps is not None:
+            st = as_int(self.steps, "steps")
+            if st < 1:
+                raise ValueError(f"steps must be at least 1 or None (endless), got {self.steps!r}")
+            set_(self, "steps", st)
+        set_(self, "epoch", _check_bool(self.epoch, "epoch"))
+        set_(self, "drop_last", _check_bool(self.drop_last, "drop_last"))
+        if self.drop_last and not self.epoch:
+            raise TypeError(
+                "drop_last=True applies to an epoch=True pass only; the endless loader's "
+                "batches are always full"
+            )
+        if self.epoch and self.sampler not in ("sequential", "cyclic"):
+            raise ValueError(
+                "epoch=True needs sampler='sequential' (records in order) or 'cyclic' "
+                f"(one permutation of them); got sampler={self.sampler!r}"
+            )
+        if not isinstance(self.sampler, str) and self.shard != (0, 1):
+            raise ValueError(
+                f"shard={self.shard!r} applies to the built-in samplers; a custom sampler "
+                "shards itself (its indices(step) returns this rank's batch)"
+            )
+
+    def __repr__(self) -> str:
+        fields = [
+            f"{f.name}={getattr(self, f.name)!r}"
+            for f in dataclasses.fields(self)
+            if f.name not in ("steps", "epoch", "drop_last") or getattr(self, f.name) != f.default
+        ]  # the finite-pass settings only when set
+        return f"LoaderOptions({', '.join(fields)})"
 
     @property
     def worker_threads(self) -> int:
@@ -107,6 +279,25 @@ class LoaderOptions:
         return max(1, min(by_count, by_bytes))
 
 
+def _compare_streams(saved: Any, mine: dict[str, int]) -> None:
+    """Raise a ValueError saying how a saved ``streams`` entry differs."""
+    if not isinstance(saved, Mapping):
+        raise ValueError(f"state_dict has streams={saved!r}, not a dict of name -> length")
+    gone = [k for k in saved if k not in mine]
+    new = [k for k in mine if k not in saved]
+    if gone or new:
+        raise ValueError(
+            f"state_dict is from other streams: it has {sorted(saved)}, this loader has "
+            f"{sorted(mine)} (missing here: {gone}, not in the state: {new})"
+        )
+    for name, length in mine.items():
+        if saved[name] != length:
+            raise ValueError(
+                f"state_dict is from other data: stream {name!r} had {saved[name]!r} records, "
+                f"this loader's has {length}"
+            )
+
+
 def _available_cpus() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -115,13 +306,17 @@ def _available_cpus() -> int:
 
 
 class DataLoader:
-    """An endless iterator of batches, one per step.
+    """An iterator of batches, one per step: endless by default, or a finite
+    pass with ``steps=`` or ``epoch=True``.
 
     Args:
-        streams: ``{name: DenseDataset}``; every stream must have the same
-            length, and all are gathered at the same indices, so record ``i``
-            lines up across streams.
-        batch_size: records per batch (per rank when sharded).
+        streams: ``{name: DenseDataset or NumPy array}``; every stream must
+            have the same length, and all are gathered at the same indices,
+            so record ``i`` lines up across streams. An array (a
+            ``np.memmap`` too) is gathered with ``np.take``; a store is
+            faster to gather from and can be compressed.
+        batch_size: records per batch (per rank when sharded); by default
+            256, or a custom sampler's ``batch_size``.
         transform: called on each batch dict on the worker thread; its result
             is what the loader yields. The collate step: cast, reshape, pack.
         num_workers: worker threads, at most one per available CPU (see
@@ -131,17 +326,33 @@ class DataLoader:
             thread (the native gather spreads each of them over every core
             already) and the workers only run the transform.
         sampler: ``"cyclic"`` (default; without replacement, reshuffled each
-            cycle), ``"iid"`` (with replacement) or ``"sequential"``.
+            cycle), ``"iid"`` (with replacement), ``"sequential"``, or any
+            object with ``indices(step) -> int64 array`` of ``batch_size``
+            indices, a pure function of ``step`` (for example
+            :class:`loaderx.sampler.WeightedSampler`). Its ``batch_size``
+            and ``n`` attributes, when it has them, must match the loader's
+            batch size and stream length; it shards itself (``shard=`` is
+            for the built-in modes).
         seed: keys the random samplers.
         shard: ``(rank, world)``: this process's part of a data-parallel run.
         start_step: the first step to yield.
         prefetch: steps that may be in flight ahead of the consumer; by
             default twice the worker threads (at least 2), capped so that no
             more than 64 MiB of batches are in flight (at least 1).
+        steps: stop after step ``steps - 1`` (``len(loader) == steps``).
+        epoch: one pass over the records, each exactly once per pass (over
+            all ranks): in order with ``sampler="sequential"``, in one
+            permutation keyed by ``seed`` with ``sampler="cyclic"``. The last
+            batch is short unless the records divide into global batches
+            (with ``shard``, the ranks split it as evenly as they can).
+        drop_last: with ``epoch=True``, drop the short last batch instead.
 
     Batches are yielded in step order and depend only on the settings and the
     step, so a run restored with :meth:`load_state_dict` continues exactly as
-    an uninterrupted one would.
+    an uninterrupted one would. A finite loader raises StopIteration at its
+    end and has a ``len()``; it is exhausted once (``load_state_dict`` with
+    ``"step": 0`` runs the same pass again; another seed needs another
+    loader).
 
     Batch arrays are recycled: once you drop every reference to a batch (the
     dict, its arrays and any views of them), its memory may be refilled for a
@@ -154,6 +365,10 @@ class DataLoader:
     Call :meth:`close` (or use ``with``) to stop the workers; a loader that is
     garbage-collected stops them too.
 
+    Arguments of ``torch.utils.data.DataLoader`` that have no counterpart here
+    (``shuffle``, ``collate_fn``, ``pin_memory``, ...) raise a TypeError that
+    names what to use instead.
+
     Example::
 
         loader = DataLoader({"data": DenseDataset("train_data"),
@@ -162,23 +377,42 @@ class DataLoader:
         for step, batch in zip(range(1000), loader):
             train_step(batch["data"], batch["label"])
         checkpoint = loader.state_dict()   # {"step": 1000, ...}
+
+        evaluation = DataLoader(streams, batch_size=512, sampler="sequential",
+                                epoch=True)
+        for batch in evaluation:           # len(evaluation) batches
+            ...
     """
 
     def __init__(
         self,
-        streams: Mapping[str, DenseDataset],
-        batch_size: int = 256,
+        streams: Mapping[str, DenseDataset | np.ndarray],
+        batch_size: int | None = None,
         *,
         transform: Callable[[Batch], Any] | None = None,
         num_workers: int = 4,
-        sampler: str = "cyclic",
+        sampler: str | IndexSampler = "cyclic",
         seed: int = 0,
         shard: tuple[int, int] = (0, 1),
         start_step: int = 0,
         prefetch: int | None = None,
+        steps: int | None = None,
+        epoch: bool = False,
+        drop_last: bool = False,
+        **unsupported: Any,
     ) -> None:
         self._pipe: Pipeline | None = None
         self._closed = False
+        if unsupported:
+            key = next(iter(unsupported))
+            hint = _TORCH_ARGS.get(key)
+            if hint is None:
+                raise TypeError(f"DataLoader() got an unexpected keyword argument {key!r}")
+            raise TypeError(f"DataLoader has no {key}= (a torch DataLoader argument): {hint}")
+        _check_sampler(sampler)
+        custom = not isinstance(sampler, str)
+        if batch_size is None:
+            batch_size = getattr(sampler, "batch_size", 256) if custom else 256
         self.options = LoaderOptions(
             batch_size=batch_size,
             num_workers=num_workers,
@@ -187,17 +421,27 @@ class DataLoader:
             shard=shard,
             start_step=start_step,
             prefetch=prefetch,
+            steps=steps,
+            epoch=epoch,
+            drop_last=drop_last,
         )
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable or None, got {transform!r}")
         self._transform = transform
         if not isinstance(streams, Mapping):
+            hint = (
+                "; wrap one in a dict: DataLoader({'data': ds})"
+                if isinstance(streams, (DenseDataset, np.ndarray))
+                else ""
+            )
             raise TypeError(
-                f"streams must be a dict of name -> DenseDataset, got {type(streams).__name__}"
+                "streams must be a dict of name -> DenseDataset or NumPy array, "
+                f"got {type(streams).__name__}{hint}"
             )
         if not streams:
             raise ValueError("streams is empty: give at least one {name: DenseDataset}")
         lengths = {}
+        sources: dict[str, Any] = {}
         for name, ds in streams.items():
             if not isinstance(name, str):
                 raise TypeError(f"stream names must be str, got {name!r}")
@@ -206,8 +450,13 @@ class DataLoader:
                     f"stream {name!r} is a RaggedDataset; the loader reads dense streams only "
                     "(pad the records into a dense store with from_numpy)"
                 )
-            if not isinstance(ds, DenseDataset):
-                raise TypeError(f"stream {name!r} must be a DenseDataset, got {type(ds).__name__}")
+            if isinstance(ds, np.ndarray):
+                ds = _ArrayStream(name, ds)
+            elif not isinstance(ds, DenseDataset):
+                raise TypeError(
+                    f"stream {name!r} must be a DenseDataset or a NumPy array, got {type(ds).__name__}"
+                )
+            sources[name] = ds
             lengths[name] = len(ds)
         if len(set(lengths.values())) > 1:
             listed = ", ".join(f"{k}={v}" for k, v in lengths.items())
@@ -215,25 +464,54 @@ class DataLoader:
         n = next(iter(lengths.values()))
         if n == 0:
             raise ValueError(f"streams are empty (length 0): {', '.join(lengths)}")
+        self._lengths = lengths
         opts = self.options
-        self.sampler = Sampler(opts.sampler, n, opts.batch_size, seed=opts.seed, shard=opts.shard)
-        batch_bytes = sum(opts.batch_size * ds.nbytes_per_item for ds in streams.values())
+        self._end: int | None = opts.steps
+        if custom:
+            want = getattr(sampler, "batch_size", opts.batch_size)
+            if want != opts.batch_size:
+                raise ValueError(
+                    f"batch_size={opts.batch_size} but the sampler draws batch_size={want}"
+                )
+            sampler_n = getattr(sampler, "n", n)
+            if sampler_n != n:
+                raise ValueError(f"the sampler draws from n={sampler_n} records but the streams hold {n}")
+            self.sampler: Any = _CustomDraw(sampler, n, opts.batch_size)
+        elif opts.epoch:
+            order = None
+            if opts.sampler == "cyclic":  # one permutation of all n, keyed by seed
+                order = Sampler("cyclic", n, n, seed=opts.seed)(0)
+            draw = _EpochDraw(n, opts.batch_size, opts.shard, order, opts.drop_last)
+            if draw.steps == 0:
+                raise ValueError(
+                    f"drop_last=True leaves nothing: the {n} records do not fill one global batch "
+                    f"of {draw.global_batch}"
+                )
+            self.sampler = draw
+            self._end = draw.steps if self._end is None else min(self._end, draw.steps)
+        else:
+            self.sampler = Sampler(opts.sampler, n, opts.batch_size, seed=opts.seed, shard=opts.shard)
+        if self._end is not None and opts.start_step > self._end:
+            raise ValueError(
+                f"start_step={opts.start_step} is past the end of this {self._end}-step loader"
+            )
+        batch_bytes = sum(opts.batch_size * ds.nbytes_per_item for ds in sources.values())
         self._prefetch = opts.resolved_prefetch(batch_bytes)
         workers = opts.worker_threads
         self._workers = workers
         capacity = self._prefetch + workers + 3
         self._streams: list[Stream] = [
             (name, ds, BufferPool((opts.batch_size, *ds.item_shape), ds.dtype, capacity))
-            for name, ds in streams.items()
+            for name, ds in sources.items()
         ]
         self._step = opts.start_step  # next step to yield while no pipeline runs
 
     # -- properties --------------------------------------------------------
 
     @property
-    def streams(self) -> dict[str, DenseDataset]:
-        """The streams, by name."""
-        return {name: ds for name, ds, _ in self._streams}
+    def streams(self) -> dict[str, DenseDataset | np.ndarray]:
+        """The streams, by name (arrays as they were given)."""
+        return {name: getattr(ds, "array", ds) for name, ds, _ in self._streams}
 
     @property
     def batch_size(self) -> int:
@@ -255,14 +533,48 @@ class DataLoader:
         """Whether :meth:`close` has been called."""
         return self._closed
 
+    def __len__(self) -> int:
+        """The steps of a finite loader (``steps=`` or ``epoch=True``),
+        counted from step 0 whatever ``start_step`` is.
+
+        Raises:
+            TypeError: the loader is endless.
+        """
+        if self._end is None:
+            raise TypeError(
+                "an endless DataLoader has no len(); give steps=N or epoch=True for a finite pass"
+            )
+        return self._end
+
+    def _shard(self) -> tuple[int, int]:
+        if isinstance(self.sampler, _CustomDraw):
+            return check_shard(getattr(self.sampler.sampler, "shard", (0, 1)))
+        return self.options.shard
+
+    def _sampler_name(self) -> str:
+        if isinstance(self.sampler, _CustomDraw):
+            t = type(self.sampler.sampler)
+            return f"{t.__module__}.{t.__qualname__}"
+        return self.options.sampler
+
+    def _seed(self) -> int:
+        if isinstance(self.sampler, _CustomDraw):
+            return int(getattr(self.sampler.sampler, "seed", self.options.seed))
+        return self.options.seed
+
     def __repr__(self) -> str:
         o = self.options
         state = ", closed" if self._closed else ""
+        finite = ""
+        if o.epoch:
+            finite = f", epoch=True, drop_last={o.drop_last}"
+        if self._end is not None:
+            finite += f", len={self._end}"
         return (
             f"DataLoader(streams={[name for name, _, _ in self._streams]}, "
-            f"batch_size={o.batch_size}, sampler={o.sampler!r}, seed={o.seed}, "
-            f"shard={self.sampler.shard}, num_workers={o.num_workers}, "
-            f"prefetch={self._prefetch}, step={self.step}{state})"
+            f"batch_size={o.batch_size}, sampler={o.sampler!r}, seed={self._seed()}, "
+            f"shard={self._shard()}, num_workers={o.num_workers}, "
+            f"prefetch={self._prefetch}, step={self.step}{finite}{state})"
         )
 
     # -- iteration ---------------------------------------------------------
@@ -284,6 +596,7 @@ class DataLoader:
                 self._prefetch,
                 self._step,
                 one_gatherer=batch_bytes >= SHARED_GATHER_BYTES,
+                end=self._end,
             )
             self._pipe = pipe
             if pipe.num_workers:
@@ -293,30 +606,42 @@ class DataLoader:
     # -- state -------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """The loader's position, JSON-serialisable: ``{"step": next step to be
-        yielded, "seed", "sampler", "batch_size", "shard": [rank, world]}``."""
+        """The loader's position and what identifies its data, JSON-serialisable::
+
+            {"step": next step to be yielded, "seed", "sampler", "batch_size",
+             "shard": [rank, world],
+             "streams": {name: length},
+             "pass": {"steps": len or None, "epoch": bool, "drop_last": bool}}
+
+        ``sampler`` is the mode, or ``module.Class`` of a custom sampler.
+        """
         o = self.options
         return {
             "step": self.step,
-            "seed": self.sampler.seed,
-            "sampler": o.sampler,
+            "seed": self._seed(),
+            "sampler": self._sampler_name(),
             "batch_size": o.batch_size,
-            "shard": list(self.sampler.shard),
+            "shard": list(self._shard()),
+            "streams": dict(self._lengths),
+            "pass": {"steps": self._end, "epoch": o.epoch, "drop_last": o.drop_last},
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from a saved :meth:`state_dict`: the next batch is the one
-        of ``state["step"]``. Prefetched work is discarded.
+        of ``state["step"]``. Prefetched work is discarded. A state saved
+        before ``streams`` and ``pass`` were recorded loads without them.
 
         Raises:
             TypeError: ``state`` is not a mapping.
-            ValueError: keys are missing or unknown, or the saved seed,
-                sampler, batch size or shard differ from this loader's.
+            ValueError: keys are missing or unknown, the state is from other
+                data (stream names or lengths, sampler, seed, batch size,
+                shard or pass differ; the message says which), or its step is
+                past the end of a finite loader.
         """
         if not isinstance(state, Mapping):
             raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
         missing = [k for k in _STATE_KEYS if k not in state]
-        extra = [k for k in state if k not in _STATE_KEYS]
+        extra = [k for k in state if k not in _STATE_KEYS and k not in _STATE_DATA_KEYS]
         if missing or extra:
             raise ValueError(
                 f"state_dict keys do not match: missing {missing}, unexpected {extra}"
@@ -327,12 +652,16 @@ class DataLoader:
             theirs["shard"] = list(state["shard"])
         except TypeError:
             raise ValueError(f"state_dict has shard={state['shard']!r}, not a pair") from None
-        for key in ("sampler", "seed", "batch_size", "shard"):
-            if theirs[key] != mine[key]:
+        if "streams" in state:
+            _compare_streams(state["streams"], mine["streams"])
+        for key in ("sampler", "seed", "batch_size", "shard", "pass"):
+            if key in theirs and theirs[key] != mine[key]:
                 raise ValueError(
                     f"state_dict has {key}={state[key]!r} but this loader has {key}={mine[key]!r}"
                 )
         step = check_step(state["step"])
+        if self._end is not None and step > self._end:
+            raise ValueError(f"state_dict has step={step}, past the end of this {self._end}-step loader")
         if self._closed:
             raise ClosedError("the DataLoader is closed")
         self._reset()

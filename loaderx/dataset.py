@@ -40,7 +40,14 @@ _ITER_BYTES = 4 << 20  # iteration reads this much per native call
 
 def _read_schema(path: str, want: str) -> tuple[np.dtype, tuple[int, ...]]:
     if not os.path.isdir(path):
-        raise FileNotFoundError(errno.ENOENT, f"no loaderx store at {path!r}", path)
+        hint = ""
+        if os.path.isfile(path):  # a store is a directory; this is likely a .npy or similar
+            hint = (
+                " (it is a file; a store is a directory: convert an array once with "
+                "loaderx.from_numpy(store_dir, np.load(file)), or pass the array itself "
+                "as a DataLoader stream)"
+            )
+        raise FileNotFoundError(errno.ENOENT, f"no loaderx store at {path!r}{hint}", path)
     try:
         kind, dtype_str, shape = _native.schema_read(path)
     except FileNotFoundError:
@@ -231,6 +238,21 @@ class DenseDataset(_StoreView):
         out = np.empty(shape + self._item_shape, dtype=self._dtype)
         self._gather_unchecked(idx, out)
         return out
+
+    def __getitems__(self, indices: Sequence[int]) -> list[np.ndarray]:
+        """The records at ``indices`` as a list, read with one native gather:
+        the batched fetch of torch's map-style dataset protocol, which
+        ``torch.utils.data.DataLoader`` calls with a batch's indices and
+        whose result its default collate stacks. The records are rows of one
+        array.
+
+        Raises:
+            IndexError: an index is out of range (the message names it).
+        """
+        idx, _ = self._indices(indices if isinstance(indices, np.ndarray) else list(indices))
+        out = np.empty((idx.shape[0], *self._item_shape), dtype=self._dtype)
+        self._gather_unchecked(idx, out)
+        return list(out)
 
     def gather(self, indices: IndexLike, out: np.ndarray | None = None) -> np.ndarray:
         """Read the records at ``indices`` into ``out`` (allocated if None).

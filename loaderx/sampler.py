@@ -14,6 +14,11 @@ so resuming a run is seeking to a step; nothing else is saved.
     index repeats; the few indices a cycle cannot fit are dropped, a different
     few each cycle.
 
+Custom samplers: any object with a method ``indices(step) -> int64 array``
+(a pure function of ``step``, so that resuming stays exact) can stand in for
+a mode in :class:`loaderx.dataloader.DataLoader`; :class:`WeightedSampler`
+is the built-in example.
+
 Sharding: with ``shard=(rank, world)`` the global batch of a step has
 ``batch_size * world`` positions and ``rank`` takes positions
 ``[rank * batch_size, (rank + 1) * batch_size)``. Together the ranks produce
@@ -24,7 +29,7 @@ mode the ranks never share an index within a step.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -40,7 +45,18 @@ from loaderx._args import (
     check_step,
 )
 
-__all__ = ["MODES", "Sampler", "sample"]
+__all__ = ["MODES", "IndexSampler", "Sampler", "WeightedSampler", "sample"]
+
+
+@runtime_checkable
+class IndexSampler(Protocol):
+    """What a custom sampler provides: the indices of one step's batch, as
+    an int64 array of ``batch_size`` indices in ``[0, n)``, a pure function
+    of ``step`` (the same step gives the same indices in every process)."""
+
+    def indices(self, step: int) -> np.ndarray:
+        """The record indices of ``step``."""
+        ...
 
 
 def sample(
@@ -157,3 +173,101 @@ class Sampler:
             check_step(step)
             check_sample_out(out, self.batch_size)
             raise
+
+
+class WeightedSampler:
+    """Draws records with probability proportional to ``weights``; a pure
+    function of ``(seed, step)``, so a resumed run draws what an
+    uninterrupted one would. Pass it as ``DataLoader(..., sampler=...)``.
+
+    With ``replacement=True`` every index of a batch is an independent draw
+    (inverse-CDF lookup, O(batch) per step). With ``replacement=False`` a
+    step's global batch holds distinct records, drawn one after another
+    each time in proportion to the weights of those not drawn yet
+    (Efraimidis-Spirakis keys, O(n) per step); across steps records repeat.
+    Records of weight 0 are never drawn.
+
+    Args:
+        weights: one non-negative, finite weight per record (1-D, not all 0).
+        batch_size: indices per step for this rank.
+        replacement: draw with (True) or without (False) replacement within
+            a step.
+        seed: keys the draws, in ``[0, 2**64)``.
+        shard: ``(rank, world)``: the global batch of ``batch_size * world``
+            draws is split, rank ``r`` taking positions
+            ``[r * batch_size, (r + 1) * batch_size)``.
+
+    Raises:
+        TypeError, ValueError: an argument is invalid (the message names it).
+    """
+
+    def __init__(
+        self,
+        weights: Any,
+        batch_size: int,
+        *,
+        replacement: bool = True,
+        seed: int = 0,
+        shard: tuple[int, int] = (0, 1),
+    ) -> None:
+        try:
+            w = np.array(weights, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise TypeError(f"weights must be an array of numbers, got {type(weights).__name__}") from None
+        if w.ndim != 1 or w.size == 0:
+            raise ValueError(f"weights must be a non-empty 1-D array, got shape {w.shape}")
+        bad = ~np.isfinite(w) | (w < 0)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"weights must be finite and non-negative; weights[{i}] = {float(w[i])!r}")
+        if not isinstance(replacement, bool):
+            raise TypeError(f"replacement must be True or False, got {replacement!r}")
+        self.batch_size = check_positive(batch_size, "batch_size")
+        self.seed = check_seed(seed)
+        self.shard = check_shard(shard)
+        self.replacement = replacement
+        self.n = int(w.size)
+        g = self.batch_size * self.shard[1]
+        positive = int(np.count_nonzero(w))
+        if positive == 0:
+            raise ValueError("weights are all 0: nothing can be drawn")
+        if not replacement and g > positive:
+            raise ValueError(
+                f"replacement=False needs the global batch (batch_size * world = {g}) to be at "
+                f"most the number of records with a positive weight ({positive})"
+            )
+        self.weights = w
+        self.weights.flags.writeable = False
+        cdf = np.cumsum(w)
+        self._cdf = cdf / cdf[-1]
+        self._global = g
+
+    def __repr__(self) -> str:
+        return (
+            f"WeightedSampler(n={self.n}, batch_size={self.batch_size}, "
+            f"replacement={self.replacement}, seed={self.seed}, shard={self.shard})"
+        )
+
+    def _rng(self, step: int) -> np.random.Generator:
+        # Philox keyed by (seed, step): an independent stream per step
+        key = np.array([self.seed, step], dtype=np.uint64)
+        return np.random.Generator(np.random.Philox(key=key))
+
+    def indices(self, step: int) -> np.ndarray:
+        """This rank's ``batch_size`` indices of ``step`` (int64)."""
+        step = check_step(step)
+        rng = self._rng(step)
+        g = self._global
+        if self.replacement:
+            u = rng.random(g)
+            drawn = np.searchsorted(self._cdf, u, side="right")
+            np.minimum(drawn, self.n - 1, out=drawn)
+        else:
+            u = 1.0 - rng.random(self.n)  # in (0, 1]
+            with np.errstate(divide="ignore"):
+                keys = np.log(u) / self.weights  # -inf for weight 0
+            top = np.argpartition(-keys, g - 1)[:g]
+            drawn = top[np.argsort(-keys[top], kind="stable")]  # in draw order
+        rank = self.shard[0]
+        b = self.batch_size
+        return drawn[rank * b : (rank + 1) * b].astype(np.int64, copy=False)

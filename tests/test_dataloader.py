@@ -120,7 +120,11 @@ def test_resume_equals_an_uninterrupted_run(streams, mode, workers):
     assert_batches_equal(take(first, k), reference[:k])
     state = json.loads(json.dumps(first.state_dict()))  # survives a JSON checkpoint
     first.close()
-    assert state == {"step": k, "seed": 42, "sampler": mode, "batch_size": 8, "shard": [0, 1]}
+    assert state == {
+        "step": k, "seed": 42, "sampler": mode, "batch_size": 8, "shard": [0, 1],
+        "streams": {"image": N, "label": N, "label16": N},
+        "pass": {"steps": None, "epoch": False, "drop_last": False},
+    }
     resumed = DataLoader(streams, batch_size=8, num_workers=workers, sampler=mode, seed=42)
     resumed.load_state_dict(state)
     assert resumed.step == k
@@ -337,8 +341,8 @@ def test_stream_validation(stores, streams):
     ragged = RaggedDataset(stores / "ragged")
     with pytest.raises(TypeError, match="'tokens' is a RaggedDataset"):
         DataLoader({"tokens": ragged})
-    with pytest.raises(TypeError, match="'x' must be a DenseDataset, got ndarray"):
-        DataLoader({"x": np.zeros(3)})
+    with pytest.raises(TypeError, match="'x' must be a DenseDataset or a NumPy array, got list"):
+        DataLoader({"x": [0.0, 0.0, 0.0]})
     with pytest.raises(ValueError, match="streams is empty"):
         DataLoader({})
     with pytest.raises(TypeError, match="dict of name"):
