@@ -13,13 +13,25 @@ package main
 
 // The version of the exported interface: it changes whenever an export is
 // added, removed or changes its signature or meaning.
-#define LX_ABI_VERSION 2
+#define LX_ABI_VERSION 3
 
 // The largest number of dimensions an item shape may have (NumPy's limit).
 #define LX_MAX_DIMS 64
 
 // The largest record a store holds, in bytes (zrecord.MaxRecordSize).
 #define LX_MAX_RECORD_SIZE 2147483648
+
+// Every export ends with the caller's error buffer, a char pointer err and
+// its size err_len in bytes, laid out as struct lx_error: on failure the
+// export writes the operating-system error number behind the failure
+// (errno: ENOSPC, EACCES ...; 0 when the failure has none) to errnum and
+// its NUL-terminated message, cut to fit, to message. LX_ERROR_HEAD is
+// the offset of message. On success the buffer is left alone.
+struct lx_error {
+	int64_t errnum;
+	char message[];
+};
+#define LX_ERROR_HEAD 8
 
 // The status every export returns.
 enum lx_status {
@@ -88,6 +100,8 @@ enum lx_create_flag {
 import "C"
 
 import (
+	"unsafe"
+
 	"github.com/loaderx/loaderx/zrecord"
 	"github.com/loaderx/loaderx/zsampler"
 )
@@ -105,6 +119,8 @@ const (
 	SampleSpecLen = C.LX_SPEC_LEN
 	// maxDims bounds the dimensions of a schema's item shape.
 	maxDims = C.LX_MAX_DIMS
+	// errorHead is the offset of the message in struct lx_error.
+	errorHead = C.LX_ERROR_HEAD
 )
 
 // Status codes returned by every export (enum lx_status); see the package
@@ -166,6 +182,8 @@ var (
 	_ [int(zsampler.Cyclic) - C.LX_MODE_CYCLIC]struct{}
 	_ [C.LX_MAX_RECORD_SIZE - zrecord.MaxRecordSize]struct{}
 	_ [zrecord.MaxRecordSize - C.LX_MAX_RECORD_SIZE]struct{}
+	_ [C.LX_ERROR_HEAD - unsafe.Sizeof(C.struct_lx_error{})]struct{}
+	_ [unsafe.Sizeof(C.struct_lx_error{}) - C.LX_ERROR_HEAD]struct{}
 )
 
 func main() {}

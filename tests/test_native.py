@@ -46,7 +46,7 @@ def compressible(i: int, size: int) -> bytes:
 
 
 def test_library_loads(native: ModuleType) -> None:
-    assert native.ABI_VERSION == 2
+    assert native.ABI_VERSION == 3
     assert os.path.isfile(native.library_path)
     v = native.ffi.new("int64_t *")
     assert native.lib.lx_abi_version(v, native.ffi.NULL, 0) == 0
@@ -372,7 +372,8 @@ def test_status_to_exception_table(native: ModuleType) -> None:
         1: ValueError, 2: IndexError, 3: FileNotFoundError, 4: CorruptStoreError, 5: ClosedError,
         6: OSError, 7: StoreLockedError, 8: LoaderxError, 9: StoreExistsError, 42: LoaderxError,
     }
-    err = native.ffi.new("char[]", b"the message")
+    # the error buffer is struct lx_error: an int64 errno (0 here), then the message
+    err = native.ffi.new("char[]", bytes(native.lib.LX_ERROR_HEAD) + b"the message")
     for status, cls in expected.items():
         with pytest.raises(cls, match="the message") as info:
             native._raise(status, err)
