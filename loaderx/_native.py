@@ -90,9 +90,10 @@ __all__ = [
 ]
 
 #: The version of the C ABI this module is written for (LX_ABI_VERSION).
-ABI_VERSION = 2
+ABI_VERSION = 3
 
-#: Bytes of the per-thread buffer that receives error messages.
+#: Bytes of the per-thread error buffer (struct lx_error: the error number,
+#: then the message).
 ERRLEN = 4096
 
 FORK_MESSAGE = (
@@ -225,6 +226,10 @@ MAX_DIMS: int = lib.LX_MAX_DIMS
 #: The largest record a store holds, in bytes (LX_MAX_RECORD_SIZE).
 MAX_RECORD_SIZE: int = lib.LX_MAX_RECORD_SIZE
 
+#: Offset of the message in the error buffer (LX_ERROR_HEAD); the int64_t
+#: error number sits before it.
+_ERROR_HEAD: int = lib.LX_ERROR_HEAD
+
 #: Flags of lx_store_create (enum lx_create_flag).
 _CREATE_REPLACE: int = lib.LX_CREATE_REPLACE
 
@@ -239,6 +244,7 @@ if SAMPLE_SPEC_FIELDS != ("mode", "n", "batch", "seed", "step", "rank", "world",
 
 # Hot-path names, bound once.
 _from_buffer = ffi.from_buffer
+_cast = ffi.cast
 _new = ffi.new
 _string = ffi.string
 _I64 = np.dtype(np.int64)
@@ -301,10 +307,21 @@ def _errbuf() -> Any:
 
 
 def _raise(status: int, err: Any) -> None:
-    """Raise the exception for a failing status, with the library's message."""
-    msg = _string(err).decode("utf-8", "replace")
+    """Raise the exception for a failing status, with the library's message.
+
+    An ``OSError`` (and its subclasses) carries the error number the library
+    reported, so ``e.errno`` is ``errno.ENOSPC``, ``errno.EACCES`` ...; for
+    the plain ``OSError`` of ``LX_IO`` the number also picks the subclass
+    (``PermissionError``, ``IsADirectoryError`` ...) as ``OSError`` does.
+    """
+    msg = _string(err + _ERROR_HEAD).decode("utf-8", "replace")
     if 0 < status < len(_EXCEPTIONS):
-        raise _EXCEPTIONS[status](msg)
+        cls = _EXCEPTIONS[status]
+        if issubclass(cls, OSError):
+            errnum = int(_cast("int64_t *", err)[0])
+            if errnum:
+                raise cls(errnum, msg)
+        raise cls(msg)
     raise LoaderxError(f"unknown status {status} from the native library: {msg}")
 
 

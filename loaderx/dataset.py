@@ -23,7 +23,7 @@ import numpy as np
 from loaderx import _native
 from loaderx._args import is_scalar_index, normalize_index
 from loaderx._store import StoreHandle
-from loaderx.errors import CorruptStoreError
+from loaderx.errors import ClosedError, CorruptStoreError
 
 if TYPE_CHECKING:
     from loaderx._args import IndexLike, PathLike
@@ -135,7 +135,30 @@ class DenseDataset(_StoreView):
         """Fill ``out`` from valid, C-contiguous int64 ``indices``: the loader's
         path, one native call with the GIL released."""
         if self._stride and indices.size:
-            _native.store_gather(self._h, indices, out, self._stride)
+            h = self._h
+            try:
+                _native.store_gather(h, indices, out, self._stride)
+            except ValueError as e:
+                if isinstance(e, ClosedError):
+                    raise
+                self._size_damage(h, indices, e)
+                raise
+
+    def _size_damage(self, h: int, indices: np.ndarray, cause: ValueError) -> None:
+        """Raise CorruptStoreError if a record at ``indices`` is not the item
+        size the schema gives: the indices and the buffer were checked, so a
+        record of another size can only be damage (to the record table or to
+        schema.msgpack). Returns when every record has the right size."""
+        sizes = np.asarray(_native.store_sizes(h, indices.reshape(-1)), dtype=np.int64)
+        bad = np.flatnonzero(sizes != self._stride)
+        if bad.size:
+            k = int(bad[0])
+            raise CorruptStoreError(
+                f"{self._path!r}: record {int(indices.reshape(-1)[k])} is {int(sizes[k])} bytes, but "
+                f"{os.path.join(self._path, 'schema.msgpack')} gives every item {self._stride} bytes "
+                f"(shape {self._item_shape}, dtype {self._dtype.str}): the record table or the "
+                "schema is damaged"
+            ) from cause
 
     def __getitem__(self, key: IndexLike) -> np.ndarray:
         h = self._h
