@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -177,7 +181,7 @@ func writeSchema(dir string, s schema) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	tmp, err := os.CreateTemp(dir, schemaTempPattern)
+	tmp, err := createSchemaTemp(dir)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
@@ -204,6 +208,22 @@ func writeSchema(dir string, s schema) error {
 	}
 	done = true
 	return nil
+}
+
+// createSchemaTemp creates a new temporary file in dir whose name matches
+// schemaTempPattern. Unlike os.CreateTemp (0600) it gets the mode of the
+// store's other files, 0644 less the umask, so a schema replaced through it
+// stays readable by whoever can read the records.
+func createSchemaTemp(dir string) (*os.File, error) {
+	prefix, suffix, _ := strings.Cut(schemaTempPattern, "*")
+	for range 100 {
+		name := filepath.Join(dir, prefix+strconv.FormatUint(rand.Uint64(), 36)+suffix)
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		if !errors.Is(err, fs.ErrExist) {
+			return f, err
+		}
+	}
+	return nil, fmt.Errorf("create a temporary file in %s: %w", dir, fs.ErrExist)
 }
 
 // readSchema loads and validates dir/schema.msgpack.
