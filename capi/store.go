@@ -286,6 +286,45 @@ func lx_store_gather_packed(h C.int64_t, indices *C.int64_t, n C.int64_t, dst un
 	return statusOK
 }
 
+// lx_store_gather_ragged reads the n records named by indices, whatever
+// their sizes, back to back into dst, from one consistent view of the store
+// (zrecord.Store.GatherRagged): it writes each record's size to sizes (n
+// values) and the sum of the sizes to *needed, and fills dst only when
+// *needed <= dst_len. Otherwise dst is untouched and the call succeeds: the
+// caller retries with a buffer of at least *needed bytes.
+//
+//export lx_store_gather_ragged
+func lx_store_gather_ragged(h C.int64_t, indices *C.int64_t, n C.int64_t, sizes *C.int64_t, dst unsafe.Pointer, dstLen C.int64_t,
+	needed *C.int64_t, errBuf *C.char, errLen C.int64_t) (status C.int) {
+	defer guard("lx_store_gather_ragged", &status, errBuf, errLen)
+	defer debug.SetPanicOnFault(faultsPanic())
+	if needed == nil {
+		return fail(errBuf, errLen, nullArg("needed"))
+	}
+	s, err := lookup(int64(h))
+	if err != nil {
+		return fail(errBuf, errLen, err)
+	}
+	idx, err := int64s(indices, n, "indices")
+	if err != nil {
+		return fail(errBuf, errLen, err)
+	}
+	sz, err := int64s(sizes, n, "sizes")
+	if err != nil {
+		return fail(errBuf, errLen, err)
+	}
+	buf, err := byteView(dst, dstLen, "dst")
+	if err != nil {
+		return fail(errBuf, errLen, err)
+	}
+	total, err := s.GatherRagged(idx, sz, buf)
+	if err != nil {
+		return fail(errBuf, errLen, err)
+	}
+	*needed = C.int64_t(total)
+	return statusOK
+}
+
 // lx_store_delete deletes the n distinct records named by indices. The tail
 // record moves into each hole, so indices at or above the smallest deleted
 // one may change.

@@ -67,6 +67,7 @@ from .errors import (
 __all__ = [
     "ABI_VERSION",
     "library_path",
+    "check_fork",
     "store_create",
     "store_open",
     "store_close",
@@ -77,6 +78,7 @@ __all__ = [
     "store_gather",
     "store_sizes",
     "store_gather_packed",
+    "store_gather_ragged",
     "store_delete",
     "store_compact",
     "store_stats",
@@ -254,6 +256,7 @@ _NULL = ffi.NULL
 _lx_sample = lib.lx_sample
 _lx_store_gather = lib.lx_store_gather
 _lx_store_gather_packed = lib.lx_store_gather_packed
+_lx_store_gather_ragged = lib.lx_store_gather_ragged
 _lx_store_len = lib.lx_store_len
 
 #: The layout of lx_sample's spec: LX_SPEC_LEN int64 values, the seed as uint64.
@@ -331,6 +334,15 @@ def _check(status: int, err: Any) -> None:
 
 
 def _fork_check() -> None:
+    if _forked:
+        raise ForkError(FORK_MESSAGE)
+
+
+def check_fork() -> None:
+    """Raise :class:`ForkError` in a child of ``os.fork()`` (of a process that
+    had loaded the library); do nothing elsewhere. For callers that must
+    refuse before reaching a native call, such as a loader whose worker
+    threads did not survive the fork."""
     if _forked:
         raise ForkError(FORK_MESSAGE)
 
@@ -619,6 +631,34 @@ def store_gather_packed(h: int, indices: np.ndarray, out: Any, offsets: np.ndarr
     status = _lx_store_gather_packed(h, ib, len(ib), ob, len(ob), offs, err, ERRLEN)
     if status:
         _raise(status, err)
+
+
+def store_gather_ragged(h: int, indices: np.ndarray, sizes: np.ndarray, out: Any) -> int:
+    """Read the records at ``indices`` back to back into ``out`` from one
+    consistent view of the store, and return the bytes they need.
+
+    Each record's size goes to ``sizes`` (a writable int64 array of
+    ``len(indices)`` values). When the returned total fits in ``out`` (a
+    writable C-contiguous buffer), record ``k`` is in ``out`` at the sum of
+    the sizes before it; otherwise ``out`` is untouched: call again with a
+    buffer of at least the returned size (the store may change in between,
+    so check again).
+    """
+    if _forked:
+        raise ForkError(FORK_MESSAGE)
+    ib = _i64_view(indices, "indices")
+    sb = _i64_view(sizes, "sizes", True)
+    if len(sb) != len(ib):
+        raise ValueError(f"sizes must hold len(indices) = {len(ib)} values, not {len(sb)}")
+    ob = _byte_view(out, "out", True)
+    try:
+        ctx = _tls.ctx
+    except AttributeError:
+        ctx = _new_context()
+    status = _lx_store_gather_ragged(h, ib, len(ib), sb, ob, len(ob), ctx.cell, ctx.err, ERRLEN)
+    if status:
+        _raise(status, ctx.err)
+    return ctx.cell[0]
 
 
 def store_delete(h: int, indices: np.ndarray) -> None:

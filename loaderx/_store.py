@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
 
 _S = TypeVar("_S", bound="StoreHandle")
 
+#: Serialises the first use of handles opened on demand (see StoreHandle).
+_LAZY_LOCK = threading.RLock()
+
 
 def packed_offsets(sizes: np.ndarray) -> np.ndarray:
     """``len(sizes) + 1`` int64 offsets of records packed back to back."""
@@ -37,13 +41,43 @@ def packed_offsets(sizes: np.ndarray) -> np.ndarray:
 class StoreHandle:
     """A store at ``path``, closed until a subclass opens it and hands the
     handle to :meth:`_adopt`. Messages name the store by its class name and
-    path."""
+    path.
+
+    An instance made by :meth:`_deferred` (what unpickling makes) has no
+    handle yet: the first use opens it through the subclass's :meth:`_load`,
+    in whichever process uses it, so a pickle carries only the path and
+    unpickling never calls the native library. In a child of ``os.fork()``
+    that first use raises :class:`loaderx.errors.ForkError`, at the use,
+    where a worker pool reports it as the task's failure.
+    """
 
     _handle: int | None = None  # also what a half-built instance's finaliser sees
+    _deferred_open = False  # True until a deferred instance is first used
+    _bytes_per_record = 0.0  # _read_packed's guess, from the previous read
 
     def __init__(self, path: PathLike) -> None:
         self._handle = None
         self._path = os.fspath(path)
+
+    @classmethod
+    def _deferred(cls: type[_S], path: str) -> _S:
+        """An instance for ``path`` that opens the store on first use."""
+        obj = cls.__new__(cls)
+        StoreHandle.__init__(obj, path)
+        obj._deferred_open = True
+        return obj
+
+    def _load(self) -> None:
+        """Open the store and :meth:`_adopt` its handle (subclasses)."""
+        raise NotImplementedError
+
+    def _open_deferred(self) -> None:
+        """Open a deferred instance now (once, whichever thread gets here
+        first); a failure leaves it deferred, so every use raises it."""
+        with _LAZY_LOCK:
+            if self._deferred_open:
+                self._load()
+                self._deferred_open = False
 
     def _adopt(self, handle: int) -> None:
         """Take ownership of an open native handle."""
@@ -55,7 +89,11 @@ class StoreHandle:
         """The open handle; raises :class:`ClosedError` once closed."""
         h = self._handle
         if h is None:
-            raise ClosedError(f"{type(self).__name__}({self._path!r}) is closed")
+            if self._deferred_open:
+                self._open_deferred()
+                h = self._handle
+            if h is None:
+                raise ClosedError(f"{type(self).__name__}({self._path!r}) is closed")
         return h
 
     def _indices(self, key: Any) -> tuple[np.ndarray, tuple[int, ...]]:
@@ -66,15 +104,24 @@ class StoreHandle:
         """The byte size of each of the (valid, non-empty) records ``idx``."""
         return np.asarray(_native.store_sizes(self._h, idx), dtype=np.int64)
 
-    def _read_packed(self, idx: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Read the records ``idx`` (of byte ``sizes``) back to back with one
-        native call: a uint8 buffer and the ``len(idx) + 1`` offsets of each
-        record in it."""
-        offsets = packed_offsets(sizes)
-        buf = np.empty(int(offsets[-1]), dtype=np.uint8)
-        if buf.size:
-            _native.store_gather_packed(self._h, idx, buf, offsets)
-        return buf, offsets
+    def _read_packed(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Read the records ``idx`` back to back from one consistent view of
+        the store (a concurrent delete lands wholly before or after): a uint8
+        buffer, the ``len(idx) + 1`` offsets of each record in it and their
+        sizes. One native call when the buffer, sized from the previous
+        read's bytes per record, is large enough; else one more with the
+        size the first call reported."""
+        n = len(idx)
+        sizes = np.empty(n, dtype=np.int64)
+        buf = np.empty(max(0, int(n * self._bytes_per_record)), dtype=np.uint8)
+        while True:
+            needed = int(_native.store_gather_ragged(self._h, idx, sizes, buf))
+            if needed <= buf.size:
+                break
+            buf = np.empty(needed, dtype=np.uint8)
+        if n:
+            self._bytes_per_record = needed / n * 1.125 + 1  # a little headroom for the next read
+        return buf[:needed], packed_offsets(sizes), sizes
 
     # -- what every store shares -------------------------------------------
 
@@ -91,7 +138,7 @@ class StoreHandle:
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` has been called."""
-        return self._handle is None
+        return self._handle is None and not self._deferred_open
 
     def __len__(self) -> int:
         return int(_native.store_len(self._h))
@@ -108,6 +155,7 @@ class StoreHandle:
         """Close the store, syncing pending writes. Safe to call twice; any
         later use raises :class:`loaderx.errors.ClosedError`."""
         h, self._handle = self._handle, None
+        self._deferred_open = False
         if h is not None:
             _native.store_close(h)
 

@@ -32,6 +32,9 @@ __all__ = ["DenseDataset", "RaggedDataset", "pad"]
 
 _ITER_BYTES = 4 << 20  # iteration reads this much per native call
 
+#: What opening a dataset sets besides the handle.
+_SCHEMA_ATTRS = frozenset({"_dtype", "_item_shape", "_stride", "_codec"})
+
 
 def _read_schema(path: str, want: str) -> tuple[np.dtype, tuple[int, ...]]:
     if not os.path.isdir(path):
@@ -65,10 +68,23 @@ class _StoreView(StoreHandle):
 
     def __init__(self, path: PathLike) -> None:
         super().__init__(path)
-        self._dtype, self._item_shape = _read_schema(self._path, self._kind)
+        self._load()
+
+    def _load(self) -> None:
+        dtype, item_shape = _read_schema(self._path, self._kind)
+        handle = _native.store_open(self._path, readonly=True)
+        self._dtype, self._item_shape = dtype, item_shape
         # bytes of one item (dense) or of one row along axis 0 (ragged)
-        self._stride = int(np.prod(self._item_shape, dtype=np.int64)) * self._dtype.itemsize
-        self._adopt(_native.store_open(self._path, readonly=True))
+        self._stride = int(np.prod(item_shape, dtype=np.int64)) * dtype.itemsize
+        self._adopt(handle)
+
+    def __getattr__(self, name: str) -> Any:
+        # Reached only for attributes not set yet: the schema's, on an
+        # unpickled dataset that has not been used (see StoreHandle).
+        if name in _SCHEMA_ATTRS and self.__dict__.get("_deferred_open"):
+            self._open_deferred()
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def dtype(self) -> np.dtype:
@@ -77,6 +93,8 @@ class _StoreView(StoreHandle):
 
     def __repr__(self) -> str:
         name = type(self).__name__
+        if self._deferred_open:
+            return f"{name}({self._path!r}, not opened yet)"
         if self._handle is None:
             return f"{name}({self._path!r}, closed)"
         return (
@@ -84,9 +102,12 @@ class _StoreView(StoreHandle):
             f"item_shape={self._item_shape}, codec={self._codec!r})"
         )
 
-    def __reduce__(self) -> tuple[type, tuple[str]]:
-        # Reopen by path: handles do not survive a process boundary.
-        return (type(self), (self._path,))
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # Only the path: handles do not survive a process boundary, and
+        # unpickling must not call the native library (in a forked worker
+        # that raises where a pool cannot report it), so the copy opens the
+        # store at its first use.
+        return (type(self)._deferred, (self._path,))
 
 
 class DenseDataset(_StoreView):
@@ -271,9 +292,8 @@ class RaggedDataset(_StoreView):
     def _read(self, idx: np.ndarray) -> list[np.ndarray]:
         if not idx.size:
             return []
-        sizes = self._sizes(idx)
+        buf, offsets, sizes = self._read_packed(idx)
         rows = self._rows(sizes, idx)
-        buf, offsets = self._read_packed(idx, sizes)
         flat = buf.view(self._dtype)
         bounds = (offsets // self._dtype.itemsize).tolist()
         tail = self._item_shape
