@@ -44,7 +44,8 @@ enum lx_status {
 	LX_IO = 6,
 	LX_BUSY = 7,
 	LX_INTERNAL = 8,
-	LX_EXISTS = 9
+	LX_EXISTS = 9,
+	LX_CANCELED = 10
 };
 
 // A store's codec, as lx_store_codec and lx_store_stats report it: the tag
@@ -136,6 +137,7 @@ const (
 	statusBusy       C.int = C.LX_BUSY
 	statusInternal   C.int = C.LX_INTERNAL
 	statusExists     C.int = C.LX_EXISTS
+	statusCanceled   C.int = C.LX_CANCELED
 )
 
 // createReplace is lx_store_create's flag LX_CREATE_REPLACE.

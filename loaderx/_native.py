@@ -68,6 +68,7 @@ __all__ = [
     "ABI_VERSION",
     "library_path",
     "check_fork",
+    "CancelFlag",
     "store_create",
     "store_open",
     "store_close",
@@ -193,6 +194,7 @@ IO: int = lib.LX_IO
 BUSY: int = lib.LX_BUSY
 INTERNAL: int = lib.LX_INTERNAL
 EXISTS: int = lib.LX_EXISTS
+CANCELED: int = lib.LX_CANCELED
 
 #: The exception class for each failing status (LoaderxError for one the
 #: binding does not know).
@@ -206,6 +208,7 @@ STATUS_EXCEPTIONS: dict[int, type[BaseException]] = {
     BUSY: StoreLockedError,
     INTERNAL: LoaderxError,
     EXISTS: StoreExistsError,
+    CANCELED: KeyboardInterrupt,  # only ever asked for by a Ctrl-C (see CancelFlag)
 }
 
 #: The exception class raised for each status, indexed by status.
@@ -466,6 +469,27 @@ def _pack(records: Sequence[Any], name: str) -> tuple[bytes, np.ndarray]:
 # --- stores --------------------------------------------------------------------
 
 
+class CancelFlag:
+    """A flag that a long native call polls: :meth:`set`, from any thread,
+    asks the call to stop. :func:`store_create` honours it while it trains a
+    dictionary, and then raises ``KeyboardInterrupt`` having created
+    nothing."""
+
+    __slots__ = ("_cell",)
+
+    def __init__(self) -> None:
+        self._cell = _new("int64_t[1]")
+
+    def set(self) -> None:
+        """Ask the call to stop."""
+        self._cell[0] = 1
+
+    def is_set(self) -> bool:
+        """Whether :meth:`set` was called."""
+        return bool(self._cell[0])
+
+
+
 def store_create(
     path: str | os.PathLike[str],
     codec: str = "zstd",
@@ -475,6 +499,7 @@ def store_create(
     samples: list[Any] | None = None,
     schema: tuple[str, str, Sequence[int]] | None = None,
     overwrite: bool = False,
+    cancel: CancelFlag | None = None,
 ) -> int:
     """Create a record store in the directory ``path`` and return its handle.
 
@@ -492,6 +517,10 @@ def store_create(
     ``overwrite=True`` a previous store in ``path`` is replaced; a directory
     that holds anything besides a store's files and its schema still raises
     :class:`StoreExistsError`, naming what it found, and is left alone.
+
+    With a ``cancel`` flag (see :class:`CancelFlag`) another thread can stop
+    the call while the dictionary trains: it then returns within a few
+    milliseconds, raising ``KeyboardInterrupt``, and creates nothing.
     """
     p = _cpath(path)
     c = _cstr(codec, "codec")
@@ -510,7 +539,7 @@ def store_create(
     return _call(
         lib.lx_store_create, p, c, t, dict_size, _byte_view(data, "samples"), len(data),
         _from_buffer(_I64_ARRAY, offsets), len(offsets) - 1, kind, dtype, shape, ndim,
-        _CREATE_REPLACE if overwrite else 0, _OUT,
+        _CREATE_REPLACE if overwrite else 0, _NULL if cancel is None else cancel._cell, _OUT,
     )
 
 
