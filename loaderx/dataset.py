@@ -22,15 +22,17 @@ import numpy as np
 
 from loaderx import _native
 from loaderx._args import is_scalar_index, normalize_index
-from loaderx._store import StoreHandle
+from loaderx._store import Fault, StoreHandle, VerifyReport
 from loaderx.errors import ClosedError, CorruptStoreError
 
 if TYPE_CHECKING:
     from loaderx._args import IndexLike, PathLike
 
-__all__ = ["DenseDataset", "RaggedDataset", "pad"]
+__all__ = ["DenseDataset", "RaggedDataset", "VerifyReport", "pad"]
 
 _ITER_BYTES = 4 << 20  # iteration reads this much per native call
+
+_VERIFY_BLOCK = 1 << 16  # records per size check in verify()
 
 #: What opening a dataset sets besides the handle.
 _SCHEMA_ATTRS = frozenset({"_dtype", "_item_shape", "_stride", "_codec"})
@@ -90,6 +92,35 @@ class _StoreView(StoreHandle):
     def dtype(self) -> np.dtype:
         """The dtype of every element."""
         return self._dtype
+
+    def _verify_more(self, faults: list[Fault]) -> list[Fault]:
+        """Records whose size the schema rules out (a dense record not of the
+        item size, a ragged one not a whole number of rows), in records the
+        store itself found sound."""
+        h = self._h
+        n = int(_native.store_len(h))
+        damaged = {f.index for f in faults if f.index is not None}
+        out: list[Fault] = []
+        schema_file = os.path.join(self._path, "schema.msgpack")
+        for start in range(0, n, _VERIFY_BLOCK):
+            idx = np.arange(start, min(n, start + _VERIFY_BLOCK), dtype=np.int64)
+            try:
+                sizes = _native.store_sizes(h, idx)
+            except CorruptStoreError:  # the store's own faults cover it
+                continue
+            if self._kind == "dense":
+                bad = np.flatnonzero(sizes != self._stride)
+                want = f"{self._stride} bytes"
+            elif self._stride:
+                bad = np.flatnonzero(sizes % self._stride)
+                want = f"a multiple of one row ({self._stride} bytes)"
+            else:
+                continue
+            for k in bad.tolist():
+                i = start + k
+                if i not in damaged:
+                    out.append(Fault(schema_file, i, f"record {i} is {int(sizes[k])} bytes, the schema needs {want}"))
+        return out
 
     def __repr__(self) -> str:
         name = type(self).__name__

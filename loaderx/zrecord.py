@@ -21,12 +21,12 @@ import numpy as np
 
 from loaderx import _native
 from loaderx._args import CODECS, as_int, check_codec, is_scalar_index, normalize_index
-from loaderx._store import StoreHandle
+from loaderx._store import Fault, StoreHandle, VerifyReport
 
 if TYPE_CHECKING:
     from loaderx._args import IndexLike, PathLike
 
-__all__ = ["CODECS", "Zrecord"]
+__all__ = ["CODECS", "Fault", "VerifyReport", "Zrecord"]
 
 
 class Zrecord(StoreHandle):
