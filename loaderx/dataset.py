@@ -156,9 +156,14 @@ class DenseDataset(_StoreView):
     Args:
         path: a store written by :func:`loaderx.converter.from_numpy`.
 
+    A pickled dataset carries only its path; the copy opens the store at its
+    first use, in whichever process uses it.
+
     Raises:
         FileNotFoundError: nothing (or no store) at ``path``.
         ValueError: the store is ragged, or has no schema (a raw Zrecord).
+        loaderx.errors.CorruptStoreError: the store or its schema is damaged
+            (also raised by a read that finds a record of the wrong size).
     """
 
     _kind = "dense"
