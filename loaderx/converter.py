@@ -161,25 +161,32 @@ class _Output:
 
     def __init__(self) -> None:
         self._done: list[tuple[bool, Any]] = []  # (ok, handle or exception), set by the helper
-        self._thread: threading.Thread | None = None
+        self._finished = threading.Event()  # the helper has put its result in _done
+        self._started = False
         self._cancel = _native.CancelFlag()
         self._closed = False
 
     def create(self, *args: Any) -> int:
         """Run :func:`_create_store` with ``args`` and return the handle."""
         done = self._done
+        finished = self._finished
 
         def run() -> None:
             try:
                 done.append((True, _create_store(*args, cancel=self._cancel)))
             except BaseException as e:  # handed to the waiting thread
                 done.append((False, e))
+            finally:
+                finished.set()
 
         t = threading.Thread(target=run, name="loaderx-create", daemon=True)
-        self._thread = t
+        self._started = True
         t.start()
-        while t.is_alive():
-            t.join(self._WAIT)
+        # An Event, not Thread.join: on CPython 3.11 a join cut short by
+        # KeyboardInterrupt can leave the thread looking finished while it
+        # still runs, and the cleanup must wait for it.
+        while not finished.wait(self._WAIT):
+            pass
         ok, value = done[0]
         if not ok:
             try:
@@ -211,11 +218,10 @@ class _Output:
             raise interrupt
 
     def _finish(self, failed: bool) -> None:
-        t = self._thread
-        if t is not None and t.is_alive():  # interrupted while the store was being created
+        if self._started and not self._finished.is_set():  # interrupted while creating
             self._cancel.set()
-            while t.is_alive():
-                t.join(self._WAIT)
+            while not self._finished.wait(self._WAIT):
+                pass
         if self._closed or not self._done or not self._done[0][0]:
             self._closed = True
             return
