@@ -162,7 +162,7 @@ class _Output:
     def __init__(self) -> None:
         self._done: list[tuple[bool, Any]] = []  # (ok, handle or exception), set by the helper
         self._finished = threading.Event()  # the helper has put its result in _done
-        self._started = False
+        self._thread: threading.Thread | None = None
         self._cancel = _native.CancelFlag()
         self._closed = False
 
@@ -180,7 +180,7 @@ class _Output:
                 finished.set()
 
         t = threading.Thread(target=run, name="loaderx-create", daemon=True)
-        self._started = True
+        self._thread = t
         t.start()
         # An Event, not Thread.join: on CPython 3.11 a join cut short by
         # KeyboardInterrupt can leave the thread looking finished while it
@@ -218,10 +218,15 @@ class _Output:
             raise interrupt
 
     def _finish(self, failed: bool) -> None:
-        if self._started and not self._finished.is_set():  # interrupted while creating
+        t = self._thread
+        if t is not None and not self._finished.is_set():  # interrupted while creating
             self._cancel.set()
-            while not self._finished.wait(self._WAIT):
-                pass
+            # A helper that runs (it has an ident before it runs anything)
+            # is waited for; one that has not started yet finds the flag set
+            # when it reaches the native create, which then creates nothing.
+            if t.ident is not None:
+                while not self._finished.wait(self._WAIT):
+                    pass
         if self._closed or not self._done or not self._done[0][0]:
             self._closed = True
             return
