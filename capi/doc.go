@@ -80,6 +80,13 @@
 //	7  LX_BUSY          the store is locked by another writer
 //	8  LX_INTERNAL      a recovered panic: a bug in loaderx
 //	9  LX_EXISTS        creating a store where one already exists
+//	10 LX_CANCELED      the caller asked the call to stop (lx_store_create's
+//	                    cancel flag) and nothing was created
+//
+// The last two parameters of every export, err and errlen, are the
+// caller's error buffer, laid out as struct lx_error: the operating-system
+// error number behind a failure (0 if none), then the NUL-terminated
+// message at offset LX_ERROR_HEAD.
 //
 // # Exports
 //
@@ -87,7 +94,7 @@
 //
 //	lx_store_create(path, codec, dict_tier, dict_size, samples, samples_len,
 //	                sample_offsets, n_samples, kind, dtype, shape, ndim,
-//	                flags, *handle, err, errlen)
+//	                flags, cancel, *handle, err, errlen)
 //	lx_store_open(path, readonly, *handle, err, errlen)
 //	lx_store_close(h, err, errlen)
 //	lx_store_len(h, *len, err, errlen)
@@ -96,6 +103,7 @@
 //	lx_store_gather(h, indices, n, dst, dst_len, stride, err, errlen)
 //	lx_store_sizes(h, indices, n, sizes, err, errlen)
 //	lx_store_gather_packed(h, indices, n, dst, dst_len, offsets, err, errlen)
+//	lx_store_gather_ragged(h, indices, n, sizes, dst, dst_len, *needed, err, errlen)
 //	lx_store_delete(h, indices, n, err, errlen)
 //	lx_store_compact(h, err, errlen)
 //	lx_store_stats(h, out, out_len, err, errlen)

@@ -21,6 +21,18 @@ package main
 // The largest record a store holds, in bytes (zrecord.MaxRecordSize).
 #define LX_MAX_RECORD_SIZE 2147483648
 
+// Every export ends with the caller's error buffer, a char pointer err and
+// its size err_len in bytes, laid out as struct lx_error: on failure the
+// export writes the operating-system error number behind the failure
+// (errno: ENOSPC, EACCES ...; 0 when the failure has none) to errnum and
+// its NUL-terminated message, cut to fit, to message. LX_ERROR_HEAD is
+// the offset of message. On success the buffer is left alone.
+struct lx_error {
+	int64_t errnum;
+	char message[];
+};
+#define LX_ERROR_HEAD 8
+
 // The status every export returns.
 enum lx_status {
 	LX_OK = 0,
@@ -32,7 +44,8 @@ enum lx_status {
 	LX_IO = 6,
 	LX_BUSY = 7,
 	LX_INTERNAL = 8,
-	LX_EXISTS = 9
+	LX_EXISTS = 9,
+	LX_CANCELED = 10
 };
 
 // A store's codec, as lx_store_codec and lx_store_stats report it: the tag
@@ -91,6 +104,8 @@ enum lx_create_flag {
 import "C"
 
 import (
+	"unsafe"
+
 	"github.com/loaderx/loaderx/zrecord"
 	"github.com/loaderx/loaderx/zsampler"
 )
@@ -108,6 +123,8 @@ const (
 	SampleSpecLen = C.LX_SPEC_LEN
 	// maxDims bounds the dimensions of a schema's item shape.
 	maxDims = C.LX_MAX_DIMS
+	// errorHead is the offset of the message in struct lx_error.
+	errorHead = C.LX_ERROR_HEAD
 )
 
 // Status codes returned by every export (enum lx_status); see the package
@@ -123,6 +140,7 @@ const (
 	statusBusy       C.int = C.LX_BUSY
 	statusInternal   C.int = C.LX_INTERNAL
 	statusExists     C.int = C.LX_EXISTS
+	statusCanceled   C.int = C.LX_CANCELED
 )
 
 // createReplace is lx_store_create's flag LX_CREATE_REPLACE.
@@ -172,6 +190,8 @@ var (
 	_ [int(zsampler.Cyclic) - C.LX_MODE_CYCLIC]struct{}
 	_ [C.LX_MAX_RECORD_SIZE - zrecord.MaxRecordSize]struct{}
 	_ [zrecord.MaxRecordSize - C.LX_MAX_RECORD_SIZE]struct{}
+	_ [C.LX_ERROR_HEAD - unsafe.Sizeof(C.struct_lx_error{})]struct{}
+	_ [unsafe.Sizeof(C.struct_lx_error{}) - C.LX_ERROR_HEAD]struct{}
 )
 
 func main() {}

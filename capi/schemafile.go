@@ -5,9 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -23,6 +28,10 @@ import (
 // "kind", "dtype" and "shape"; readers ignore keys they do not know, so a
 // later format can add fields without breaking older readers of the same
 // version.
+//
+// The schema files of the original loaderx 1.5.2 (a "format" key, the shape
+// as "item_shape" or as per-record "shapes") are read too; see
+// decodeOriginalSchema.
 //
 // Every error names the file it concerns. Arguments that do not describe a
 // valid schema wrap errSchemaInvalid; a file that cannot be decoded, lacks
@@ -120,7 +129,16 @@ type schemaFile struct {
 	Kind    *string  `msgpack:"kind"`
 	DType   *string  `msgpack:"dtype"`
 	Shape   *[]int64 `msgpack:"shape"`
+	// The fields of the original loaderx 1.5.2's schema (see
+	// decodeOriginalSchema); encodeSchema never writes them.
+	Format    *string    `msgpack:"format,omitempty"`
+	ItemShape *[]int64   `msgpack:"item_shape,omitempty"`
+	Shapes    *[][]int64 `msgpack:"shapes,omitempty"`
 }
+
+// originalFormat is the "format" value of the schema files the original
+// loaderx 1.5.2 writes.
+const originalFormat = "loaderx-zrecord"
 
 // encodeSchema returns the schema file content for s, or an error wrapping
 // errSchemaInvalid.
@@ -150,6 +168,9 @@ func decodeSchema(data []byte) (schema, error) {
 	if err := dec.Decode(&f); err != nil {
 		return schema{}, fmt.Errorf("%w: not a MessagePack map of the schema fields: %v", errSchemaCorrupt, err)
 	}
+	if f.Format != nil {
+		return decodeOriginalSchema(f)
+	}
 	switch {
 	case f.Version == nil:
 		return schema{}, fmt.Errorf("%w: no \"version\" field", errSchemaCorrupt)
@@ -172,6 +193,56 @@ func decodeSchema(data []byte) (schema, error) {
 	return s, nil
 }
 
+// decodeOriginalSchema reads the schema file of the original loaderx 1.5.2:
+// "format" is "loaderx-zrecord", "version" 1, "kind", "dtype" (numpy.dtype.str)
+// and "codec" as here, and the shape as "item_shape" (dense) or as
+// "shapes", the whole shape of every record (ragged). A ragged store here
+// has one item shape, every record's shape past its first axis, so a
+// ragged schema whose records disagree on it cannot be read as one. The
+// store's codec comes from its header, so "codec" is not needed.
+func decodeOriginalSchema(f schemaFile) (schema, error) {
+	switch {
+	case *f.Format != originalFormat:
+		return schema{}, fmt.Errorf("%w: \"format\" is %q, not %q", errSchemaCorrupt, *f.Format, originalFormat)
+	case f.Version == nil:
+		return schema{}, fmt.Errorf("%w: no \"version\" field", errSchemaCorrupt)
+	case *f.Version != 1:
+		return schema{}, fmt.Errorf("%w: %s schema version %d is not supported (this build reads 1)", errSchemaCorrupt, originalFormat, *f.Version)
+	case f.Kind == nil:
+		return schema{}, fmt.Errorf("%w: no \"kind\" field", errSchemaCorrupt)
+	case f.DType == nil:
+		return schema{}, fmt.Errorf("%w: no \"dtype\" field", errSchemaCorrupt)
+	}
+	s := schema{Kind: *f.Kind, DType: *f.DType, Shape: []int64{}}
+	switch s.Kind {
+	case kindDense:
+		if f.ItemShape == nil {
+			return schema{}, fmt.Errorf("%w: no \"item_shape\" field", errSchemaCorrupt)
+		}
+		if *f.ItemShape != nil {
+			s.Shape = *f.ItemShape
+		}
+	case kindRagged:
+		if f.Shapes == nil {
+			return schema{}, fmt.Errorf("%w: no \"shapes\" field", errSchemaCorrupt)
+		}
+		for i, shape := range *f.Shapes {
+			if len(shape) == 0 {
+				return schema{}, fmt.Errorf("%w: record %d has an empty shape", errSchemaCorrupt, i)
+			}
+			if i == 0 {
+				s.Shape = append(s.Shape, shape[1:]...)
+			} else if !slices.Equal(shape[1:], s.Shape) {
+				return schema{}, fmt.Errorf("%w: record %d has shape %v, record 0 has %v: a ragged store read here needs every record to share its shape past the first axis", errSchemaCorrupt, i, shape, append([]int64{(*f.Shapes)[0][0]}, s.Shape...))
+			}
+		}
+	}
+	if err := s.check(); err != nil {
+		return schema{}, fmt.Errorf("%w: %v", errSchemaCorrupt, err)
+	}
+	return s, nil
+}
+
 // writeSchema validates s and stores it as dir/schema.msgpack, replacing any
 // previous schema atomically: the content goes to a temporary file in dir,
 // is synced, and is renamed over the old one. dir must exist.
@@ -181,7 +252,7 @@ func writeSchema(dir string, s schema) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	tmp, err := os.CreateTemp(dir, schemaTempPattern)
+	tmp, err := createSchemaTemp(dir)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
@@ -208,6 +279,22 @@ func writeSchema(dir string, s schema) error {
 	}
 	done = true
 	return nil
+}
+
+// createSchemaTemp creates a new temporary file in dir whose name matches
+// schemaTempPattern. Unlike os.CreateTemp (0600) it gets the mode of the
+// store's other files, 0644 less the umask, so a schema replaced through it
+// stays readable by whoever can read the records.
+func createSchemaTemp(dir string) (*os.File, error) {
+	prefix, suffix, _ := strings.Cut(schemaTempPattern, "*")
+	for range 100 {
+		name := filepath.Join(dir, prefix+strconv.FormatUint(rand.Uint64(), 36)+suffix)
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		if !errors.Is(err, fs.ErrExist) {
+			return f, err
+		}
+	}
+	return nil, fmt.Errorf("create a temporary file in %s: %w", dir, fs.ErrExist)
 }
 
 // readSchema loads and validates dir/schema.msgpack.

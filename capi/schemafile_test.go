@@ -123,3 +123,45 @@ func TestUnknownFieldsIgnored(t *testing.T) {
 		t.Fatalf("Read = %+v, %v", s, err)
 	}
 }
+
+func TestReadOriginalSchema(t *testing.T) {
+	enc := func(m map[string]any) []byte {
+		b, err := msgpack.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	base := func(kind string) map[string]any {
+		return map[string]any{"format": "loaderx-zrecord", "version": 1, "kind": kind, "dtype": "<f4", "codec": "zstd", "note": "kept"}
+	}
+	dense := base("dense")
+	dense["item_shape"] = []int64{3, 4}
+	ragged := base("ragged")
+	ragged["shapes"] = [][]int64{{2, 5}, {0, 5}, {7, 5}}
+	empty := base("ragged")
+	empty["shapes"] = [][]int64{}
+	for _, c := range []struct {
+		in   map[string]any
+		want schema
+	}{
+		{dense, schema{Kind: kindDense, DType: "<f4", Shape: []int64{3, 4}}},
+		{ragged, schema{Kind: kindRagged, DType: "<f4", Shape: []int64{5}}},
+		{empty, schema{Kind: kindRagged, DType: "<f4", Shape: []int64{}}},
+	} {
+		got, err := decodeSchema(enc(c.in))
+		if err != nil || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("decodeSchema(%v) = %+v, %v; want %+v", c.in, got, err, c.want)
+		}
+	}
+	mixed := base("ragged")
+	mixed["shapes"] = [][]int64{{2, 5}, {3}}
+	wrongFormat := base("dense")
+	wrongFormat["format"] = "other"
+	noShape := base("dense")
+	for _, m := range []map[string]any{mixed, wrongFormat, noShape} {
+		if _, err := decodeSchema(enc(m)); !errors.Is(err, errSchemaCorrupt) {
+			t.Errorf("decodeSchema(%v): err %v, want errSchemaCorrupt", m, err)
+		}
+	}
+}

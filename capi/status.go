@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io/fs"
 	"runtime/debug"
+	"syscall"
 	"unicode/utf8"
 	"unsafe"
 
@@ -45,11 +46,15 @@ var statusTable = []struct {
 	{zrecord.ErrExists, statusExists},
 	{fs.ErrExist, statusExists},
 	{zrecord.ErrIndexOutOfRange, statusOutOfRange},
+	// A file missing from an existing store (a chunk, a table segment, the
+	// dictionary) is damage, and the store wraps both sentinels: it must
+	// not read as a missing path. A missing directory or meta.zr wraps
+	// ErrNotStore, which stays "not found".
+	{zrecord.ErrCorrupt, statusCorrupt},
+	{zrecord.ErrMissingDict, statusCorrupt},
 	{fs.ErrNotExist, statusNotFound},
 	{zrecord.ErrNotStore, statusCorrupt},
 	{zrecord.ErrVersion, statusCorrupt},
-	{zrecord.ErrCorrupt, statusCorrupt},
-	{zrecord.ErrMissingDict, statusCorrupt},
 	{zrecord.ErrDecode, statusCorrupt},
 	{errSchemaCorrupt, statusCorrupt},
 	{zrecord.ErrInvalidArgument, statusInvalid},
@@ -78,17 +83,40 @@ func statusOf(err error) C.int {
 	return statusIO
 }
 
-// fail writes err's message into the caller's buffer and returns its status.
-func fail(errBuf *C.char, errLen C.int64_t, err error) C.int {
-	return report(errBuf, errLen, statusOf(err), err.Error())
+// errnoOf returns the operating-system error number behind err, or 0 when
+// the failure did not come from a system call.
+func errnoOf(err error) int64 {
+	var en syscall.Errno
+	if errors.As(err, &en) {
+		return int64(en)
+	}
+	return 0
 }
 
-// report writes msg, NUL-terminated and truncated on a UTF-8 character
-// boundary, into the caller's buffer, and returns status.
+// fail writes err's error number and message into the caller's buffer and
+// returns its status.
+func fail(errBuf *C.char, errLen C.int64_t, err error) C.int {
+	return reportErrno(errBuf, errLen, statusOf(err), errnoOf(err), err.Error())
+}
+
+// report writes msg, with no error number, into the caller's buffer and
+// returns status.
 func report(errBuf *C.char, errLen C.int64_t, status C.int, msg string) C.int {
-	if errBuf != nil && errLen > 0 {
-		writeMessage(unsafe.Slice((*byte)(unsafe.Pointer(errBuf)), int(errLen)), msg)
+	return reportErrno(errBuf, errLen, status, 0, msg)
+}
+
+// reportErrno fills the caller's error buffer (struct lx_error, errLen
+// bytes): errnum, then msg, NUL-terminated and truncated on a UTF-8
+// character boundary, and returns status. A buffer too short for the
+// error number is left alone.
+func reportErrno(errBuf *C.char, errLen C.int64_t, status C.int, errnum int64, msg string) C.int {
+	if errBuf == nil || errLen < errorHead {
+		return status
 	}
+	e := (*C.struct_lx_error)(unsafe.Pointer(errBuf))
+	e.errnum = C.int64_t(errnum)
+	buf := unsafe.Slice((*byte)(unsafe.Pointer(errBuf)), int(errLen))
+	writeMessage(buf[errorHead:], msg)
 	return status
 }
 

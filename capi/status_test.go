@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/loaderx/loaderx/zrecord"
@@ -32,6 +33,8 @@ func TestStatusOf(t *testing.T) {
 		{notExist, 3},
 		{fmt.Errorf("open: %w: %w", zrecord.ErrNotStore, notExist), 3},
 		{wrap(zrecord.ErrNotStore), 4},
+		{fmt.Errorf("chunk missing: %w: %w", zrecord.ErrCorrupt, notExist), 4},
+		{fmt.Errorf("dict.zr: %w: %w", zrecord.ErrMissingDict, notExist), 4},
 		{wrap(zrecord.ErrVersion), 4},
 		{wrap(zrecord.ErrCorrupt), 4},
 		{wrap(zrecord.ErrMissingDict), 4},
@@ -53,6 +56,26 @@ func TestStatusOf(t *testing.T) {
 		}
 	}
 }
+
+func TestErrnoOf(t *testing.T) {
+	_, notExist := os.Open(filepath.Join(t.TempDir(), "missing"))
+	cases := []struct {
+		err  error
+		want int64
+	}{
+		{notExist, int64(syscall.ENOENT)},
+		{fmt.Errorf("write 0.chunk: %w", &fs.PathError{Op: "write", Path: "/x", Err: syscall.ENOSPC}), int64(syscall.ENOSPC)},
+		{wrap7(zrecord.ErrCorrupt), 0},
+		{errors.New("plain"), 0},
+	}
+	for _, c := range cases {
+		if got := errnoOf(c.err); got != c.want {
+			t.Errorf("errnoOf(%q) = %d, want %d", c.err, got, c.want)
+		}
+	}
+}
+
+func wrap7(sentinel error) error { return fmt.Errorf("zrecord: something at index 7: %w", sentinel) }
 
 func TestWriteMessage(t *testing.T) {
 	cases := []struct {

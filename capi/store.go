@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime/debug"
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/loaderx/loaderx/zrecord"
@@ -30,11 +32,16 @@ import (
 // store's files and its schema fails with LX_EXISTS, and nothing is removed
 // (zrecord.WithReplace).
 //
+// cancel is NULL or points to an int64_t flag the caller sets nonzero from
+// another thread to stop the call: while the dictionary trains, the flag is
+// polled every few milliseconds, and once it is set the call returns
+// LX_CANCELED without creating anything (see trainDict).
+//
 //export lx_store_create
 func lx_store_create(path *C.char, codec *C.char, dictTier *C.char, dictSize C.int64_t,
 	samples unsafe.Pointer, samplesLen C.int64_t, sampleOffsets *C.int64_t, nSamples C.int64_t,
 	kind *C.char, dtype *C.char, shape *C.int64_t, ndim C.int64_t, flags C.int64_t,
-	handle *C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
+	cancel *C.int64_t, handle *C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
 	return call("lx_store_create", errBuf, errLen, func() error {
 		dir, err := goString(path, "path")
 		if err != nil {
@@ -80,16 +87,22 @@ func lx_store_create(path *C.char, codec *C.char, dictTier *C.char, dictSize C.i
 		if flags&createReplace != 0 {
 			opts = append(opts, zrecord.WithReplace(schemaFileName, schemaTempPattern))
 		}
+		if canceled(cancel) {
+			return errCanceled(dir)
+		}
 		if c == zrecord.ZstdDict {
 			recs, err := packed(samples, samplesLen, sampleOffsets, nSamples, "samples")
 			if err != nil {
 				return err
 			}
-			dict, err := zrecord.TrainDict(recs, tier, int(dictSize))
+			dict, err := trainDict(cancel, recs, tier, int(dictSize))
 			if err != nil {
 				return err
 			}
 			opts = append(opts, zrecord.WithDict(dict))
+		}
+		if canceled(cancel) {
+			return errCanceled(dir)
 		}
 		s, err := zrecord.Create(dir, opts...)
 		if err != nil {
@@ -98,6 +111,64 @@ func lx_store_create(path *C.char, codec *C.char, dictTier *C.char, dictSize C.i
 		*handle = C.int64_t(register(s))
 		return nil
 	})
+}
+
+// cancelPoll is how often trainDict looks at the cancel flag.
+const cancelPoll = 5 * time.Millisecond
+
+// canceled reports whether the caller has set the flag at cancel.
+func canceled(cancel *C.int64_t) bool {
+	return cancel != nil && atomic.LoadInt64((*int64)(unsafe.Pointer(cancel))) != 0
+}
+
+// errCanceled is the LX_CANCELED error of lx_store_create.
+func errCanceled(dir string) error {
+	return &statusError{status: statusCanceled, msg: fmt.Sprintf("create %s: canceled; nothing was created", dir)}
+}
+
+// trainDict trains the dictionary (zrecord.TrainDict) while watching the
+// caller's cancel flag. The builder is one uninterruptible call, so with a
+// flag it runs on its own goroutine, on a private copy of the samples (they
+// are the caller's memory, which must not be read after the export
+// returns), and a set flag returns at once: the goroutine then finishes its
+// training in the background and its dictionary is dropped. Nothing it does
+// can create or touch a store, since only the caller creates one, after
+// this returns a dictionary.
+func trainDict(cancel *C.int64_t, recs [][]byte, tier zrecord.DictTier, size int) ([]byte, error) {
+	if cancel == nil {
+		return zrecord.TrainDict(recs, tier, size)
+	}
+	total := 0
+	for _, r := range recs {
+		total += len(r)
+	}
+	own := make([][]byte, len(recs))
+	buf := make([]byte, 0, total)
+	for k, r := range recs {
+		buf = append(buf, r...)
+		own[k] = buf[len(buf)-len(r):]
+	}
+	type trained struct {
+		dict []byte
+		err  error
+	}
+	done := make(chan trained, 1) // buffered: an abandoned trainer never blocks
+	go func() {
+		d, err := zrecord.TrainDict(own, tier, size)
+		done <- trained{d, err}
+	}()
+	tick := time.NewTicker(cancelPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case t := <-done:
+			return t.dict, t.err
+		case <-tick.C:
+			if canceled(cancel) {
+				return nil, &statusError{status: statusCanceled, msg: "dictionary training canceled; nothing was created"}
+			}
+		}
+	}
 }
 
 // lx_store_open opens the store in the directory path, read-only when
@@ -284,6 +355,45 @@ func lx_store_gather_packed(h C.int64_t, indices *C.int64_t, n C.int64_t, dst un
 	if err := s.GatherPacked(idx, buf, offs); err != nil {
 		return fail(errBuf, errLen, err)
 	}
+	return statusOK
+}
+
+// lx_store_gather_ragged reads the n records named by indices, whatever
+// their sizes, back to back into dst, from one consistent view of the store
+// (zrecord.Store.GatherRagged): it writes each record's size to sizes (n
+// values) and the sum of the sizes to *needed, and fills dst only when
+// *needed <= dst_len. Otherwise dst is untouched and the call succeeds: the
+// caller retries with a buffer of at least *needed bytes.
+//
+//export lx_store_gather_ragged
+func lx_store_gather_ragged(h C.int64_t, indices *C.int64_t, n C.int64_t, sizes *C.int64_t, dst unsafe.Pointer, dstLen C.int64_t,
+	needed *C.int64_t, errBuf *C.char, errLen C.int64_t) (status C.int) {
+	defer guard("lx_store_gather_ragged", &status, errBuf, errLen)
+	defer debug.SetPanicOnFault(faultsPanic())
+	if needed == nil {
+		return fail(errBuf, errLen, nullArg("needed"))
+	}
+	s, err := lookup(int64(h))
+	if err != nil {
+		return fail(errBuf, errLen, err)
+	}
+	idx, err := int64s(indices, n, "indices")
+	if err != nil {
+		return fail(errBuf, errLen, err)
+	}
+	sz, err := int64s(sizes, n, "sizes")
+	if err != nil {
+		return fail(errBuf, errLen, err)
+	}
+	buf, err := byteView(dst, dstLen, "dst")
+	if err != nil {
+		return fail(errBuf, errLen, err)
+	}
+	total, err := s.GatherRagged(idx, sz, buf)
+	if err != nil {
+		return fail(errBuf, errLen, err)
+	}
+	*needed = C.int64_t(total)
 	return statusOK
 }
 

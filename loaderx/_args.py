@@ -74,6 +74,9 @@ def as_indices(key: Any, n: int, what: str) -> tuple[np.ndarray, tuple[int, ...]
         raise TypeError(f"indices must be integers, got {key!r}")
     arr = key if isinstance(key, np.ndarray) else np.asarray(key)
     kind = arr.dtype.kind
+    if kind == "O":
+        arr = _object_indices(arr, n, what)
+        kind = arr.dtype.kind
     if kind == "b":
         if arr.shape != (n,):
             raise IndexError(f"boolean mask of shape {arr.shape} does not match {what} of length {n}")
@@ -105,6 +108,23 @@ def as_indices(key: Any, n: int, what: str) -> tuple[np.ndarray, tuple[int, ...]
     if hi >= n:
         raise index_error(arr[np.argmax(arr >= n)], n, what)
     return np.ascontiguousarray(arr, dtype=np.int64), shape
+
+
+def _object_indices(arr: np.ndarray, n: int, what: str) -> np.ndarray:
+    """An object array of Python integers as int64 (NumPy makes one of a list
+    holding an integer past int64, such as ``[1, 2**64]``): such an integer
+    is out of range of any store, so it is an IndexError naming it, and a
+    non-integer element is a TypeError."""
+    out = np.empty(arr.shape, dtype=np.int64)
+    flat = out.reshape(-1)
+    for k, v in enumerate(arr.reshape(-1).tolist()):
+        if isinstance(v, bool) or not hasattr(v, "__index__"):
+            raise TypeError(f"indices must be integers, got {v!r} ({type(v).__name__})")
+        i = operator.index(v)
+        if not -n <= i < n:
+            raise index_error(i, n, what)
+        flat[k] = i
+    return out
 
 
 # ---------------------------------------------------------------------------

@@ -68,6 +68,8 @@ from .errors import (
 __all__ = [
     "ABI_VERSION",
     "library_path",
+    "check_fork",
+    "CancelFlag",
     "store_create",
     "store_open",
     "store_close",
@@ -78,6 +80,7 @@ __all__ = [
     "store_gather",
     "store_sizes",
     "store_gather_packed",
+    "store_gather_ragged",
     "store_delete",
     "store_compact",
     "store_stats",
@@ -99,7 +102,8 @@ __all__ = [
 #: The version of the C ABI this module is written for (LX_ABI_VERSION).
 ABI_VERSION = 3
 
-#: Bytes of the per-thread buffer that receives error messages.
+#: Bytes of the per-thread error buffer (struct lx_error: the error number,
+#: then the message).
 ERRLEN = 4096
 
 FORK_MESSAGE = (
@@ -197,6 +201,7 @@ IO: int = lib.LX_IO
 BUSY: int = lib.LX_BUSY
 INTERNAL: int = lib.LX_INTERNAL
 EXISTS: int = lib.LX_EXISTS
+CANCELED: int = lib.LX_CANCELED
 
 #: The exception class for each failing status (LoaderxError for one the
 #: binding does not know).
@@ -210,6 +215,7 @@ STATUS_EXCEPTIONS: dict[int, type[BaseException]] = {
     BUSY: StoreLockedError,
     INTERNAL: LoaderxError,
     EXISTS: StoreExistsError,
+    CANCELED: KeyboardInterrupt,  # only ever asked for by a Ctrl-C (see CancelFlag)
 }
 
 #: The exception class raised for each status, indexed by status.
@@ -232,6 +238,10 @@ MAX_DIMS: int = lib.LX_MAX_DIMS
 #: The largest record a store holds, in bytes (LX_MAX_RECORD_SIZE).
 MAX_RECORD_SIZE: int = lib.LX_MAX_RECORD_SIZE
 
+#: Offset of the message in the error buffer (LX_ERROR_HEAD); the int64_t
+#: error number sits before it.
+_ERROR_HEAD: int = lib.LX_ERROR_HEAD
+
 #: Flags of lx_store_create (enum lx_create_flag).
 _CREATE_REPLACE: int = lib.LX_CREATE_REPLACE
 
@@ -246,6 +256,7 @@ if SAMPLE_SPEC_FIELDS != ("mode", "n", "batch", "seed", "step", "rank", "world",
 
 # Hot-path names, bound once.
 _from_buffer = ffi.from_buffer
+_cast = ffi.cast
 _new = ffi.new
 _string = ffi.string
 _I64 = np.dtype(np.int64)
@@ -255,6 +266,7 @@ _NULL = ffi.NULL
 _lx_sample = lib.lx_sample
 _lx_store_gather = lib.lx_store_gather
 _lx_store_gather_packed = lib.lx_store_gather_packed
+_lx_store_gather_ragged = lib.lx_store_gather_ragged
 _lx_store_len = lib.lx_store_len
 
 #: The layout of lx_sample's spec: LX_SPEC_LEN int64 values, the seed as uint64.
@@ -308,10 +320,21 @@ def _errbuf() -> Any:
 
 
 def _raise(status: int, err: Any) -> None:
-    """Raise the exception for a failing status, with the library's message."""
-    msg = _string(err).decode("utf-8", "replace")
+    """Raise the exception for a failing status, with the library's message.
+
+    An ``OSError`` (and its subclasses) carries the error number the library
+    reported, so ``e.errno`` is ``errno.ENOSPC``, ``errno.EACCES`` ...; for
+    the plain ``OSError`` of ``LX_IO`` the number also picks the subclass
+    (``PermissionError``, ``IsADirectoryError`` ...) as ``OSError`` does.
+    """
+    msg = _string(err + _ERROR_HEAD).decode("utf-8", "replace")
     if 0 < status < len(_EXCEPTIONS):
-        raise _EXCEPTIONS[status](msg)
+        cls = _EXCEPTIONS[status]
+        if issubclass(cls, OSError):
+            errnum = int(_cast("int64_t *", err)[0])
+            if errnum:
+                raise cls(errnum, msg)
+        raise cls(msg)
     raise LoaderxError(f"unknown status {status} from the native library: {msg}")
 
 
@@ -321,6 +344,15 @@ def _check(status: int, err: Any) -> None:
 
 
 def _fork_check() -> None:
+    if _forked:
+        raise ForkError(FORK_MESSAGE)
+
+
+def check_fork() -> None:
+    """Raise :class:`ForkError` in a child of ``os.fork()`` (of a process that
+    had loaded the library); do nothing elsewhere. For callers that must
+    refuse before reaching a native call, such as a loader whose worker
+    threads did not survive the fork."""
     if _forked:
         raise ForkError(FORK_MESSAGE)
 
@@ -444,6 +476,27 @@ def _pack(records: Sequence[Any], name: str) -> tuple[bytes, np.ndarray]:
 # --- stores --------------------------------------------------------------------
 
 
+class CancelFlag:
+    """A flag that a long native call polls: :meth:`set`, from any thread,
+    asks the call to stop. :func:`store_create` honours it while it trains a
+    dictionary, and then raises ``KeyboardInterrupt`` having created
+    nothing."""
+
+    __slots__ = ("_cell",)
+
+    def __init__(self) -> None:
+        self._cell = _new("int64_t[1]")
+
+    def set(self) -> None:
+        """Ask the call to stop."""
+        self._cell[0] = 1
+
+    def is_set(self) -> bool:
+        """Whether :meth:`set` was called."""
+        return bool(self._cell[0])
+
+
+
 def store_create(
     path: str | os.PathLike[str],
     codec: str = "zstd",
@@ -453,6 +506,7 @@ def store_create(
     samples: list[Any] | None = None,
     schema: tuple[str, str, Sequence[int]] | None = None,
     overwrite: bool = False,
+    cancel: CancelFlag | None = None,
 ) -> int:
     """Create a record store in the directory ``path`` and return its handle.
 
@@ -470,6 +524,10 @@ def store_create(
     ``overwrite=True`` a previous store in ``path`` is replaced; a directory
     that holds anything besides a store's files and its schema still raises
     :class:`StoreExistsError`, naming what it found, and is left alone.
+
+    With a ``cancel`` flag (see :class:`CancelFlag`) another thread can stop
+    the call while the dictionary trains: it then returns within a few
+    milliseconds, raising ``KeyboardInterrupt``, and creates nothing.
     """
     p = _cpath(path)
     c = _cstr(codec, "codec")
@@ -488,7 +546,7 @@ def store_create(
     return _call(
         lib.lx_store_create, p, c, t, dict_size, _byte_view(data, "samples"), len(data),
         _from_buffer(_I64_ARRAY, offsets), len(offsets) - 1, kind, dtype, shape, ndim,
-        _CREATE_REPLACE if overwrite else 0, _OUT,
+        _CREATE_REPLACE if overwrite else 0, _NULL if cancel is None else cancel._cell, _OUT,
     )
 
 
@@ -609,6 +667,34 @@ def store_gather_packed(h: int, indices: np.ndarray, out: Any, offsets: np.ndarr
     status = _lx_store_gather_packed(h, ib, len(ib), ob, len(ob), offs, err, ERRLEN)
     if status:
         _raise(status, err)
+
+
+def store_gather_ragged(h: int, indices: np.ndarray, sizes: np.ndarray, out: Any) -> int:
+    """Read the records at ``indices`` back to back into ``out`` from one
+    consistent view of the store, and return the bytes they need.
+
+    Each record's size goes to ``sizes`` (a writable int64 array of
+    ``len(indices)`` values). When the returned total fits in ``out`` (a
+    writable C-contiguous buffer), record ``k`` is in ``out`` at the sum of
+    the sizes before it; otherwise ``out`` is untouched: call again with a
+    buffer of at least the returned size (the store may change in between,
+    so check again).
+    """
+    if _forked:
+        raise ForkError(FORK_MESSAGE)
+    ib = _i64_view(indices, "indices")
+    sb = _i64_view(sizes, "sizes", True)
+    if len(sb) != len(ib):
+        raise ValueError(f"sizes must hold len(indices) = {len(ib)} values, not {len(sb)}")
+    ob = _byte_view(out, "out", True)
+    try:
+        ctx = _tls.ctx
+    except AttributeError:
+        ctx = _new_context()
+    status = _lx_store_gather_ragged(h, ib, len(ib), sb, ob, len(ob), ctx.cell, ctx.err, ERRLEN)
+    if status:
+        _raise(status, ctx.err)
+    return ctx.cell[0]
 
 
 def store_delete(h: int, indices: np.ndarray) -> None:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from loaderx import _native
 from loaderx.errors import ClosedError
 
 if TYPE_CHECKING:
@@ -203,10 +204,24 @@ class Pipeline:
         """Sample, gather and transform ``step``."""
         batch, raw = self.gather(step, indices)
         if self.transform is not None:
-            out = self.transform(batch)
+            out = self.apply(step, batch)
             del batch
             return out, raw
         return batch, raw
+
+    def apply(self, step: int, batch: Batch) -> Any:
+        """Run the transform on the batch of ``step``. A StopIteration it
+        raises would silently end the consumer's ``for`` loop, so it becomes
+        a RuntimeError (chained) naming the step."""
+        transform = self.transform
+        assert transform is not None
+        try:
+            return transform(batch)
+        except StopIteration as e:
+            raise RuntimeError(
+                f"the DataLoader's transform {transform!r} raised StopIteration at step {step}; "
+                "a loader never ends, so a transform must not signal the end of iteration"
+            ) from e
 
     def start(self) -> None:
         """Start the worker threads."""
@@ -297,13 +312,10 @@ class Pipeline:
 
     def _transform_worker(self) -> None:
         """A transform worker of a large-batch pipeline."""
-        transform = self.transform
-        assert transform is not None
-
         def finish(step: int, gathered: Finished) -> Finished:
             batch, raw = gathered
             del gathered
-            return transform(batch), raw
+            return self.apply(step, batch), raw
 
         self._serve(self._claim_gathered, finish)
 
@@ -312,8 +324,12 @@ class Pipeline:
     def next(self) -> Any:
         """The item of the next step, in step order; its batch arrays go back
         to their pools. A failure of that step is raised here, and
-        StopIteration once a finite run reaches ``end``. Without
-        workers the step is made here, in the caller."""
+        StopIteration once a finite run reaches ``end``. Without workers
+        the step is made here, in the caller. In a child of ``os.fork()``
+        it raises :class:`loaderx.errors.ForkError`: the worker threads did
+        not survive the fork, and a step prefetched before it belongs to
+        the parent."""
+        _native.check_fork()
         if self.num_workers:
             item = self._take_finished()
         else:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -27,6 +29,106 @@ if TYPE_CHECKING:
 
 _S = TypeVar("_S", bound="StoreHandle")
 
+#: Serialises the first use of handles opened on demand (see StoreHandle).
+_LAZY_LOCK = threading.RLock()
+
+
+class Fault:
+    """One fault :meth:`StoreHandle.verify` found: the ``file`` it is in, the
+    record ``index`` it concerns (None for a fault of the header, the
+    dictionary or the schema as a whole) and ``what`` failed."""
+
+    __slots__ = ("file", "index", "what")
+
+    def __init__(self, file: str, index: int | None, what: str) -> None:
+        self.file = file
+        self.index = index
+        self.what = what
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Fault):
+            return NotImplemented
+        return (self.file, self.index, self.what) == (other.file, other.index, other.what)
+
+    def __hash__(self) -> int:
+        return hash((self.file, self.index, self.what))
+
+    def __repr__(self) -> str:
+        return f"Fault(file={self.file!r}, index={self.index!r}, what={self.what!r})"
+
+    def __str__(self) -> str:
+        where = self.file if self.index is None else f"{self.file}, record {self.index}"
+        return f"{where}: {self.what}"
+
+
+class VerifyReport:
+    """What a full verification of the store at :attr:`path` found.
+
+    True (and :attr:`ok`) when nothing is damaged; otherwise :attr:`faults`
+    lists every fault found, in the order found, and iterating the report
+    yields them. ``str(report)`` is a readable summary.
+    """
+
+    __slots__ = ("checked", "checksummed", "faults", "more_faults", "path", "pending", "records", "version")
+
+    def __init__(
+        self,
+        path: str,
+        faults: list[Fault],
+        *,
+        version: int = 0,
+        checksummed: bool = True,
+        records: int = 0,
+        checked: int = 0,
+        more_faults: int = 0,
+        pending: list[str] | None = None,
+    ) -> None:
+        self.path = path
+        self.faults = faults
+        #: the store's format version (4 has checksums; 1 and 3 are older)
+        self.version = version
+        #: whether the format carries checksums: without them damage to raw
+        #: records cannot be seen
+        self.checksummed = checksummed
+        #: how many records the header claims, and how many were examined
+        self.records = records
+        self.checked = checked
+        #: faults found beyond those listed (the scan lists at most 1000)
+        self.more_faults = more_faults
+        #: journals of an interrupted delete or compact, which the next
+        #: writable open completes or discards (not damage)
+        self.pending = list(pending or ())
+
+    @property
+    def ok(self) -> bool:
+        """Whether no fault was found."""
+        return not self.faults
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __iter__(self) -> Iterator[Fault]:
+        return iter(self.faults)
+
+    def __repr__(self) -> str:
+        return f"VerifyReport({self.path!r}, faults={self.faults!r})"
+
+    def __str__(self) -> str:
+        notes = []
+        if not self.checksummed:
+            notes.append(f"format {self.version} has no checksums: raw records cannot be checked")
+        if self.pending:
+            notes.append("an interrupted operation is pending: " + ", ".join(self.pending))
+        if self.ok:
+            return "\n".join([f"{self.path}: no damage found", *(f"  note: {n}" for n in notes)])
+        n = len(self.faults) + self.more_faults
+        lines = [f"{self.path}: {n} fault{'s' if n != 1 else ''}"]
+        lines += [f"  {f}" for f in self.faults]
+        if self.more_faults:
+            lines.append(f"  ... and {self.more_faults} more")
+        lines += [f"  note: {n}" for n in notes]
+        return "\n".join(lines)
+
 
 def packed_offsets(sizes: np.ndarray) -> np.ndarray:
     """``len(sizes) + 1`` int64 offsets of records packed back to back."""
@@ -36,16 +138,52 @@ def packed_offsets(sizes: np.ndarray) -> np.ndarray:
     return offsets
 
 
+def _fault(f: dict[str, Any]) -> Fault:
+    """A fault as the binding reports it, as a :class:`Fault`."""
+    index = f.get("index")
+    return Fault(str(f["file"]), None if index is None or index < 0 else int(index), str(f["what"]))
+
+
 class StoreHandle:
     """A store at ``path``, closed until a subclass opens it and hands the
     handle to :meth:`_adopt`. Messages name the store by its class name and
-    path."""
+    path.
+
+    An instance made by :meth:`_deferred` (what unpickling makes) has no
+    handle yet: the first use opens it through the subclass's :meth:`_load`,
+    in whichever process uses it, so a pickle carries only the path and
+    unpickling never calls the native library. In a child of ``os.fork()``
+    that first use raises :class:`loaderx.errors.ForkError`, at the use,
+    where a worker pool reports it as the task's failure.
+    """
 
     _handle: int | None = None  # also what a half-built instance's finaliser sees
+    _deferred_open = False  # True until a deferred instance is first used
+    _bytes_per_record = 0.0  # _read_packed's guess, from the previous read
 
     def __init__(self, path: PathLike) -> None:
         self._handle = None
         self._path = os.fspath(path)
+
+    @classmethod
+    def _deferred(cls: type[_S], path: str) -> _S:
+        """An instance for ``path`` that opens the store on first use."""
+        obj = cls.__new__(cls)
+        StoreHandle.__init__(obj, path)
+        obj._deferred_open = True
+        return obj
+
+    def _load(self) -> None:
+        """Open the store and :meth:`_adopt` its handle (subclasses)."""
+        raise NotImplementedError
+
+    def _open_deferred(self) -> None:
+        """Open a deferred instance now (once, whichever thread gets here
+        first); a failure leaves it deferred, so every use raises it."""
+        with _LAZY_LOCK:
+            if self._deferred_open:
+                self._load()
+                self._deferred_open = False
 
     def _adopt(self, handle: int) -> None:
         """Take ownership of an open native handle."""
@@ -57,7 +195,11 @@ class StoreHandle:
         """The open handle; raises :class:`ClosedError` once closed."""
         h = self._handle
         if h is None:
-            raise ClosedError(f"{type(self).__name__}({self._path!r}) is closed")
+            if self._deferred_open:
+                self._open_deferred()
+                h = self._handle
+            if h is None:
+                raise ClosedError(f"{type(self).__name__}({self._path!r}) is closed")
         return h
 
     def _indices(self, key: Any) -> tuple[np.ndarray, tuple[int, ...]]:
@@ -68,15 +210,24 @@ class StoreHandle:
         """The byte size of each of the (valid, non-empty) records ``idx``."""
         return np.asarray(_native.store_sizes(self._h, idx), dtype=np.int64)
 
-    def _read_packed(self, idx: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Read the records ``idx`` (of byte ``sizes``) back to back with one
-        native call: a uint8 buffer and the ``len(idx) + 1`` offsets of each
-        record in it."""
-        offsets = packed_offsets(sizes)
-        buf = np.empty(int(offsets[-1]), dtype=np.uint8)
-        if buf.size:
-            _native.store_gather_packed(self._h, idx, buf, offsets)
-        return buf, offsets
+    def _read_packed(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Read the records ``idx`` back to back from one consistent view of
+        the store (a concurrent delete lands wholly before or after): a uint8
+        buffer, the ``len(idx) + 1`` offsets of each record in it and their
+        sizes. One native call when the buffer, sized from the previous
+        read's bytes per record, is large enough; else one more with the
+        size the first call reported."""
+        n = len(idx)
+        sizes = np.empty(n, dtype=np.int64)
+        buf = np.empty(max(0, int(n * self._bytes_per_record)), dtype=np.uint8)
+        while True:
+            needed = int(_native.store_gather_ragged(self._h, idx, sizes, buf))
+            if needed <= buf.size:
+                break
+            buf = np.empty(needed, dtype=np.uint8)
+        if n:
+            self._bytes_per_record = needed / n * 1.125 + 1  # a little headroom for the next read
+        return buf[:needed], packed_offsets(sizes), sizes
 
     # -- what every store shares -------------------------------------------
 
@@ -93,7 +244,7 @@ class StoreHandle:
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` has been called."""
-        return self._handle is None
+        return self._handle is None and not self._deferred_open
 
     def __len__(self) -> int:
         return int(_native.store_len(self._h))
@@ -106,10 +257,34 @@ class StoreHandle:
         reclaim."""
         return dict(_native.store_stats(self._h))
 
+    def verify(self) -> VerifyReport:
+        """Read the whole store and check every checksum (header, dictionary,
+        record table, every record), carrying on past a fault, and return a
+        :class:`VerifyReport` of every fault found. It reads every byte, so
+        it takes about as long as reading the store once."""
+        report = _native.store_verify(self._h)
+        faults = [_fault(f) for f in report["faults"]]
+        faults += self._verify_more(faults)
+        return VerifyReport(
+            self._path,
+            faults,
+            version=int(report["version"]),
+            checksummed=bool(report["checksummed"]),
+            records=int(report["records"]),
+            checked=int(report["checked"]),
+            more_faults=int(report.get("more_faults") or 0),
+            pending=[str(p) for p in report.get("pending") or ()],
+        )
+
+    def _verify_more(self, faults: list[Fault]) -> list[Fault]:
+        """Faults a subclass finds beyond the store's own (given its faults)."""
+        return []
+
     def close(self) -> None:
         """Close the store, syncing pending writes. Safe to call twice; any
         later use raises :class:`loaderx.errors.ClosedError`."""
         h, self._handle = self._handle, None
+        self._deferred_open = False
         if h is not None:
             _native.store_close(h)
 

@@ -6,14 +6,18 @@ varies into a *ragged* store. Both stream the input in bounded pieces, so an
 array opened with ``np.load(..., mmap_mode='r')`` is never materialised, and
 both record a ``schema.msgpack`` (kind, dtype, item shape) next to the data.
 
-A conversion interrupted with Ctrl-C stops at the next piece boundary and
-leaves a valid store holding every record written so far, then re-raises
-:class:`KeyboardInterrupt`.
+A conversion interrupted with Ctrl-C stops at the next piece boundary (or,
+while a ``zstd_dict`` dictionary trains, within a few milliseconds) and
+leaves a valid store holding every record written so far (or no store, if
+the interrupt came before the store was created), closed and unlocked, then
+re-raises :class:`KeyboardInterrupt`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -112,6 +116,7 @@ def _create_store(
     schema: tuple[str, str, tuple[int, ...]],
     overwrite: bool,
     dict_bytes: bytes | None = None,
+    cancel: _native.CancelFlag | None = None,
 ) -> int:
     """Create the store at ``path`` together with its ``schema`` (kind, dtype
     string, item shape), replacing a previous store when ``overwrite``, and
@@ -122,11 +127,11 @@ def _create_store(
             path, dict_bytes, dict_tier=dict_tier, schema=schema, overwrite=overwrite
         )
     if codec != "zstd_dict":
-        return _native.store_create(path, codec, schema=schema, overwrite=overwrite)
+        return _native.store_create(path, codec, schema=schema, overwrite=overwrite, cancel=cancel)
     try:
         return _native.store_create(
             path, codec, dict_tier=dict_tier, dict_size=dict_size, samples=samples,
-            schema=schema, overwrite=overwrite,
+            schema=schema, overwrite=overwrite, cancel=cancel,
         )
     except ValueError as e:
         if "dictionary" not in str(e):
@@ -138,6 +143,120 @@ def _create_store(
         ) from e
 
 
+class _Output:
+    """The store a conversion writes, and the one place its handle lives.
+
+    The native create (which trains the dictionary of a ``zstd_dict`` store,
+    for seconds) runs on a helper thread while this thread waits in
+    interruptible steps: Ctrl-C stops the wait at once, and :meth:`finish`
+    cancels the training. The handle goes from that thread straight into
+    this object, so no interrupt, wherever it lands, can lose it between
+    the native call and its owner; :meth:`finish` syncs and closes it even
+    when a second Ctrl-C hits the cleanup, and the finaliser closes it if
+    an interrupt lands before :meth:`finish` is even called.
+    """
+
+    _WAIT = 0.05  # seconds per interruptible wait
+    # what the finaliser sees if an interrupt cuts __init__ short
+    _done: list[tuple[bool, Any]] | tuple[()] = ()
+    _closed = True
+
+    def __init__(self) -> None:
+        self._done: list[tuple[bool, Any]] = []  # (ok, handle or exception), set by the helper
+        self._finished = threading.Event()  # the helper has put its result in _done
+        self._thread: threading.Thread | None = None
+        self._cancel = _native.CancelFlag()
+        self._closed = False
+
+    def create(self, *args: Any) -> int:
+        """Run :func:`_create_store` with ``args`` and return the handle."""
+        done = self._done
+        finished = self._finished
+
+        def run() -> None:
+            try:
+                done.append((True, _create_store(*args, cancel=self._cancel)))
+            except BaseException as e:  # handed to the waiting thread
+                done.append((False, e))
+            finally:
+                finished.set()
+
+        t = threading.Thread(target=run, name="loaderx-create", daemon=True)
+        self._thread = t
+        t.start()
+        # An Event, not Thread.join: on CPython 3.11 a join cut short by
+        # KeyboardInterrupt can leave the thread looking finished while it
+        # still runs, and the cleanup must wait for it.
+        while not finished.wait(self._WAIT):
+            pass
+        ok, value = done[0]
+        if not ok:
+            try:
+                raise value
+            finally:
+                del value, done
+        return value
+
+    @property
+    def handle(self) -> int:
+        """The open handle (after :meth:`create` returned)."""
+        return self._done[0][1]
+
+    def finish(self, failed: bool) -> None:
+        """Sync and close the store; with ``failed`` (an exception is
+        propagating) never raise anything but a new interrupt. A
+        KeyboardInterrupt during the cleanup does not stop it: the cleanup
+        starts over (every step may run twice) and the interrupt is raised
+        once it is done."""
+        interrupt: KeyboardInterrupt | None = None
+        while True:
+            try:
+                self._finish(failed)
+                break
+            except KeyboardInterrupt as e:
+                interrupt = e
+                failed = True
+        if interrupt is not None:
+            raise interrupt
+
+    def _finish(self, failed: bool) -> None:
+        t = self._thread
+        if t is not None and not self._finished.is_set():  # interrupted while creating
+            self._cancel.set()
+            # A helper that runs (it has an ident before it runs anything)
+            # is waited for; one that has not started yet finds the flag set
+            # when it reaches the native create, which then creates nothing.
+            if t.ident is not None:
+                while not self._finished.wait(self._WAIT):
+                    pass
+        if self._closed or not self._done or not self._done[0][0]:
+            self._closed = True
+            return
+        handle = self._done[0][1]
+        if failed:
+            with contextlib.suppress(Exception):
+                _native.store_sync(handle)
+            _native.store_close(handle)  # closing twice is harmless
+        else:
+            try:
+                _native.store_sync(handle)
+            finally:
+                _native.store_close(handle)
+        self._closed = True
+
+    def __del__(self) -> None:
+        # An interrupt raised in a finaliser is only printed, so it must not
+        # stop the close either: try again.
+        for _ in range(3):
+            try:
+                if not self._closed and self._done and self._done[0][0]:
+                    _native.store_close(self._done[0][1])
+                    self._closed = True
+                return
+            except BaseException:  # a finaliser cannot raise
+                continue
+
+
 def _next_piece_rows(rows: int, written: int, elapsed: float, max_rows: int) -> int:
     """The size of the next piece: aim at _PIECE_SECONDS per append, growing
     at most 2x per piece, within [1, max_rows]."""
@@ -147,18 +266,6 @@ def _next_piece_rows(rows: int, written: int, elapsed: float, max_rows: int) -> 
         return min(max_rows, rows * 2)
     want = int(rows * _PIECE_SECONDS / elapsed)
     return max(1, min(max_rows, rows * 2, want))
-
-
-def _finish(handle: int, failed: bool) -> None:
-    """Sync and close; while an exception is propagating, never mask it."""
-    if failed:
-        try:
-            _native.store_sync(handle)
-        finally:
-            _native.store_close(handle)
-    else:
-        _native.store_sync(handle)
-        _native.store_close(handle)
 
 
 def from_numpy(
@@ -257,13 +364,14 @@ def from_numpy(
     releaser = _PageReleaser(array)
     bar = Progress(f"from_numpy {path}", n, n * item_nbytes, enabled=progress)
 
-    handle = _create_store(
-        path, codec, dict_tier, dict_size_n, samples, ("dense", schema_name(target), item_shape),
-        overwrite, ready_dict,
-    )
-    del samples
+    out = _Output()
     failed = True
     try:
+        handle = out.create(
+            path, codec, dict_tier, dict_size_n, samples, ("dense", schema_name(target), item_shape),
+            overwrite, ready_dict,
+        )
+        del samples
         start = 0
         while start < n:
             stop = min(n, start + rows)
@@ -281,8 +389,10 @@ def from_numpy(
             rows = _next_piece_rows(rows, m, elapsed, max_rows)
         failed = False
     finally:
-        bar.close()
-        _finish(handle, failed)
+        try:
+            bar.close()
+        finally:
+            out.finish(failed)
 
 
 def from_iterator(
@@ -401,14 +511,15 @@ def from_iterator(
             buffered += rec.nbytes
         samples = [r.tobytes() for r in pending]
 
-    handle = _create_store(
-        path, codec, dict_tier, dict_size_n, samples,
-        ("ragged", schema_name(state["dtype"]), state["trailing"]), overwrite, ready_dict,
-    )
-    del samples
     bar = Progress(f"from_iterator {path}", total, None, enabled=progress)
+    out = _Output()
     failed = True
     try:
+        handle = out.create(
+            path, codec, dict_tier, dict_size_n, samples,
+            ("ragged", schema_name(state["dtype"]), state["trailing"]), overwrite, ready_dict,
+        )
+        del samples
         pending_bytes = sum(r.nbytes for r in pending)
         while True:
             value = next(it, _END)
@@ -430,8 +541,10 @@ def from_iterator(
                 break
         failed = False
     finally:
-        bar.close()
-        _finish(handle, failed)
+        try:
+            bar.close()
+        finally:
+            out.finish(failed)
 
 
 _END = object()

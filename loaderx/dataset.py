@@ -27,15 +27,20 @@ import numpy as np
 from loaderx import _native
 from loaderx._args import is_scalar_index, normalize_index
 from loaderx._dtypes import from_schema_name
-from loaderx._store import StoreHandle, compact_handle, open_logged, packed_offsets
-from loaderx.errors import CorruptStoreError
+from loaderx._store import Fault, StoreHandle, VerifyReport, compact_handle, open_logged, packed_offsets
+from loaderx.errors import ClosedError, CorruptStoreError
 
 if TYPE_CHECKING:
     from loaderx._args import IndexLike, PathLike
 
-__all__ = ["DenseDataset", "RaggedDataset", "pad"]
+__all__ = ["DenseDataset", "RaggedDataset", "VerifyReport", "pad"]
 
 _ITER_BYTES = 4 << 20  # iteration reads this much per native call
+
+_VERIFY_BLOCK = 1 << 16  # records per size check in verify()
+
+#: What opening a dataset sets besides the handle.
+_SCHEMA_ATTRS = frozenset({"_dtype", "_item_shape", "_stride", "_codec"})
 
 
 def _read_schema(path: str, want: str) -> tuple[np.dtype, tuple[int, ...]]:
@@ -75,13 +80,20 @@ class _StoreView(StoreHandle):
 
     _kind = ""
 
+    _writable = False  # what a deferred (unpickled) instance is
+
     def __init__(self, path: PathLike, *, writable: bool = False) -> None:
         super().__init__(path)
-        self._dtype, self._item_shape = _read_schema(self._path, self._kind)
-        # bytes of one item (dense) or of one row along axis 0 (ragged)
-        self._stride = int(np.prod(self._item_shape, dtype=np.int64)) * self._dtype.itemsize
         self._writable = bool(writable)
-        self._adopt(open_logged(self._path, readonly=not self._writable))
+        self._load()
+
+    def _load(self) -> None:
+        dtype, item_shape = _read_schema(self._path, self._kind)
+        handle = open_logged(self._path, readonly=not self._writable)
+        self._dtype, self._item_shape = dtype, item_shape
+        # bytes of one item (dense) or of one row along axis 0 (ragged)
+        self._stride = int(np.prod(item_shape, dtype=np.int64)) * dtype.itemsize
+        self._adopt(handle)
 
     @property
     def writable(self) -> bool:
@@ -124,13 +136,52 @@ class _StoreView(StoreHandle):
         """Make every append so far durable."""
         _native.store_sync(self._writer("sync"))
 
+    def __getattr__(self, name: str) -> Any:
+        # Reached only for attributes not set yet: the schema's, on an
+        # unpickled dataset that has not been used (see StoreHandle).
+        if name in _SCHEMA_ATTRS and self.__dict__.get("_deferred_open"):
+            self._open_deferred()
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     @property
     def dtype(self) -> np.dtype:
         """The dtype of every element."""
         return self._dtype
 
+    def _verify_more(self, faults: list[Fault]) -> list[Fault]:
+        """Records whose size the schema rules out (a dense record not of the
+        item size, a ragged one not a whole number of rows), in records the
+        store itself found sound."""
+        h = self._h
+        n = int(_native.store_len(h))
+        damaged = {f.index for f in faults if f.index is not None}
+        out: list[Fault] = []
+        schema_file = os.path.join(self._path, "schema.msgpack")
+        for start in range(0, n, _VERIFY_BLOCK):
+            idx = np.arange(start, min(n, start + _VERIFY_BLOCK), dtype=np.int64)
+            try:
+                sizes = _native.store_sizes(h, idx)
+            except CorruptStoreError:  # the store's own faults cover it
+                continue
+            if self._kind == "dense":
+                bad = np.flatnonzero(sizes != self._stride)
+                want = f"{self._stride} bytes"
+            elif self._stride:
+                bad = np.flatnonzero(sizes % self._stride)
+                want = f"a multiple of one row ({self._stride} bytes)"
+            else:
+                continue
+            for k in bad.tolist():
+                i = start + k
+                if i not in damaged:
+                    out.append(Fault(schema_file, i, f"record {i} is {int(sizes[k])} bytes, the schema needs {want}"))
+        return out
+
     def __repr__(self) -> str:
         name = type(self).__name__
+        if self._deferred_open:
+            return f"{name}({self._path!r}, not opened yet)"
         if self._handle is None:
             return f"{name}({self._path!r}, closed)"
         return (
@@ -139,10 +190,13 @@ class _StoreView(StoreHandle):
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Reopen by path: handles do not survive a process boundary.
+        # Only the path: handles do not survive a process boundary, and
+        # unpickling a read-only dataset must not call the native library (in
+        # a forked worker that raises where a pool cannot report it), so the
+        # copy opens the store at its first use. A writer reopens at once.
         if self._writable:
             return (_reopen_writable, (type(self), self._path))
-        return (type(self), (self._path,))
+        return (type(self)._deferred, (self._path,))
 
 
 def _reopen_writable(cls: type, path: str) -> Any:
@@ -166,9 +220,14 @@ class DenseDataset(_StoreView):
         writable: open for :meth:`append`, :meth:`delete` and
             :meth:`compact` (one writer per store at a time).
 
+    A pickled dataset carries only its path; the copy opens the store at its
+    first use, in whichever process uses it.
+
     Raises:
         FileNotFoundError: nothing (or no store) at ``path``.
         ValueError: the store is ragged, or has no schema (a raw Zrecord).
+        loaderx.errors.CorruptStoreError: the store or its schema is damaged
+            (also raised by a read that finds a record of the wrong size).
     """
 
     _kind = "dense"
@@ -220,7 +279,30 @@ class DenseDataset(_StoreView):
         """Fill ``out`` from valid, C-contiguous int64 ``indices``: the loader's
         path, one native call with the GIL released."""
         if self._stride and indices.size:
-            _native.store_gather(self._h, indices, out, self._stride)
+            h = self._h
+            try:
+                _native.store_gather(h, indices, out, self._stride)
+            except ValueError as e:
+                if isinstance(e, ClosedError):
+                    raise
+                self._size_damage(h, indices, e)
+                raise
+
+    def _size_damage(self, h: int, indices: np.ndarray, cause: ValueError) -> None:
+        """Raise CorruptStoreError if a record at ``indices`` is not the item
+        size the schema gives: the indices and the buffer were checked, so a
+        record of another size can only be damage (to the record table or to
+        schema.msgpack). Returns when every record has the right size."""
+        sizes = np.asarray(_native.store_sizes(h, indices.reshape(-1)), dtype=np.int64)
+        bad = np.flatnonzero(sizes != self._stride)
+        if bad.size:
+            k = int(bad[0])
+            raise CorruptStoreError(
+                f"{self._path!r}: record {int(indices.reshape(-1)[k])} is {int(sizes[k])} bytes, but "
+                f"{os.path.join(self._path, 'schema.msgpack')} gives every item {self._stride} bytes "
+                f"(shape {self._item_shape}, dtype {self._dtype.str}): the record table or the "
+                "schema is damaged"
+            ) from cause
 
     def __getitem__(self, key: IndexLike) -> np.ndarray:
         h = self._h
@@ -378,9 +460,8 @@ class RaggedDataset(_StoreView):
     def _read(self, idx: np.ndarray) -> list[np.ndarray]:
         if not idx.size:
             return []
-        sizes = self._sizes(idx)
+        buf, offsets, sizes = self._read_packed(idx)
         rows = self._rows(sizes, idx)
-        buf, offsets = self._read_packed(idx, sizes)
         flat = buf.view(self._dtype)
         bounds = (offsets // self._dtype.itemsize).tolist()
         tail = self._item_shape

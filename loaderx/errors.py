@@ -4,7 +4,10 @@ Every failure of the native library reaches Python as one of these, or as the
 built-in exception that matches it best (``ValueError`` for an invalid
 argument, ``IndexError`` for an index out of range, ``FileNotFoundError`` for a
 missing path, ``OSError`` for an I/O error). The message is the one the native
-library wrote; it names the file, index or value at fault.
+library wrote; it names the file, index or value at fault. An ``OSError``
+carries the operating system's error number as ``errno`` (``ENOSPC``,
+``EACCES`` ...), and damage to a store, a file of it missing included, is
+always :class:`CorruptStoreError`.
 """
 
 from __future__ import annotations

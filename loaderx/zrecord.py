@@ -21,12 +21,12 @@ import numpy as np
 
 from loaderx import _native
 from loaderx._args import CODECS, as_int, check_codec, is_scalar_index, normalize_index
-from loaderx._store import StoreHandle, compact_handle, open_logged
+from loaderx._store import Fault, StoreHandle, VerifyReport, compact_handle, open_logged
 
 if TYPE_CHECKING:
     from loaderx._args import IndexLike, PathLike
 
-__all__ = ["CODECS", "Zrecord"]
+__all__ = ["CODECS", "Fault", "VerifyReport", "Zrecord"]
 
 
 class Zrecord(StoreHandle):
@@ -170,11 +170,14 @@ class Zrecord(StoreHandle):
         return self._sizes(idx).reshape(shape)
 
     def gather(self, indices: IndexLike) -> list[bytes]:
-        """Read records into a list of ``bytes`` with one native call."""
+        """Read records into a list of ``bytes`` with one native call (two
+        when the records are much larger than the previous call's), all from
+        one consistent view: a concurrent :meth:`delete` lands wholly before
+        or wholly after it."""
         idx, _ = self._indices(indices)
         if not idx.size:
             return []
-        buf, offsets = self._read_packed(idx, self._sizes(idx))
+        buf, offsets, _ = self._read_packed(idx)
         mv = memoryview(buf)
         bounds = offsets.tolist()
         return [bytes(mv[bounds[k] : bounds[k + 1]]) for k in range(len(idx))]

@@ -376,7 +376,8 @@ def test_status_to_exception_table(native: ModuleType) -> None:
         1: ValueError, 2: IndexError, 3: FileNotFoundError, 4: CorruptStoreError, 5: ClosedError,
         6: OSError, 7: StoreLockedError, 8: LoaderxError, 9: StoreExistsError, 42: LoaderxError,
     }
-    err = native.ffi.new("char[]", b"the message")
+    # the error buffer is struct lx_error: an int64 errno (0 here), then the message
+    err = native.ffi.new("char[]", bytes(native.lib.LX_ERROR_HEAD) + b"the message")
     for status, cls in expected.items():
         with pytest.raises(cls, match="the message") as info:
             native._raise(status, err)
