@@ -1,10 +1,10 @@
 package zrecord
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 
-	"github.com/klauspost/compress/dict"
 	"github.com/klauspost/compress/zstd"
 )
 
@@ -132,13 +132,11 @@ func TrainDict(samples [][]byte, tier DictTier, maxSize int) (d []byte, err erro
 		return nil, errf(ErrInvalidArgument, "%d usable samples (at least %d of %d+ bytes needed)", len(usable), minDictSamples, minSampleBytes)
 	}
 	usable = withinBudget(usable, total, tier.SampleBudget())
-	d, err = dict.BuildZstdDict(usable, dict.Options{
-		MaxDictSize:    size,
-		HashBytes:      6,
-		ZstdDictCompat: true,
-		ZstdLevel:      tier.level(),
-	})
+	d, err = buildZstdDict(usable, size, tier.level())
 	if err != nil {
+		if errors.Is(err, ErrInvalidArgument) {
+			return nil, fmt.Errorf("zrecord: train dictionary on %d samples: %w", len(usable), err)
+		}
 		return nil, fmt.Errorf("zrecord: train dictionary on %d samples: %v: %w", len(usable), err, ErrInvalidArgument)
 	}
 	if err := checkDict(d); err != nil {

@@ -1,0 +1,491 @@
+package zrecord
+
+// The dictionary's content (its "history") is chosen here rather than by
+// github.com/klauspost/compress/dict, whose builder follows the same idea but
+// walks Go maps in their randomised order and stamps a time-seeded ID, so two
+// trainings on the same samples give different bytes. This version visits
+// every candidate in a fixed order with full tie-breaks, counts n-grams with a
+// sort per sample and a small saturating sketch instead of per-position map
+// updates, and bounds the search for the three starting repeat offsets.
+
+import (
+	"bytes"
+	"encoding/binary"
+	"hash/crc32"
+	"slices"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// gramLen is how many bytes one indexed n-gram spans.
+const gramLen = 6
+
+// gramHash hashes the low six bytes of u to 32 bits.
+func gramHash(u uint64) uint32 {
+	const prime6 = 227718039650203
+	return uint32(((u << 16) * prime6) >> 32)
+}
+
+// sketchBits sizes the saturating counter array that tells n-grams seen in a
+// single sample (the vast majority of noisy data) from repeated ones.
+const sketchBits = 22
+
+// sampleGrams appends to dst, for every distinct n-gram of s, its hash in the
+// high 32 bits and the offset of its first occurrence in the low 32 bits, in
+// ascending hash order.
+func sampleGrams(dst []uint64, s []byte) []uint64 {
+	dst = dst[:0]
+	for i := 0; i+8 <= len(s); i++ {
+		h := gramHash(binary.LittleEndian.Uint64(s[i:]))
+		dst = append(dst, uint64(h)<<32|uint64(i))
+	}
+	slices.Sort(dst)
+	// Keep the first (lowest offset) entry of each hash.
+	out := dst[:0]
+	for i, v := range dst {
+		if i > 0 && v>>32 == dst[i-1]>>32 {
+			continue
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// gramStat is one repeated n-gram: in how many samples it occurs and the sum
+// of its first offsets in them.
+type gramStat struct {
+	hash   uint32
+	n      uint32
+	offset int64
+}
+
+// countGrams counts, for every n-gram hash, how many samples contain it. It
+// returns the n-grams found in more than the average number of samples,
+// sorted by hash, and that average. Work is split over up to two goroutines;
+// the result does not depend on the split.
+func countGrams(samples [][]byte) (over []gramStat, ok bool) {
+	workers := 2
+	if len(samples) < 64 {
+		workers = 1
+	}
+	// Pass 1: saturating per-sample counts in a sketch indexed by the top
+	// sketchBits of the hash.
+	sketches := make([][]uint8, workers)
+	totals := make([]uint64, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sk := make([]uint8, 1<<sketchBits)
+			var buf []uint64
+			for i := w; i < len(samples); i += workers {
+				buf = sampleGrams(buf, samples[i])
+				totals[w] += uint64(len(buf))
+				for _, v := range buf {
+					j := v >> (64 - sketchBits)
+					if sk[j] < 255 {
+						sk[j]++
+					}
+				}
+			}
+			sketches[w] = sk
+		}()
+	}
+	wg.Wait()
+	sketch := sketches[0]
+	var total uint64
+	for w := range workers {
+		total += totals[w]
+		if w > 0 {
+			for j, c := range sketches[w] {
+				sketch[j] = uint8(min(int(sketch[j])+int(c), 255))
+			}
+		}
+	}
+	sketches = nil
+	if total == 0 {
+		return nil, false
+	}
+	// Pass 2: n-grams whose sketch slot saw one sample occur once in the whole
+	// set; the rest are counted exactly.
+	parts := make([][]gramStat, workers)
+	singles := make([]uint64, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var buf, rep []uint64
+			for i := w; i < len(samples); i += workers {
+				buf = sampleGrams(buf, samples[i])
+				for _, v := range buf {
+					if sketch[v>>(64-sketchBits)] == 1 {
+						singles[w]++
+						continue
+					}
+					rep = append(rep, v)
+				}
+			}
+			// Sorting by hash then offset groups equal hashes; the order of
+			// samples within a group does not matter to the sums.
+			slices.Sort(rep)
+			var stats []gramStat
+			for _, v := range rep {
+				h, off := uint32(v>>32), int64(uint32(v))
+				if k := len(stats) - 1; k >= 0 && stats[k].hash == h {
+					stats[k].n++
+					stats[k].offset += off
+					continue
+				}
+				stats = append(stats, gramStat{hash: h, n: 1, offset: off})
+			}
+			parts[w] = stats
+		}()
+	}
+	wg.Wait()
+	merged := parts[0]
+	if workers > 1 {
+		merged = mergeGramStats(parts[0], parts[1])
+	}
+	distinct := uint64(len(merged))
+	for _, s := range singles {
+		distinct += s
+	}
+	threshold := uint32(total / distinct)
+	over = merged[:0]
+	for _, s := range merged {
+		if s.n > threshold {
+			over = append(over, s)
+		}
+	}
+	return over, true
+}
+
+// mergeGramStats merges two hash-sorted lists, summing equal hashes.
+func mergeGramStats(a, b []gramStat) []gramStat {
+	out := make([]gramStat, 0, max(len(a), len(b)))
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case j == len(b) || (i < len(a) && a[i].hash < b[j].hash):
+			out = append(out, a[i])
+			i++
+		case i == len(a) || b[j].hash < a[i].hash:
+			out = append(out, b[j])
+			j++
+		default:
+			s := a[i]
+			s.n += b[j].n
+			s.offset += b[j].offset
+			out = append(out, s)
+			i++
+			j++
+		}
+	}
+	return out
+}
+
+// gramLinks is what the history builder knows of one wanted n-gram: its bytes
+// and how often each other wanted n-gram directly follows or precedes it.
+type gramLinks struct {
+	value  []byte
+	follow map[uint32]uint32
+	prev   map[uint32]uint32
+}
+
+// linkCand is a candidate neighbour of a gramLinks.
+type linkCand struct {
+	hash   uint32
+	n      uint32
+	offset int64
+}
+
+// byCountThenOffset orders candidates by count (most first), then by summed
+// offset (largest first), then by hash, so no two compare equal.
+func byCountThenOffset(a, b linkCand) int {
+	if a.n != b.n {
+		if a.n > b.n {
+			return -1
+		}
+		return 1
+	}
+	if a.offset != b.offset {
+		if a.offset > b.offset {
+			return -1
+		}
+		return 1
+	}
+	if a.hash < b.hash {
+		return -1
+	}
+	if a.hash > b.hash {
+		return 1
+	}
+	return 0
+}
+
+// maxOffsetSearches bounds how many leading history strings are searched for
+// in the samples to find the dictionary's starting repeat offsets.
+const maxOffsetSearches = 24
+
+// buildHistory chooses up to size bytes of dictionary content from samples and
+// up to three repeat offsets into it, deterministically.
+func buildHistory(samples [][]byte, size int) (hist []byte, firstOffsets []int, ok bool) {
+	over, ok := countGrams(samples)
+	if !ok || len(over) == 0 {
+		return nil, nil, false
+	}
+	// Most frequent first; counts within 1/32 of each other are kept together
+	// and ordered by offset (then hash) so similar strings sit side by side.
+	slices.SortStableFunc(over, func(a, b gramStat) int {
+		if a.n != b.n {
+			if a.n > b.n {
+				return -1
+			}
+			return 1
+		}
+		if a.offset != b.offset {
+			if a.offset < b.offset {
+				return -1
+			}
+			return 1
+		}
+		if a.hash < b.hash {
+			return -1
+		}
+		if a.hash > b.hash {
+			return 1
+		}
+		return 0
+	})
+	groupSimilarCounts(over)
+	if len(over) > size {
+		over = over[:size]
+	}
+	lowest := over[len(over)-1].n
+	want := make(map[uint32]uint32, len(over))
+	offsetOf := make(map[uint32]int64, len(over))
+	for _, s := range over {
+		want[s.hash] = s.n
+		offsetOf[s.hash] = s.offset
+	}
+
+	links := make(map[uint32]*gramLinks, len(over))
+	for _, b := range samples {
+		for i := 0; i+8 <= len(b); i++ {
+			h := gramHash(binary.LittleEndian.Uint64(b[i:]))
+			if _, ok := want[h]; !ok {
+				continue
+			}
+			g := links[h]
+			if g == nil {
+				g = &gramLinks{value: bytes.Clone(b[i : i+gramLen]),
+					follow: make(map[uint32]uint32, 4), prev: make(map[uint32]uint32, 4)}
+				links[h] = g
+			}
+			if len(b)-i > gramLen+8 {
+				if hn := gramHash(binary.LittleEndian.Uint64(b[i+gramLen:])); want[hn] != 0 {
+					g.follow[hn]++
+				}
+			}
+			if i > gramLen && len(b)-(i-gramLen) >= 8 {
+				if hp := gramHash(binary.LittleEndian.Uint64(b[i-gramLen:])); want[hp] != 0 {
+					g.prev[hp]++
+				}
+			}
+		}
+	}
+
+	var strs [][]byte
+	added := 0
+	var cands []linkCand
+	for idx, e := range over {
+		if added > size {
+			break
+		}
+		g, ok := links[e.hash]
+		if !ok {
+			continue
+		}
+		cut := max(e.n/gramLen/4, lowest)
+		str := make([]byte, 0, 2*gramLen)
+		cands = cands[:0]
+		for k, v := range g.prev {
+			if _, live := links[k]; live && v >= cut {
+				cands = append(cands, linkCand{hash: k, n: v})
+			}
+		}
+		if len(cands) > 0 {
+			slices.SortFunc(cands, byCountThenOffset)
+			str = append(str, links[cands[0].hash].value...)
+		}
+		str = append(str, g.value...)
+		delete(links, e.hash)
+		for {
+			cands = cands[:0]
+			for k, v := range g.follow {
+				if _, live := links[k]; live {
+					cands = append(cands, linkCand{hash: k, n: v, offset: offsetOf[k]})
+				}
+			}
+			if len(cands) == 0 {
+				// Step back two bytes and try to continue from there.
+				const stepBack = 2
+				if len(str) < gramLen+stepBack {
+					break
+				}
+				var t8 [8]byte
+				copy(t8[:], str[len(str)-gramLen-stepBack:])
+				g2, ok := links[gramHash(binary.LittleEndian.Uint64(t8[:]))]
+				if !ok || !hasLiveFollower(g2, links) {
+					break
+				}
+				g = g2
+				str = str[:len(str)-stepBack]
+				continue
+			}
+			slices.SortFunc(cands, byCountThenOffset)
+			stop := cands[0].n < cut
+			next := links[cands[0].hash]
+			// Drop every n-gram spanning the join so the string does not stutter.
+			var join [2 * 8]byte
+			copy(join[:], str[len(str)-gramLen:])
+			copy(join[gramLen:], next.value)
+			for i := range 2 * gramLen {
+				var t8 [8]byte
+				copy(t8[:], join[i:])
+				delete(links, gramHash(binary.LittleEndian.Uint64(t8[:])))
+			}
+			str = append(str, next.value...)
+			g = next
+			if stop {
+				break
+			}
+		}
+		for j := 0; j+gramLen <= len(str); j++ {
+			var t8 [8]byte
+			copy(t8[:], str[j:])
+			delete(links, gramHash(binary.LittleEndian.Uint64(t8[:])))
+		}
+		strs = append(strs, str)
+		added += len(str)
+		if len(firstOffsets) < 3 && idx < maxOffsetSearches {
+			if off, n := commonOffset(samples, str[:min(len(str), 16)], firstOffsets, added); n > 1 {
+				firstOffsets = append(firstOffsets, off+added)
+			}
+		}
+	}
+	// Strings chosen first are the most frequent: they go last, nearest the
+	// data, where offsets are shortest.
+	written := 0
+	for i, s := range strs {
+		if written+len(s) > size {
+			strs[i] = s[:size-written]
+		}
+		written += len(strs[i])
+		if written >= size {
+			strs = strs[:i+1]
+			break
+		}
+	}
+	hist = make([]byte, 0, written)
+	for i := len(strs) - 1; i >= 0; i-- {
+		hist = append(hist, strs[i]...)
+	}
+	return hist, firstOffsets, true
+}
+
+// groupSimilarCounts reorders runs of entries whose counts lie within 1/32 of
+// the run's first count by ascending summed offset (then hash), keeping the
+// runs themselves in descending count order.
+func groupSimilarCounts(s []gramStat) {
+	for i := 0; i < len(s); {
+		j := i + 1
+		for j < len(s) && s[i].n-s[j].n < s[i].n/32 {
+			j++
+		}
+		run := s[i:j]
+		slices.SortStableFunc(run, func(a, b gramStat) int {
+			if a.offset != b.offset {
+				if a.offset < b.offset {
+					return -1
+				}
+				return 1
+			}
+			if a.hash < b.hash {
+				return -1
+			}
+			if a.hash > b.hash {
+				return 1
+			}
+			return 0
+		})
+		i = j
+	}
+}
+
+// hasLiveFollower reports whether any follower of g is still unplaced.
+func hasLiveFollower(g *gramLinks, links map[uint32]*gramLinks) bool {
+	for k := range g.follow {
+		if _, ok := links[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// commonOffset finds the offset at which prefix most often starts in the
+// samples (ties go to the larger offset), skipping offsets already taken.
+func commonOffset(samples [][]byte, prefix []byte, taken []int, added int) (off, n int) {
+	counts := make(map[int]int)
+	for _, b := range samples {
+		if o := bytes.Index(b, prefix); o >= 0 {
+			counts[o]++
+		}
+	}
+	for _, t := range taken {
+		delete(counts, t-added)
+	}
+	for k, v := range counts {
+		if v > n || (v == n && k > off) {
+			off, n = k, v
+		}
+	}
+	return off, n
+}
+
+// dictID derives a dictionary ID from its content, so equal training input
+// gives an equal dictionary. IDs below 32768 are reserved by the zstd format.
+func dictID(hist []byte, samples [][]byte) uint32 {
+	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	_, _ = h.Write(hist)
+	var n [8]byte
+	binary.LittleEndian.PutUint64(n[:], uint64(len(samples)))
+	_, _ = h.Write(n[:])
+	return 32768 + h.Sum32()%((1<<31)-32768)
+}
+
+// buildZstdDict trains a zstd dictionary of at most size bytes on samples,
+// compressing them at level to fit its entropy tables.
+func buildZstdDict(samples [][]byte, size int, level zstd.EncoderLevel) ([]byte, error) {
+	hist, first, ok := buildHistory(samples, size)
+	if !ok || len(hist) < 8 {
+		return nil, errf(ErrInvalidArgument, "no content is repeated across the %d samples", len(samples))
+	}
+	offsets := [3]int{1, 4, 8}
+	for i, off := range first {
+		if off == 0 || off >= len(hist) {
+			break
+		}
+		offsets[i] = off
+	}
+	return zstd.BuildDict(zstd.BuildDictOptions{
+		ID:         dictID(hist, samples),
+		Contents:   samples,
+		History:    hist,
+		Offsets:    offsets,
+		CompatV155: true,
+		Level:      level,
+	})
+}
