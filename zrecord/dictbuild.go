@@ -72,6 +72,7 @@ func countGrams(samples [][]byte) (over []gramStat, ok bool) {
 	// Pass 1: saturating per-sample counts in a sketch indexed by the top
 	// sketchBits of the hash.
 	sketches := make([][]uint8, workers)
+	grams := make([][]uint64, workers) // every sample's distinct n-grams, concatenated
 	totals := make([]uint64, workers)
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -89,6 +90,7 @@ func countGrams(samples [][]byte) (over []gramStat, ok bool) {
 						sk[j]++
 					}
 				}
+				grams[w] = append(grams[w], buf...)
 			}
 			sketches[w] = sk
 		}()
@@ -116,17 +118,16 @@ func countGrams(samples [][]byte) (over []gramStat, ok bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var buf, rep []uint64
-			for i := w; i < len(samples); i += workers {
-				buf = sampleGrams(buf, samples[i])
-				for _, v := range buf {
-					if sketch[v>>(64-sketchBits)] == 1 {
-						singles[w]++
-						continue
-					}
-					rep = append(rep, v)
+			// Filtered in place: the kept entries are never more than those read.
+			rep := grams[w][:0]
+			for _, v := range grams[w] {
+				if sketch[v>>(64-sketchBits)] == 1 {
+					singles[w]++
+					continue
 				}
+				rep = append(rep, v)
 			}
+			grams[w] = nil
 			// Sorting by hash then offset groups equal hashes; the order of
 			// samples within a group does not matter to the sums.
 			slices.Sort(rep)
@@ -186,12 +187,168 @@ func mergeGramStats(a, b []gramStat) []gramStat {
 	return out
 }
 
-// gramLinks is what the history builder knows of one wanted n-gram: its bytes
-// and how often each other wanted n-gram directly follows or precedes it.
-type gramLinks struct {
-	value  []byte
-	follow map[uint32]uint32
-	prev   map[uint32]uint32
+// gramGraph is what the history builder knows of the wanted n-grams (the
+// entries of a frequency-sorted list, named by their index in it): their
+// bytes, how often each directly follows or precedes another in the samples,
+// and which are not placed in the history yet.
+type gramGraph struct {
+	index  map[uint32]int32
+	filter []uint64 // bit per top filterBits of a wanted hash
+	value  [][gramLen]byte
+	live   []bool
+	follow [][]gramEdge
+	prev   [][]gramEdge
+}
+
+// gramEdge is a neighbour of an n-gram and how often it was seen there.
+type gramEdge struct {
+	to int32
+	n  uint32
+}
+
+const filterBits = 22
+
+func newGramGraph(samples [][]byte, over []gramStat) *gramGraph {
+	gg := &gramGraph{
+		index:  make(map[uint32]int32, len(over)),
+		filter: make([]uint64, 1<<filterBits/64),
+		value:  make([][gramLen]byte, len(over)),
+		live:   make([]bool, len(over)),
+		follow: make([][]gramEdge, len(over)),
+		prev:   make([][]gramEdge, len(over)),
+	}
+	for i, s := range over {
+		gg.index[s.hash] = int32(i)
+		f := s.hash >> (32 - filterBits)
+		gg.filter[f/64] |= 1 << (f % 64)
+	}
+	follow, prev := newPairCounts(), newPairCounts()
+	var at []int32
+	for _, b := range samples {
+		if len(b) < 8 {
+			continue
+		}
+		at = at[:0]
+		for i := 0; i+8 <= len(b); i++ {
+			at = append(at, gg.lookup(gramHash(binary.LittleEndian.Uint64(b[i:]))))
+		}
+		for i, g := range at {
+			if g < 0 {
+				continue
+			}
+			if !gg.live[g] {
+				gg.live[g] = true
+				copy(gg.value[g][:], b[i:])
+			}
+			if len(b)-i > gramLen+8 {
+				if n := at[i+gramLen]; n >= 0 {
+					follow.add(uint64(g)<<32 | uint64(n))
+				}
+			}
+			if i > gramLen {
+				if p := at[i-gramLen]; p >= 0 {
+					prev.add(uint64(g)<<32 | uint64(p))
+				}
+			}
+		}
+	}
+	follow.each(func(k uint64, n uint32) {
+		gg.follow[k>>32] = append(gg.follow[k>>32], gramEdge{to: int32(uint32(k)), n: n})
+	})
+	prev.each(func(k uint64, n uint32) {
+		gg.prev[k>>32] = append(gg.prev[k>>32], gramEdge{to: int32(uint32(k)), n: n})
+	})
+	return gg
+}
+
+// lookup returns the index of a wanted hash, or -1.
+func (gg *gramGraph) lookup(h uint32) int32 {
+	f := h >> (32 - filterBits)
+	if gg.filter[f/64]&(1<<(f%64)) == 0 {
+		return -1
+	}
+	if i, ok := gg.index[h]; ok {
+		return i
+	}
+	return -1
+}
+
+// liveIndex returns the index of h if it is wanted and not placed yet.
+func (gg *gramGraph) liveIndex(h uint32) (int32, bool) {
+	i := gg.lookup(h)
+	return i, i >= 0 && gg.live[i]
+}
+
+// kill marks the n-gram with hash h, if wanted, as placed.
+func (gg *gramGraph) kill(h uint32) {
+	if i := gg.lookup(h); i >= 0 {
+		gg.live[i] = false
+	}
+}
+
+// hasLiveFollower reports whether any follower of g is still unplaced.
+func (gg *gramGraph) hasLiveFollower(g int32) bool {
+	for _, e := range gg.follow[g] {
+		if gg.live[e.to] {
+			return true
+		}
+	}
+	return false
+}
+
+// pairCounts counts uint64 keys in an open-addressing table.
+type pairCounts struct {
+	keys []uint64 // key+1; 0 is empty
+	vals []uint32
+	n    int
+}
+
+func newPairCounts() *pairCounts {
+	return &pairCounts{keys: make([]uint64, 1<<12), vals: make([]uint32, 1<<12)}
+}
+
+func (p *pairCounts) add(k uint64) {
+	if 2*(p.n+1) > len(p.keys) {
+		p.grow()
+	}
+	k++
+	mask := uint64(len(p.keys) - 1)
+	for i := (k * 0x9E3779B97F4A7C15) >> 20 & mask; ; i = (i + 1) & mask {
+		switch p.keys[i] {
+		case k:
+			p.vals[i]++
+			return
+		case 0:
+			p.keys[i], p.vals[i] = k, 1
+			p.n++
+			return
+		}
+	}
+}
+
+func (p *pairCounts) grow() {
+	old, oldVals := p.keys, p.vals
+	p.keys, p.vals = make([]uint64, 2*len(old)), make([]uint32, 2*len(old))
+	mask := uint64(len(p.keys) - 1)
+	for j, k := range old {
+		if k == 0 {
+			continue
+		}
+		i := (k * 0x9E3779B97F4A7C15) >> 20 & mask
+		for p.keys[i] != 0 {
+			i = (i + 1) & mask
+		}
+		p.keys[i], p.vals[i] = k, oldVals[j]
+	}
+}
+
+// each calls fn for every key and its count, in table order.
+func (p *pairCounts) each(fn func(k uint64, n uint32)) {
+	for i, k := range p.keys {
+		if k != 0 {
+			fn(k-1, p.vals[i])
+		}
+	}
 }
 
 // linkCand is a candidate neighbour of a gramLinks.
@@ -199,6 +356,7 @@ type linkCand struct {
 	hash   uint32
 	n      uint32
 	offset int64
+	to     int32
 }
 
 // byCountThenOffset orders candidates by count (most first), then by summed
@@ -264,38 +422,7 @@ func buildHistory(samples [][]byte, size int) (hist []byte, firstOffsets []int, 
 		over = over[:size]
 	}
 	lowest := over[len(over)-1].n
-	want := make(map[uint32]uint32, len(over))
-	offsetOf := make(map[uint32]int64, len(over))
-	for _, s := range over {
-		want[s.hash] = s.n
-		offsetOf[s.hash] = s.offset
-	}
-
-	links := make(map[uint32]*gramLinks, len(over))
-	for _, b := range samples {
-		for i := 0; i+8 <= len(b); i++ {
-			h := gramHash(binary.LittleEndian.Uint64(b[i:]))
-			if _, ok := want[h]; !ok {
-				continue
-			}
-			g := links[h]
-			if g == nil {
-				g = &gramLinks{value: bytes.Clone(b[i : i+gramLen]),
-					follow: make(map[uint32]uint32, 4), prev: make(map[uint32]uint32, 4)}
-				links[h] = g
-			}
-			if len(b)-i > gramLen+8 {
-				if hn := gramHash(binary.LittleEndian.Uint64(b[i+gramLen:])); want[hn] != 0 {
-					g.follow[hn]++
-				}
-			}
-			if i > gramLen && len(b)-(i-gramLen) >= 8 {
-				if hp := gramHash(binary.LittleEndian.Uint64(b[i-gramLen:])); want[hp] != 0 {
-					g.prev[hp]++
-				}
-			}
-		}
-	}
+	gg := newGramGraph(samples, over)
 
 	var strs [][]byte
 	added := 0
@@ -304,29 +431,29 @@ func buildHistory(samples [][]byte, size int) (hist []byte, firstOffsets []int, 
 		if added > size {
 			break
 		}
-		g, ok := links[e.hash]
-		if !ok {
+		g := int32(idx)
+		if !gg.live[g] {
 			continue
 		}
 		cut := max(e.n/gramLen/4, lowest)
 		str := make([]byte, 0, 2*gramLen)
 		cands = cands[:0]
-		for k, v := range g.prev {
-			if _, live := links[k]; live && v >= cut {
-				cands = append(cands, linkCand{hash: k, n: v})
+		for _, c := range gg.prev[g] {
+			if gg.live[c.to] && c.n >= cut {
+				cands = append(cands, linkCand{hash: over[c.to].hash, n: c.n, to: c.to})
 			}
 		}
 		if len(cands) > 0 {
 			slices.SortFunc(cands, byCountThenOffset)
-			str = append(str, links[cands[0].hash].value...)
+			str = append(str, gg.value[cands[0].to][:]...)
 		}
-		str = append(str, g.value...)
-		delete(links, e.hash)
+		str = append(str, gg.value[g][:]...)
+		gg.live[g] = false
 		for {
 			cands = cands[:0]
-			for k, v := range g.follow {
-				if _, live := links[k]; live {
-					cands = append(cands, linkCand{hash: k, n: v, offset: offsetOf[k]})
+			for _, c := range gg.follow[g] {
+				if gg.live[c.to] {
+					cands = append(cands, linkCand{hash: over[c.to].hash, n: c.n, offset: over[c.to].offset, to: c.to})
 				}
 			}
 			if len(cands) == 0 {
@@ -337,8 +464,8 @@ func buildHistory(samples [][]byte, size int) (hist []byte, firstOffsets []int, 
 				}
 				var t8 [8]byte
 				copy(t8[:], str[len(str)-gramLen-stepBack:])
-				g2, ok := links[gramHash(binary.LittleEndian.Uint64(t8[:]))]
-				if !ok || !hasLiveFollower(g2, links) {
+				g2, ok := gg.liveIndex(gramHash(binary.LittleEndian.Uint64(t8[:])))
+				if !ok || !gg.hasLiveFollower(g2) {
 					break
 				}
 				g = g2
@@ -347,17 +474,17 @@ func buildHistory(samples [][]byte, size int) (hist []byte, firstOffsets []int, 
 			}
 			slices.SortFunc(cands, byCountThenOffset)
 			stop := cands[0].n < cut
-			next := links[cands[0].hash]
+			next := cands[0].to
 			// Drop every n-gram spanning the join so the string does not stutter.
 			var join [2 * 8]byte
 			copy(join[:], str[len(str)-gramLen:])
-			copy(join[gramLen:], next.value)
+			copy(join[gramLen:], gg.value[next][:])
 			for i := range 2 * gramLen {
 				var t8 [8]byte
 				copy(t8[:], join[i:])
-				delete(links, gramHash(binary.LittleEndian.Uint64(t8[:])))
+				gg.kill(gramHash(binary.LittleEndian.Uint64(t8[:])))
 			}
-			str = append(str, next.value...)
+			str = append(str, gg.value[next][:]...)
 			g = next
 			if stop {
 				break
@@ -366,7 +493,7 @@ func buildHistory(samples [][]byte, size int) (hist []byte, firstOffsets []int, 
 		for j := 0; j+gramLen <= len(str); j++ {
 			var t8 [8]byte
 			copy(t8[:], str[j:])
-			delete(links, gramHash(binary.LittleEndian.Uint64(t8[:])))
+			gg.kill(gramHash(binary.LittleEndian.Uint64(t8[:])))
 		}
 		strs = append(strs, str)
 		added += len(str)
@@ -425,16 +552,6 @@ func groupSimilarCounts(s []gramStat) {
 	}
 }
 
-// hasLiveFollower reports whether any follower of g is still unplaced.
-func hasLiveFollower(g *gramLinks, links map[uint32]*gramLinks) bool {
-	for k := range g.follow {
-		if _, ok := links[k]; ok {
-			return true
-		}
-	}
-	return false
-}
-
 // commonOffset finds the offset at which prefix most often starts in the
 // samples (ties go to the larger offset), skipping offsets already taken.
 func commonOffset(samples [][]byte, prefix []byte, taken []int, added int) (off, n int) {
@@ -466,6 +583,10 @@ func dictID(hist []byte, samples [][]byte) uint32 {
 	return 32768 + h.Sum32()%((1<<31)-32768)
 }
 
+// maxStatSamples bounds how many samples are compressed to fit the
+// dictionary's entropy tables.
+const maxStatSamples = 512
+
 // buildZstdDict trains a zstd dictionary of at most size bytes on samples,
 // compressing them at level to fit its entropy tables.
 func buildZstdDict(samples [][]byte, size int, level zstd.EncoderLevel) ([]byte, error) {
@@ -480,9 +601,19 @@ func buildZstdDict(samples [][]byte, size int, level zstd.EncoderLevel) ([]byte,
 		}
 		offsets[i] = off
 	}
+	// The entropy tables are averaged over the samples compressed against the
+	// history; a strided subset gives the same averages for less work (each
+	// sample costs an encoder reset that copies the dictionary's tables).
+	contents := samples
+	if len(contents) > maxStatSamples {
+		contents = make([][]byte, maxStatSamples)
+		for i := range contents {
+			contents[i] = samples[i*len(samples)/maxStatSamples]
+		}
+	}
 	return zstd.BuildDict(zstd.BuildDictOptions{
 		ID:         dictID(hist, samples),
-		Contents:   samples,
+		Contents:   contents,
 		History:    hist,
 		Offsets:    offsets,
 		CompatV155: true,
