@@ -3,6 +3,7 @@ package zrecord
 import (
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strconv"
 
 	"github.com/klauspost/compress/zstd"
@@ -133,6 +134,9 @@ func TrainDict(samples [][]byte, tier DictTier, maxSize int) (d []byte, err erro
 	}
 	usable = withinBudget(usable, total, tier.SampleBudget())
 	d, err = buildZstdDict(usable, size, tier.level())
+	// Training's tables (tens of MiB) are garbage now; hand them back to the
+	// OS so a conversion that follows does not start at training's peak.
+	debug.FreeOSMemory()
 	if err != nil {
 		if errors.Is(err, ErrInvalidArgument) {
 			return nil, fmt.Errorf("zrecord: train dictionary on %d samples: %w", len(usable), err)

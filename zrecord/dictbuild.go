@@ -80,6 +80,11 @@ func countGrams(samples [][]byte) (over []gramStat, ok bool) {
 		go func() {
 			defer wg.Done()
 			sk := make([]uint8, 1<<sketchBits)
+			positions := 0
+			for i := w; i < len(samples); i += workers {
+				positions += max(len(samples[i])-7, 0)
+			}
+			grams[w] = make([]uint64, 0, positions)
 			var buf []uint64
 			for i := w; i < len(samples); i += workers {
 				buf = sampleGrams(buf, samples[i])
@@ -112,7 +117,7 @@ func countGrams(samples [][]byte) (over []gramStat, ok bool) {
 	}
 	// Pass 2: n-grams whose sketch slot saw one sample occur once in the whole
 	// set; the rest are counted exactly.
-	parts := make([][]gramStat, workers)
+	parts := make([][]uint64, workers)
 	singles := make([]uint64, workers)
 	for w := range workers {
 		wg.Add(1)
@@ -131,60 +136,52 @@ func countGrams(samples [][]byte) (over []gramStat, ok bool) {
 			// Sorting by hash then offset groups equal hashes; the order of
 			// samples within a group does not matter to the sums.
 			slices.Sort(rep)
-			var stats []gramStat
-			for _, v := range rep {
-				h, off := uint32(v>>32), int64(uint32(v))
-				if k := len(stats) - 1; k >= 0 && stats[k].hash == h {
-					stats[k].n++
-					stats[k].offset += off
-					continue
-				}
-				stats = append(stats, gramStat{hash: h, n: 1, offset: off})
-			}
-			parts[w] = stats
+			parts[w] = rep
 		}()
 	}
 	wg.Wait()
-	merged := parts[0]
+	parts = append(parts, nil)
+	distinct := singles[0]
 	if workers > 1 {
-		merged = mergeGramStats(parts[0], parts[1])
+		distinct += singles[1]
 	}
-	distinct := uint64(len(merged))
-	for _, s := range singles {
-		distinct += s
-	}
+	eachGram(parts[0], parts[1], func(gramStat) { distinct++ })
 	threshold := uint32(total / distinct)
-	over = merged[:0]
-	for _, s := range merged {
+	eachGram(parts[0], parts[1], func(s gramStat) {
 		if s.n > threshold {
 			over = append(over, s)
 		}
-	}
+	})
 	return over, true
 }
 
-// mergeGramStats merges two hash-sorted lists, summing equal hashes.
-func mergeGramStats(a, b []gramStat) []gramStat {
-	out := make([]gramStat, 0, max(len(a), len(b)))
-	i, j := 0, 0
-	for i < len(a) || j < len(b) {
-		switch {
-		case j == len(b) || (i < len(a) && a[i].hash < b[j].hash):
-			out = append(out, a[i])
-			i++
-		case i == len(a) || b[j].hash < a[i].hash:
-			out = append(out, b[j])
-			j++
-		default:
-			s := a[i]
-			s.n += b[j].n
-			s.offset += b[j].offset
-			out = append(out, s)
-			i++
-			j++
+// eachGram walks two sorted lists of (hash<<32 | offset) entries and calls fn
+// once per distinct hash, in ascending hash order, with the number of
+// entries and the sum of their offsets.
+func eachGram(a, b []uint64, fn func(gramStat)) {
+	cur := gramStat{}
+	started := false
+	for len(a) > 0 || len(b) > 0 {
+		var v uint64
+		if len(b) == 0 || (len(a) > 0 && a[0] <= b[0]) {
+			v, a = a[0], a[1:]
+		} else {
+			v, b = b[0], b[1:]
 		}
+		h, off := uint32(v>>32), int64(uint32(v))
+		if started && h == cur.hash {
+			cur.n++
+			cur.offset += off
+			continue
+		}
+		if started {
+			fn(cur)
+		}
+		cur, started = gramStat{hash: h, n: 1, offset: off}, true
 	}
-	return out
+	if started {
+		fn(cur)
+	}
 }
 
 // gramGraph is what the history builder knows of the wanted n-grams (the
