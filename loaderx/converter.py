@@ -48,6 +48,10 @@ _MAX_DICT_SAMPLES = 100_000
 _MAX_PIECE_RECORDS = 1 << 20
 _FIRST_PIECE_BYTES = 4 << 20
 _PIECE_SECONDS = 0.25
+#: A compressed piece holds the source rows, their frames and the encoders'
+#: working memory at once, and a larger one compresses no faster: pieces of a
+#: compressed conversion stay at or below this many bytes.
+_MAX_COMPRESSED_PIECE_BYTES = 16 << 20
 _MAX_GROUP_RECORDS = 65_536
 
 
@@ -358,6 +362,8 @@ def from_numpy(
     # _PIECE_SECONDS, so Ctrl-C is honoured promptly even with a slow codec,
     # and never exceed chunk_bytes (the memory bound) or _MAX_PIECE_RECORDS
     # (the offsets array costs 8 bytes per record).
+    if codec != "raw":
+        chunk = min(chunk, _MAX_COMPRESSED_PIECE_BYTES)
     max_rows = max(1, min(chunk // max(item_nbytes, 1), _MAX_PIECE_RECORDS))
     rows = max(1, min(max_rows, _FIRST_PIECE_BYTES // max(item_nbytes, 1)))
     offsets = np.arange(min(max_rows, max(n, 1)) + 1, dtype=np.int64) * item_nbytes

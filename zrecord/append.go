@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"sync"
+	"sync/atomic"
 )
 
 // appendScratch is the per-call working memory of Append, reused across calls.
@@ -11,7 +12,8 @@ type appendScratch struct {
 	phys    [][]byte // what is stored for each record
 	sums    []uint32 // the checksum of each record's stored bytes
 	entries []entry
-	spans   []int // start and end of each record's frame in its arena; -1 if stored raw
+	spans   []int   // start and end of each record's frame in its arena; -1 if stored raw
+	owner   []int32 // the worker whose arena holds each record's frame
 	iov     [][]byte
 	table   []byte
 	arenas  [][]byte // compressed bytes, one arena per worker
@@ -25,8 +27,9 @@ func (a *appendScratch) reset(n, workers int, entSize int) {
 		a.sums = make([]uint32, n)
 		a.entries = make([]entry, n)
 		a.spans = make([]int, 2*n)
+		a.owner = make([]int32, n)
 	}
-	a.spans = a.spans[:2*n]
+	a.spans, a.owner = a.spans[:2*n], a.owner[:n]
 	a.phys, a.sums, a.entries = a.phys[:n], a.sums[:n], a.entries[:n]
 	if cap(a.table) < n*entSize {
 		a.table = make([]byte, n*entSize)
@@ -117,43 +120,61 @@ func (s *Store) compress(records [][]byte, a *appendScratch, workers int, total 
 		return s.encErr
 	}
 	n := len(records)
-	return parallel(workers, "append", func(w int) error {
-		lo, hi := n*w/workers, n*(w+1)/workers
-		need := 0
-		for _, r := range records[lo:hi] {
-			need += len(r) + 64
-		}
+	// Records are handed out in blocks of about compressBlockBytes from a
+	// shared counter rather than split evenly up front, so a worker that is
+	// descheduled on a busy machine, or meets harder records, does not hold
+	// the others up at the end.
+	per := max(1, min(n, int(int64(compressBlockBytes)*int64(n)/max(total, 1))))
+	blocks := (n + per - 1) / per
+	var next atomic.Int64
+	err := parallel(workers, "append", func(w int) error {
 		arena := a.arenas[w][:0]
-		if cap(arena) < need {
-			arena = make([]byte, 0, need)
+		if want := int(total/int64(workers)) + 64*n/workers; cap(arena) < want {
+			arena = make([]byte, 0, want)
 		}
-		// Frames are located by offsets first, because the arena may move
-		// while it grows; slices are taken at the end.
-		for k := lo; k < hi; k++ {
-			r := records[k]
-			start := len(arena)
-			if len(r) > 0 {
-				arena = s.enc.EncodeAll(r, arena)
+		for {
+			blk := int(next.Add(1)) - 1
+			if blk >= blocks {
+				break
 			}
-			if len(arena)-start >= len(r) {
-				arena = arena[:start]
-				a.spans[2*k] = -1
-				continue
+			for k := blk * per; k < min(n, (blk+1)*per); k++ {
+				r := records[k]
+				start := len(arena)
+				if len(r) > 0 {
+					arena = s.enc.EncodeAll(r, arena)
+				}
+				if len(arena)-start >= len(r) {
+					arena = arena[:start]
+					a.spans[2*k] = -1
+					a.sums[k] = dataSum(r)
+					continue
+				}
+				// Frames are located by offsets and worker, because the
+				// arena may move while it grows; slices are taken at the end.
+				a.spans[2*k], a.spans[2*k+1] = start, len(arena)
+				a.owner[k] = int32(w)
+				a.sums[k] = dataSum(arena[start:])
 			}
-			a.spans[2*k], a.spans[2*k+1] = start, len(arena)
-		}
-		for k := lo; k < hi; k++ {
-			if start, end := a.spans[2*k], a.spans[2*k+1]; start < 0 {
-				a.phys[k] = records[k]
-			} else {
-				a.phys[k] = arena[start:end:end]
-			}
-			a.sums[k] = dataSum(a.phys[k])
 		}
 		a.arenas[w] = arena
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	for k := range records {
+		if start, end := a.spans[2*k], a.spans[2*k+1]; start < 0 {
+			a.phys[k] = records[k]
+		} else {
+			a.phys[k] = a.arenas[a.owner[k]][start:end:end]
+		}
+	}
+	return nil
 }
+
+// compressBlockBytes is about how many record bytes a compression worker
+// takes from the shared counter at a time.
+const compressBlockBytes = 256 << 10
 
 // commit places, writes and publishes a compressed batch. The caller holds
 // appendMu.

@@ -1,10 +1,11 @@
 package zrecord
 
 import (
+	"errors"
 	"fmt"
+	"runtime/debug"
 	"strconv"
 
-	"github.com/klauspost/compress/dict"
 	"github.com/klauspost/compress/zstd"
 )
 
@@ -132,13 +133,14 @@ func TrainDict(samples [][]byte, tier DictTier, maxSize int) (d []byte, err erro
 		return nil, errf(ErrInvalidArgument, "%d usable samples (at least %d of %d+ bytes needed)", len(usable), minDictSamples, minSampleBytes)
 	}
 	usable = withinBudget(usable, total, tier.SampleBudget())
-	d, err = dict.BuildZstdDict(usable, dict.Options{
-		MaxDictSize:    size,
-		HashBytes:      6,
-		ZstdDictCompat: true,
-		ZstdLevel:      tier.level(),
-	})
+	d, err = buildZstdDict(usable, size, tier.level())
+	// Training's tables (tens of MiB) are garbage now; hand them back to the
+	// OS so a conversion that follows does not start at training's peak.
+	debug.FreeOSMemory()
 	if err != nil {
+		if errors.Is(err, ErrInvalidArgument) {
+			return nil, fmt.Errorf("zrecord: train dictionary on %d samples: %w", len(usable), err)
+		}
 		return nil, fmt.Errorf("zrecord: train dictionary on %d samples: %v: %w", len(usable), err, ErrInvalidArgument)
 	}
 	if err := checkDict(d); err != nil {

@@ -1,6 +1,7 @@
 package zrecord_test
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -114,5 +115,34 @@ func TestTrainDictRejects(t *testing.T) {
 	}
 	if len(d) > 8<<10+1024 {
 		t.Fatalf("dictionary of %d bytes, cap 8 KiB", len(d))
+	}
+}
+
+// Training is a pure function of its samples: the same input gives the same
+// dictionary bytes (content, entropy tables and ID) every time, on noisy and
+// on highly repetitive records alike.
+func TestTrainDictIsDeterministic(t *testing.T) {
+	sets := map[string][][]byte{}
+	for i := range 600 {
+		sets["structured"] = append(sets["structured"], ztStructured(i))
+		sets["noisy"] = append(sets["noisy"], ztRecord(i, 3000))
+	}
+	for name, samples := range sets {
+		for _, tier := range []zrecord.DictTier{zrecord.TierFast, zrecord.TierBalanced} {
+			first, err := zrecord.TrainDict(samples, tier, 0)
+			if err != nil {
+				t.Fatalf("%s %v: %v", name, tier, err)
+			}
+			for run := range 3 {
+				again, err := zrecord.TrainDict(samples, tier, 0)
+				if err != nil {
+					t.Fatalf("%s %v run %d: %v", name, tier, run, err)
+				}
+				if !bytes.Equal(first, again) {
+					t.Fatalf("%s %v: run %d trained a different dictionary (%d vs %d bytes, first difference at %d)",
+						name, tier, run+1, len(first), len(again), firstDiff(first, again))
+				}
+			}
+		}
 	}
 }
