@@ -17,9 +17,7 @@ type Codec uint8
 const (
 	// Raw stores records as they are.
 	Raw Codec = 0
-	// Zstd compresses each record on its own with zstd (SpeedFastest, about
-	// level 1; with literal entropy coding it keeps level 3's ratio on image
-	// data within 3 %).
+	// Zstd compresses each record on its own with zstd (level 3, SpeedDefault).
 	Zstd Codec = 1
 	// ZstdDict compresses each record against a trained dictionary kept in
 	// dict.zr (see TrainDict and WithDictTier).
@@ -60,11 +58,7 @@ func encoderLevel(c Codec, tier DictTier) zstd.EncoderLevel {
 	if c == ZstdDict {
 		return tier.level()
 	}
-	// SpeedFastest compresses 10-20 % faster per core than SpeedDefault
-	// and, with every block's literals entropy coded, loses at most ~3 % of
-	// ratio on the bench's records (2 KiB int32: 2.94x against 3.03x; 12 KiB
-	// and 256 KiB pixels: equal or better).
-	return zstd.SpeedFastest
+	return zstd.SpeedDefault
 }
 
 // codecWorkers is how many encoder or decoder states a store keeps: enough
