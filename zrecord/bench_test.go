@@ -1,10 +1,12 @@
 package zrecord_test
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -281,6 +283,55 @@ func BenchmarkGatherSmall(b *testing.B) {
 				}
 			}
 		})
+		s.Close()
+	}
+}
+
+// BenchmarkGatherFile gathers records read from a file, for comparing the
+// decoder with the zstd command line on the same frames:
+//
+//	LOADERX_BENCH_RECORDS=/tmp/rec.bin:2048 go test -run XXX -bench GatherFile ./zrecord/
+//	zstd -b3 -B2048 /tmp/rec.bin
+//
+// The file is cut into records of the given size (at most 256 MiB of them);
+// threads=1 is the per-core figure. It is skipped without the variable.
+func BenchmarkGatherFile(b *testing.B) {
+	spec := os.Getenv("LOADERX_BENCH_RECORDS")
+	path, sizeText, ok := strings.Cut(spec, ":")
+	if !ok {
+		b.Skip("LOADERX_BENCH_RECORDS=path:recordsize not set")
+	}
+	size, err := strconv.Atoi(sizeText)
+	if err != nil || size <= 0 {
+		b.Fatalf("LOADERX_BENCH_RECORDS=%q: bad record size", spec)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	data = data[:min(len(data), 256<<20)/size*size]
+	recs := make([][]byte, len(data)/size)
+	for i := range recs {
+		recs[i] = data[i*size : (i+1)*size]
+	}
+	batches := benchBatches(64, len(recs))
+	root := b.TempDir()
+	defer zrecord.SetThreads(0)
+	for _, codec := range []zrecord.Codec{zrecord.Raw, zrecord.Zstd} {
+		s := benchStore(b, filepath.Join(root, codec.String()), codec, recs)
+		for _, threads := range []int{1, 0} {
+			b.Run(fmt.Sprintf("%s/threads=%d", codec, threads), func(b *testing.B) {
+				zrecord.SetThreads(threads)
+				dst := make([]byte, benchBatch*size)
+				b.SetBytes(int64(benchBatch * size))
+				b.ResetTimer()
+				for i := range b.N {
+					if err := s.Gather(batches[i%len(batches)], dst, size); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 		s.Close()
 	}
 }

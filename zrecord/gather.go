@@ -1,6 +1,7 @@
 package zrecord
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -70,6 +71,7 @@ func (s *Store) Gather(indices []int64, dst []byte, stride int) (err error) {
 	}
 	workers := workersFor(s.gatherCost(g.locs, int64(n)*int64(stride)), n, fanOutBytes)
 	g.prepare(workers)
+	plain := s.plainCopies(g)
 	return parallel(workers, "gather", func(w int) error {
 		lo, hi := n*w/workers, n*(w+1)/workers
 		// Records are filled in ascending order, and a slot's capacity runs
@@ -78,12 +80,29 @@ func (s *Store) Gather(indices []int64, dst []byte, stride int) (err error) {
 		limit := hi * stride
 		for k := lo; k < hi; k++ {
 			off := k * stride
-			if err := s.fill(g, w, k, chunks, indices[k], dst[off:off+stride:limit]); err != nil {
+			out := dst[off : off+stride : limit]
+			if plain {
+				// A raw record in a mapped chunk, nothing to check: copy.
+				if e := g.locs[k]; !s.isFrame(e) {
+					if c := chunks[e.chunk]; c.data != nil {
+						copy(out, c.data[e.off:e.end()])
+						continue
+					}
+				}
+			}
+			if err := s.fill(g, w, k, chunks, indices[k], out); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+}
+
+// plainCopies reports whether raw records of this call may be copied
+// straight from their mapping: none is pinned by a failed write and raw
+// records are not checked after the copy.
+func (s *Store) plainCopies(g *gatherScratch) bool {
+	return g.pins == nil && !(s.lay.checksummed() && s.verifyRaw.Load())
 }
 
 // GatherPacked copies the records at indices into dst back to back: record
@@ -243,7 +262,7 @@ func (s *Store) locate(op string, indices []int64, g *gatherScratch) ([]*chunk, 
 				continue
 			}
 		}
-		e, err := s.readEntry(segs, i)
+		e, err := s.entryAt(segs, i)
 		if err != nil {
 			return nil, fmt.Errorf("zrecord: %s from %s: %w", op, s.dir, err)
 		}
@@ -253,6 +272,22 @@ func (s *Store) locate(op string, indices []int64, g *gatherScratch) ([]*chunk, 
 		locs[k] = e
 	}
 	return chunks, nil
+}
+
+// entryAt returns table entry i, checked, like readEntry; an entry of a
+// mapped version-4 segment is decoded and checked in place, without
+// staging its bytes, which is most of what a small raw gather spends per
+// record besides the copy.
+func (s *Store) entryAt(segs []*segment, i int64) (entry, error) {
+	l := &s.lay
+	if seg := segs[i>>l.shift]; seg.data != nil && l.checksummed() {
+		off := l.segOff(i)
+		b := seg.data[off : off+24 : off+24]
+		if binary.LittleEndian.Uint32(b[20:24]) == entrySumFast(i, b) {
+			return getEntry20(b), nil
+		}
+	}
+	return s.readEntry(segs, i) // other layouts and unmapped segments; reports a damaged entry
 }
 
 func (g *gatherScratch) prepare(workers int) {
