@@ -14,6 +14,9 @@ type gatherScratch struct {
 	locs []entry
 	pins [][]byte // bytes pinned in memory by a failed write, per record; nil if none
 	raw  [][]byte // per-worker staging for files that cannot be mapped
+	// touched sums the bytes loaded ahead of use by touchEntries and
+	// touchRecords, so the loads are kept.
+	touched byte
 }
 
 var gatherPool = sync.Pool{New: func() any { return new(gatherScratch) }}
@@ -69,6 +72,7 @@ func (s *Store) Gather(indices []int64, dst []byte, stride int) (err error) {
 			return errf(ErrSizeMismatch, "gather from %s: record %d has %d bytes, stride is %d", s.dir, indices[k], e.logic, stride)
 		}
 	}
+	g.touchRecords(chunks)
 	workers := workersFor(s.gatherCost(g.locs, int64(n)*int64(stride)), n, fanOutBytes)
 	g.prepare(workers)
 	plain := s.plainCopies(g)
@@ -150,6 +154,7 @@ func (s *Store) GatherPacked(indices []int64, dst []byte, offsets []int64) (err 
 			return errf(ErrSizeMismatch, "gather from %s: record %d has %d bytes, its slot has %d", s.dir, indices[k], e.logic, want)
 		}
 	}
+	g.touchRecords(chunks)
 	workers := workersFor(s.gatherCost(g.locs, offsets[n]-offsets[0]), n, fanOutBytes)
 	g.prepare(workers)
 	return parallel(workers, "gather", func(w int) error {
@@ -248,6 +253,7 @@ func (s *Store) locate(op string, indices []int64, g *gatherScratch) ([]*chunk, 
 	segs := *s.segs.Load()
 	chunks := *s.chunks.Load()
 	ov := s.overlay.Load()
+	g.touchEntries(s.lay, segs, indices)
 	locs := g.locs
 	for k, i := range indices {
 		if ov != nil {
@@ -272,6 +278,38 @@ func (s *Store) locate(op string, indices []int64, g *gatherScratch) ([]*chunk, 
 		locs[k] = e
 	}
 	return chunks, nil
+}
+
+// touchEntries loads one byte of each mapped table entry of indices before
+// any is decoded. The loads are independent, so the CPU overlaps their cache
+// and TLB misses, where the decoding loop, with a checksum between one load
+// and the next, takes them one after another: on a 2 KiB random gather this
+// is about a quarter of the time (BenchmarkGatherSmall).
+func (g *gatherScratch) touchEntries(l layout, segs []*segment, indices []int64) {
+	var t byte
+	for _, i := range indices {
+		if seg := segs[i>>l.shift]; seg.data != nil {
+			t += seg.data[l.segOff(i)]
+		}
+	}
+	g.touched = t
+}
+
+// touchRecords does the same for the first byte of each record at locs in
+// a mapped chunk, so that the copies or checks that follow find them on
+// their way into the cache. Records pinned by a failed write are not read
+// from their chunk, and are skipped.
+func (g *gatherScratch) touchRecords(chunks []*chunk) {
+	if g.pins != nil {
+		return
+	}
+	var t byte
+	for _, e := range g.locs {
+		if c := chunks[e.chunk]; c.data != nil && e.phys > 0 {
+			t += c.data[e.off]
+		}
+	}
+	g.touched += t
 }
 
 // entryAt returns table entry i, checked, like readEntry; an entry of a
