@@ -173,9 +173,9 @@ func (s *Store) GatherPacked(indices []int64, dst []byte, offsets []int64) (err 
 }
 
 // decodeWeight is what decoding one byte of a zstd frame costs, in bytes
-// copied: a core copies records from mapped memory at about 8-10 GB/s and
-// decodes frames of the store's records at 0.35-1.4 GB/s (record sizes 2 KiB
-// to 256 KiB; BenchmarkGather, BenchmarkGatherSmall).
+// copied: a core copies records from mapped memory at about 6-12 GB/s and
+// decodes zstd frames at 0.3-1.0 GB/s (the bench's records of 2 KiB to
+// 256 KiB; BenchmarkGatherFile with one thread).
 const decodeWeight = 16
 
 // gatherCost is the work of gathering the records at locs, total logical
