@@ -257,7 +257,7 @@ func (l layout) getEntryAt(b []byte, idx int64) (entry, *entryFault) {
 		return getEntry(b), nil
 	}
 	e := getEntry20(b)
-	stored, computed := binary.LittleEndian.Uint32(b[20:24]), entrySum(idx, b)
+	stored, computed := binary.LittleEndian.Uint32(b[20:24]), entrySumFast(idx, b)
 	if stored != computed {
 		return e, &entryFault{stored, computed}
 	}

@@ -31,9 +31,10 @@ func Threads() int {
 	return runtime.GOMAXPROCS(0)
 }
 
-// fanOutBytes is the least work (bytes copied or decoded) that justifies one
-// more goroutine: handing a block to a parked helper costs a few µs when
-// the caller is a C thread, and a block should dwarf that.
+// fanOutBytes is the least work, in bytes copied, that justifies one more
+// goroutine: handing a block to a parked helper costs a few µs when the
+// caller is a C thread, and a block should dwarf that. A gather counts a
+// decoded byte as decodeWeight copied ones (gatherCost).
 const fanOutBytes = 1 << 20
 
 // compressFanOutBytes is the same threshold for compression, which is far

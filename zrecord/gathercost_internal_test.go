@@ -1,0 +1,70 @@
+package zrecord
+
+import (
+	"testing"
+)
+
+// TestGatherCostWeighsDecoding checks the fan-out decision: a batch of 256
+// compressed 2 KiB records (512 KiB logical) is worth two workers, because
+// decoding is far slower than copying, while the same batch stored raw
+// stays on one goroutine, and raw records in a compressed store (frames
+// that would not be smaller) count as copies.
+func TestGatherCostWeighsDecoding(t *testing.T) {
+	defer SetThreads(0)
+	SetThreads(2)
+	const size, n = 2 << 10, 256
+	compressible := make([]byte, size)
+	for i := range compressible {
+		compressible[i] = byte(i / 64)
+	}
+	for _, tc := range []struct {
+		codec   Codec
+		rec     []byte
+		workers int
+	}{
+		{Zstd, compressible, 2},
+		{Raw, compressible, 1},
+		{Zstd, ztRecordInternal(size), 1}, // incompressible: stored raw
+	} {
+		s, err := Create(t.TempDir(), WithCodec(tc.codec))
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs := make([][]byte, n)
+		for i := range recs {
+			recs[i] = tc.rec
+		}
+		if _, err := s.Append(recs); err != nil {
+			t.Fatal(err)
+		}
+		idx := make([]int64, n)
+		for k := range idx {
+			idx[k] = int64(k)
+		}
+		g := getGatherScratch(n)
+		if _, err := s.locate("gather", idx, g); err != nil {
+			t.Fatal(err)
+		}
+		cost := s.gatherCost(g.locs, n*size)
+		if got := workersFor(cost, n, fanOutBytes); got != tc.workers {
+			t.Errorf("%v records, first %d/%d bytes stored: cost %d gives %d workers, want %d",
+				tc.codec, g.locs[0].phys, g.locs[0].logic, cost, got, tc.workers)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// ztRecordInternal returns size bytes zstd cannot shrink.
+func ztRecordInternal(size int) []byte {
+	b := make([]byte, size)
+	x := uint64(0x9e3779b97f4a7c15)
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		b[i] = byte(x >> 32)
+	}
+	return b
+}
