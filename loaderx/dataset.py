@@ -136,6 +136,12 @@ class _StoreView(StoreHandle):
         """Make every append so far durable."""
         _native.store_sync(self._writer("sync"))
 
+    def upgrade(self) -> None:
+        """Rewrite a store of an earlier format version (such as one the
+        original loaderx 1.5.2 wrote) to the current, checksummed one; see
+        :meth:`loaderx.zrecord.Zrecord.upgrade`. Needs ``writable=True``."""
+        _native.store_upgrade(self._writer("upgrade"))
+
     def __getattr__(self, name: str) -> Any:
         # Reached only for attributes not set yet: the schema's, on an
         # unpickled dataset that has not been used (see StoreHandle).

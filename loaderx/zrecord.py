@@ -160,6 +160,14 @@ class Zrecord(StoreHandle):
         """Make every append so far durable (data, table, then header)."""
         _native.store_sync(self._h)
 
+    def upgrade(self) -> None:
+        """Rewrite a store of an earlier format version (this project's 1, or
+        3 as the original loaderx 1.5.2 wrote it) to the current one, whose
+        checksums cover every byte; a current store is left alone. Crash-safe:
+        an interruption leaves the old or the new version, with the same
+        records. Needs exclusive access; any write upgrades first anyway."""
+        _native.store_upgrade(self._writable("upgrade"))
+
     # -- reading -----------------------------------------------------------
 
     def sizes(self, indices: IndexLike) -> np.ndarray:

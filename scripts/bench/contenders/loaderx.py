@@ -149,6 +149,19 @@ class ZrecordRaw(ZrecordStore):
     codec = "raw"
 
 
+class ZrecordRawVerify(ZrecordStore):
+    """zrecord-raw with every record checked against its checksum on gather
+    (set_verify): the pair of rows is what raw verification costs."""
+
+    name = "zrecord-raw-verify"
+    codec = "raw"
+    how = "as zrecord-raw, with set_verify(True): a CRC-32C pass over every record"
+
+    def open(self) -> None:
+        super().open()
+        self.ds.set_verify(True)
+
+
 class ZrecordZstd(ZrecordStore):
     name = "zrecord-zstd"
     codec = "zstd"
@@ -161,7 +174,7 @@ class ZrecordZstdict(ZrecordStore):
     compresses = True
 
 
-STORES: list[type[Store]] = [ZrecordRaw, ZrecordZstd, ZrecordZstdict]
+STORES: list[type[Store]] = [ZrecordRaw, ZrecordRawVerify, ZrecordZstd, ZrecordZstdict]
 
 
 # ---------------------------------------------------------------------------
