@@ -1,5 +1,9 @@
 package main
 
+// This file holds every export that takes a store handle: the whole store
+// surface of the C ABI in one place, one short wrapper per zrecord
+// operation, which is why it is longer than the other files of the package.
+
 /*
 #include <stdint.h>
 */

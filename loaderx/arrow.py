@@ -28,6 +28,11 @@ read-only mapping ``{column: DenseDataset | RaggedDataset}`` that a
 
 ``pyarrow`` (``pip install 'loaderx[arrow]'``) and ``datasets``
 (``loaderx[hf]``) are imported only when used.
+
+Its length: one source kind, but the Arrow type mapping (every primitive,
+nested fixed-size lists, lists, and the refusals with their reasons), the
+readers of each input form and :class:`MSDataset` belong together, and
+splitting them would scatter one table of rules over several modules.
 """
 
 from __future__ import annotations

@@ -25,6 +25,9 @@ usage error, or a command this build cannot run; 3 the input is at fault (no
 store at the path, a source the store cannot represent, an index out of
 range, ...); 4 the store is locked by another writer or damaged beyond
 opening; 130 interrupted with Ctrl-C.
+
+Its length: one small function per command plus their shared text and JSON
+output; each command is short, and they read best side by side.
 """
 
 from __future__ import annotations

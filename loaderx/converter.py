@@ -11,6 +11,11 @@ while a ``zstd_dict`` dictionary trains, within a few milliseconds) and
 leaves a valid store holding every record written so far (or no store, if
 the interrupt came before the store was created), closed and unlocked, then
 re-raises :class:`KeyboardInterrupt`.
+
+Its length: two public conversions share the piece-size control, the
+schema and dictionary handling, and :class:`_Output`, the interrupt-safe
+owner of the store being written; the Ctrl-C guarantees above depend on
+all of it, so it stays in one module.
 """
 
 from __future__ import annotations

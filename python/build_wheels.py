@@ -20,6 +20,10 @@ build is reported by name and the others go on; the exit status is 1 if any
 target failed. Importable: :data:`TARGETS`, :func:`wheel_name`,
 :func:`build_wheel`, :func:`check_wheel`, :func:`project_metadata` (the
 packaging test uses the last three without building anything).
+
+Its length: the per-platform table, the cross-build, the wheel packing and
+the after-the-fact checks of each binary format (ELF, Mach-O, PE) form one
+release procedure; each check is short and they share the target table.
 """
 
 from __future__ import annotations
