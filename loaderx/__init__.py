@@ -23,6 +23,7 @@ reads this table and checks the imports against it)::
     cli
     dataloader  arrow
     _pipeline
+    _ragged
     converter  dataset  zrecord
     sampler  _store  dlpack
     _native
@@ -30,7 +31,8 @@ reads this table and checks the imports against it)::
 
 ``__main__`` runs ``cli``, the ``loaderx`` command line. ``dataloader`` is
 the public loader over ``_pipeline`` (worker threads, the step window,
-recycled batch buffers). ``arrow`` converts Arrow tables, Parquet files and
+recycled batch buffers) and ``_ragged`` (a ragged stream's packed gather
+into recycled buffers, and its padding). ``arrow`` converts Arrow tables, Parquet files and
 Hugging Face datasets into a directory of aligned stores and opens such a
 directory as one multi-stream dataset. ``converter`` writes stores;
 ``dataset`` and ``zrecord`` read them, both built on ``_store`` (the one

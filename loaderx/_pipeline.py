@@ -35,7 +35,6 @@ from loaderx import _native
 from loaderx.errors import ClosedError
 
 if TYPE_CHECKING:
-    from loaderx.dataset import DenseDataset
     from loaderx.sampler import Sampler
 
 Batch = dict[str, np.ndarray]
@@ -61,6 +60,8 @@ class BufferPool:
     the batch if you keep one.) The baseline count is measured on this
     interpreter when the pool is built.
     """
+
+    ragged = False  # a ragged stream's pool (loaderx._ragged.RaggedPool) says True
 
     def __init__(self, shape: tuple[int, ...], dtype: np.dtype, capacity: int) -> None:
         self.shape = shape
@@ -102,7 +103,9 @@ class BufferPool:
         return len(self._free)
 
 
-Stream = tuple[str, "DenseDataset", BufferPool]
+#: ``(name, source, pool)``: a dense source with a :class:`BufferPool`, or a
+#: ragged stream (``gather_into``) with a pool whose ``ragged`` is True
+Stream = tuple[str, Any, Any]
 
 
 class _Failure:
@@ -194,9 +197,12 @@ class Pipeline:
         raw = []
         for name, ds, pool in self.streams:
             buf = pool.take()
-            rows = buf if k == buf.shape[0] else buf[:k]  # a view keeps buf referenced
-            ds._gather_unchecked(idx, rows)
-            batch[name] = rows
+            if pool.ragged:  # a RaggedPool slot: one packed gather
+                batch[name] = ds.gather_into(idx, buf)
+            else:
+                rows = buf if k == buf.shape[0] else buf[:k]  # a view keeps buf referenced
+                ds._gather_unchecked(idx, rows)
+                batch[name] = rows
             raw.append(buf)
         return batch, raw
 

@@ -3,11 +3,12 @@
 A :class:`DataLoader` yields one batch per step, forever (or for ``steps``
 steps, or for one ``epoch=True`` pass over the records): a dict
 ``{name: array}`` where each array is the ``(batch_size, *item_shape)`` batch
-of one dense stream (a store or a NumPy array), all streams gathered at the
-same indices. The indices of step ``s`` come from the sampler as a pure
-function of ``(seed, s)``, so the
-loader's whole position is the step number: :meth:`DataLoader.state_dict`
-saves it and :meth:`DataLoader.load_state_dict` seeks back to it.
+of one dense stream (a store or a NumPy array), or the packed (or padded)
+batch of a ragged store, all streams gathered at the same indices. The
+indices of step ``s`` come from the sampler as a pure function of
+``(seed, s)``, so the loader's whole position is the step number:
+:meth:`DataLoader.state_dict` saves it and :meth:`DataLoader.load_state_dict`
+seeks back to it.
 
 Work runs on threads: each worker claims the next step, draws its indices,
 gathers every stream (the copy runs natively with the GIL released) and runs
@@ -27,11 +28,19 @@ import numpy as np
 
 from loaderx._args import MODES, as_int, check_mode, check_seed, check_shard, check_step
 from loaderx._pipeline import Batch, BufferPool, Pipeline, Stream
+from loaderx._ragged import (
+    PackedBatch,
+    PaddedBatch,
+    RaggedPool,
+    RaggedStream,
+    check_offsets_dtype,
+    check_pad,
+)
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import ClosedError
 from loaderx.sampler import IndexSampler, Sampler
 
-__all__ = ["DataLoader", "LoaderOptions"]
+__all__ = ["DataLoader", "LoaderOptions", "PackedBatch", "PaddedBatch"]
 
 _STATE_KEYS = ("step", "seed", "sampler", "batch_size", "shard")
 #: keys that identify the data; states saved before they existed load without them
@@ -310,11 +319,17 @@ class DataLoader:
     pass with ``steps=`` or ``epoch=True``.
 
     Args:
-        streams: ``{name: DenseDataset or NumPy array}``; every stream must
-            have the same length, and all are gathered at the same indices,
-            so record ``i`` lines up across streams. An array (a
-            ``np.memmap`` too) is gathered with ``np.take``; a store is
-            faster to gather from and can be compressed.
+        streams: ``{name: DenseDataset, RaggedDataset or NumPy array}``;
+            every stream must have the same length, and all are gathered at
+            the same indices, so record ``i`` lines up across streams. An
+            array (a ``np.memmap`` too) is gathered with ``np.take``; a store
+            is faster to gather from and can be compressed. A ragged store
+            yields a :class:`PackedBatch` ``(values, offsets, lengths)`` per
+            batch, read with one native call: ``values`` holds the records
+            back to back (``(total_rows, *item_shape)``, the store's dtype),
+            record ``k`` is ``values[offsets[k]:offsets[k + 1]]`` and
+            ``offsets`` (``batch + 1`` entries, ``cu_seqlens``) starts at 0;
+            or, with ``pad=``, a :class:`PaddedBatch` ``(values, lengths)``.
         batch_size: records per batch (per rank when sharded); by default
             256, or a custom sampler's ``batch_size``.
         transform: called on each batch dict on the worker thread; its result
@@ -346,6 +361,14 @@ class DataLoader:
             batch is short unless the records divide into global batches
             (with ``shard``, the ranks split it as evenly as they can).
         drop_last: with ``epoch=True``, drop the short last batch instead.
+        pad: ``{name: length}`` for ragged streams to yield zero-padded as a
+            dense ``(batch, L, *item_shape)`` array plus lengths instead of
+            packed: ``"max"`` (``L`` is the batch's longest record), an int
+            (a fixed ``L``; a longer record fails its step) or
+            ``("multiple", m)`` (the longest rounded up to a multiple of
+            ``m``, so a few shapes recur).
+        offsets_dtype: ``np.int64`` (default) or ``np.int32``, the dtype of a
+            packed batch's offsets.
 
     Batches are yielded in step order and depend only on the settings and the
     step, so a run restored with :meth:`load_state_dict` continues exactly as
@@ -378,6 +401,14 @@ class DataLoader:
             train_step(batch["data"], batch["label"])
         checkpoint = loader.state_dict()   # {"step": 1000, ...}
 
+        tokens = DataLoader({"tokens": RaggedDataset("train_tokens"),
+                             "label": DenseDataset("train_label")},
+                            batch_size=64, offsets_dtype=np.int32)
+        values, cu_seqlens, lengths = next(tokens)["tokens"]
+        padded = DataLoader({"tokens": RaggedDataset("train_tokens")},
+                            batch_size=64, pad={"tokens": ("multiple", 64)})
+        dense, lengths = next(padded)["tokens"]   # (64, L, ...), L % 64 == 0
+
         evaluation = DataLoader(streams, batch_size=512, sampler="sequential",
                                 epoch=True)
         for batch in evaluation:           # len(evaluation) batches
@@ -386,7 +417,7 @@ class DataLoader:
 
     def __init__(
         self,
-        streams: Mapping[str, DenseDataset | np.ndarray],
+        streams: Mapping[str, DenseDataset | RaggedDataset | np.ndarray],
         batch_size: int | None = None,
         *,
         transform: Callable[[Batch], Any] | None = None,
@@ -399,6 +430,8 @@ class DataLoader:
         steps: int | None = None,
         epoch: bool = False,
         drop_last: bool = False,
+        pad: Mapping[str, Any] | None = None,
+        offsets_dtype: Any = np.int64,
         **unsupported: Any,
     ) -> None:
         self._pipe: Pipeline | None = None
@@ -440,21 +473,34 @@ class DataLoader:
             )
         if not streams:
             raise ValueError("streams is empty: give at least one {name: DenseDataset}")
+        offsets_dt = check_offsets_dtype(offsets_dtype)
+        if pad is None:
+            pad = {}
+        if not isinstance(pad, Mapping):
+            raise TypeError(
+                f"pad must be None or a dict of ragged stream name -> length, got {pad!r} "
+                "(e.g. pad={'tokens': 'max'})"
+            )
+        for key in pad:
+            if key not in streams or not isinstance(streams[key], RaggedDataset):
+                ragged = [k for k, v in streams.items() if isinstance(v, RaggedDataset)]
+                raise ValueError(
+                    f"pad={{{key!r}: ...}} names no ragged stream; the ragged streams are {ragged}"
+                )
+        pads = {key: check_pad(spec, key) for key, spec in pad.items()}
         lengths = {}
         sources: dict[str, Any] = {}
         for name, ds in streams.items():
             if not isinstance(name, str):
                 raise TypeError(f"stream names must be str, got {name!r}")
             if isinstance(ds, RaggedDataset):
-                raise TypeError(
-                    f"stream {name!r} is a RaggedDataset; the loader reads dense streams only "
-                    "(pad the records into a dense store with from_numpy)"
-                )
-            if isinstance(ds, np.ndarray):
+                ds = RaggedStream(name, ds, pads.get(name), offsets_dt)
+            elif isinstance(ds, np.ndarray):
                 ds = _ArrayStream(name, ds)
             elif not isinstance(ds, DenseDataset):
                 raise TypeError(
-                    f"stream {name!r} must be a DenseDataset or a NumPy array, got {type(ds).__name__}"
+                    f"stream {name!r} must be a DenseDataset, a RaggedDataset or a NumPy array, "
+                    f"got {type(ds).__name__}"
                 )
             sources[name] = ds
             lengths[name] = len(ds)
@@ -501,7 +547,13 @@ class DataLoader:
         self._workers = workers
         capacity = self._prefetch + workers + 3
         self._streams: list[Stream] = [
-            (name, ds, BufferPool((opts.batch_size, *ds.item_shape), ds.dtype, capacity))
+            (
+                name,
+                ds,
+                RaggedPool(ds, opts.batch_size, capacity)
+                if isinstance(ds, RaggedStream)
+                else BufferPool((opts.batch_size, *ds.item_shape), ds.dtype, capacity),
+            )
             for name, ds in sources.items()
         ]
         self._step = opts.start_step  # next step to yield while no pipeline runs
@@ -509,9 +561,12 @@ class DataLoader:
     # -- properties --------------------------------------------------------
 
     @property
-    def streams(self) -> dict[str, DenseDataset | np.ndarray]:
-        """The streams, by name (arrays as they were given)."""
-        return {name: getattr(ds, "array", ds) for name, ds, _ in self._streams}
+    def streams(self) -> dict[str, DenseDataset | RaggedDataset | np.ndarray]:
+        """The streams, by name (as they were given)."""
+        return {
+            name: ds.array if isinstance(ds, _ArrayStream) else getattr(ds, "dataset", ds)
+            for name, ds, _ in self._streams
+        }
 
     @property
     def batch_size(self) -> int:

@@ -339,9 +339,11 @@ def test_stream_validation(stores, streams):
     with pytest.raises(ValueError, match="equal lengths; got image=97, short=50"):
         DataLoader({"image": streams["image"], "short": short})
     ragged = RaggedDataset(stores / "ragged")
-    with pytest.raises(TypeError, match="'tokens' is a RaggedDataset"):
-        DataLoader({"tokens": ragged})
-    with pytest.raises(TypeError, match="'x' must be a DenseDataset or a NumPy array, got list"):
+    with DataLoader({"tokens": ragged}, batch_size=4) as loader:  # a ragged stream is packed
+        assert next(loader)["tokens"].offsets.shape == (5,)
+    with pytest.raises(
+        TypeError, match="'x' must be a DenseDataset, a RaggedDataset or a NumPy array, got list"
+    ):
         DataLoader({"x": [0.0, 0.0, 0.0]})
     with pytest.raises(ValueError, match="streams is empty"):
         DataLoader({})

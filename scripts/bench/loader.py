@@ -23,7 +23,8 @@ import time
 from typing import Any
 
 import numpy as np
-from contenders import LOADERS, loader_named, selected
+from contenders import LOADERS, RAGGED_LOADERS, loader_named, selected
+from contenders.ragged import MAX_LEN, MIN_LEN, make_tokens
 from data import make_data, read_files_allocated
 from machine import read_text
 from report import MiB, fmt_ratio, log, median, out, shape_str, skip_lines, table
@@ -44,7 +45,11 @@ def loader_child(cfg: dict[str, Any]) -> None:
     shape = tuple(cfg["shape"])
     get, close = loader_named(cfg["name"]).open(cfg)
     x = get()
-    assert tuple(x.shape) == (b, *shape), (tuple(x.shape), (b, *shape))
+    if cfg.get("ragged"):  # (values, offsets) of b sequences
+        values, offsets = x
+        assert tuple(offsets.shape) == (b + 1,) and int(offsets[-1]) == len(values), tuple(offsets.shape)
+    else:
+        assert tuple(x.shape) == (b, *shape), (tuple(x.shape), (b, *shape))
     print("FLOW", flush=True)
     t0 = time.perf_counter()
     k = 0
@@ -300,6 +305,12 @@ def _summarize(per: dict[str, list[dict[str, Any]]], cands: list[dict[str, Any]]
 
 
 def bench_loader(args: argparse.Namespace, results: dict[str, Any], tmp: str) -> None:
+    """The dense loader table, then the ragged loader row."""
+    bench_dense_loader(args, results, tmp)
+    bench_ragged(args, results, tmp)
+
+
+def bench_dense_loader(args: argparse.Namespace, results: dict[str, Any], tmp: str) -> None:
     """Every selected loader, round-robin over --runs fresh child processes; fills results["loader"]."""
     shape = tuple(args.shape) if args.shape else DEFAULT_SHAPE
     dtype = np.dtype(args.dtype)
@@ -401,3 +412,89 @@ def _original_ratios(rows: list[dict[str, Any]], per: dict[str, list[dict[str, A
                     "anon_shm": b["peak_anon_shm"] / a["peak_anon_shm"] if a["peak_anon_shm"] else None,
                     "pss": b["peak_pss"] / a["peak_pss"] if a["peak_pss"] else None})
     return res
+
+
+#: token sequences in the ragged row unless --records is given
+RAGGED_RECORDS = 20_000
+
+
+def bench_ragged(args: argparse.Namespace, results: dict[str, Any], tmp: str) -> None:
+    """The ragged loader row: packed batches of variable-length int32 token
+    sequences, loaderx against torch's DataLoader packing in its collate_fn;
+    fills results["ragged_loader"]."""
+    n = args.records or RAGGED_RECORDS
+    b = min(args.batch, n)
+    out("### Ragged loader")
+    out()
+    out(f"Variable-length int32 token sequences ({n:,}, lengths {MIN_LEN}..{MAX_LEN} uniform), "
+        f"batch {b}, {args.workers} workers, each batch packed into (values, offsets): loaderx's "
+        "DataLoader over a ragged store (one native gather per batch) against torch's DataLoader "
+        "(worker processes, shuffle) over the same tokens in memory-mapped .npy files, packing "
+        f"in its collate_fn. Median of {args.loader_runs} runs, each {args.loader_measure:.0f}s "
+        "after warm-up.")
+    out()
+    want = [c for c in RAGGED_LOADERS if selected(args.only, c.name)]
+    skipped: list[str] = []
+    ldir = os.path.join(tmp, "ragged")
+    os.makedirs(ldir, exist_ok=True)
+    tokens, offsets = make_tokens(n)
+    token_bytes = tokens.nbytes / n
+    cands: list[dict[str, Any]] = []
+    for c in want:
+        why = c.available()
+        if why:
+            skipped.append(f"{c.name}: {why}")
+            continue
+        try:
+            cands.append({"name": c.name, **c.prepare_tokens(ldir, tokens, offsets)})
+        except Exception as e:
+            skipped.append(f"{c.name}: setup failed: {type(e).__name__}: {str(e)[:200]}")
+    del tokens, offsets
+    skip_lines(skipped)
+    read_files_allocated(ldir)
+    per: dict[str, list[dict[str, Any]]] = {c["name"]: [] for c in cands}
+    errors: dict[str, str] = {}
+    for r in range(args.loader_runs):
+        order = cands[r % len(cands):] + cands[: r % len(cands)] if cands else []
+        for c in order:
+            if c["name"] in errors:
+                continue
+            cfg = {**c, "ragged": True, "batch": b, "workers": args.workers, "transform": "identity",
+                   "shape": [], "dtype": "int32", "records": n, "warmup_s": args.loader_warmup,
+                   "measure_s": args.loader_measure, "threads": args.threads}
+            log(f"[ragged] run {r + 1}/{args.loader_runs}: {c['name']} ...")
+            res = run_loader_child(cfg, timeout=args.loader_timeout)
+            if "error" in res:
+                errors[c["name"]] = res["error"]
+                log(f"[ragged] {c['name']} failed:\n{res['error']}")
+                continue
+            res["bps"] = res["batches"] / res["seconds"]
+            log(f"[ragged]   {res['bps']:.1f} batches/s, peak PSS {res['peak_pss'] / MiB:.0f} MiB")
+            per[c["name"]].append(res)
+    rows = _summarize(per, cands, b, int(token_bytes))
+    for name, err in errors.items():
+        out(f"- {name} failed: " + err.replace("\n", " | ")[:400])
+    if errors:
+        out()
+    if rows:
+        out(table(["loader", "batches/s", "per batch", "sequences/s", "throughput", "peak PSS",
+                   "anon + shm", "processes"],
+                  [[r["loader"], f"{r['batches_per_s']:.1f}", f"{r['ms_per_batch']:.2f} ms",
+                    f"{r['samples_per_s']:,.0f}", f"{r['mib_s']:,.0f} MiB/s",
+                    f"{r['peak_pss'] / MiB:,.0f} MiB", f"{r['peak_anon_shm'] / MiB:,.0f} MiB",
+                    r["procs"]] for r in rows]))
+        out()
+    ratios = []
+    for ours in ("loaderx-ragged", "loaderx-ragged-raw"):
+        if per.get(ours) and per.get("torch-ragged"):
+            speed = median([x["bps"] / y["bps"] for x, y in zip(per[ours], per["torch-ragged"])])
+            ratios.append({"ours": ours, "torch": "torch-ragged", "speed": speed})
+    if ratios:
+        out("loaderx / torch, batches/s (median of per-run ratios; above 1 means loaderx is faster):")
+        out()
+        out(table(["pair", "batches/s"], [[f"{x['ours']} / {x['torch']}", fmt_ratio(x["speed"])]
+                                          for x in ratios]))
+        out()
+    results["ragged_loader"] = {"records": n, "batch": b, "workers": args.workers,
+                                "lengths": [MIN_LEN, MAX_LEN], "rows": rows, "skipped": skipped,
+                                "errors": errors, "vs_torch": ratios}

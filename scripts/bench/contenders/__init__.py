@@ -1,5 +1,6 @@
 """The contenders: one adapter module per library, registered here per layer.
 
+The ragged loader row's contenders are in ``ragged`` (``RAGGED_LOADERS``).
 The tuples below fix the order of each layer's table. To add a contender,
 write its adapter module (see ``base`` for what it may define) and list it in
 the layers it takes part in.
@@ -13,6 +14,7 @@ from types import ModuleType
 
 from contenders import arrayrecord, blosc2, grain, hdf5, loaderx, numpy, original, tensorstore, torch
 from contenders.base import LoaderContender, SamplerContender, Store
+from contenders.ragged import RAGGED_LOADERS
 
 SAMPLER_MODULES: tuple[ModuleType, ...] = (numpy, loaderx, original)
 STORE_MODULES: tuple[ModuleType, ...] = (loaderx, original, numpy, hdf5, blosc2, tensorstore, arrayrecord)
@@ -46,6 +48,7 @@ def known_names() -> set[str]:
     names = {c.name for m in SAMPLER_MODULES for c in m.SAMPLERS}
     names |= {cls.name for cls in STORES}
     names |= {c.name for c in LOADERS}
+    names |= {c.name for c in RAGGED_LOADERS}
     return names
 
 
@@ -68,7 +71,7 @@ def selected(only: Sequence[str] | None, name: str) -> bool:
 
 def loader_named(name: str) -> LoaderContender:
     """The loader contender called `name` (in a loader's child process)."""
-    for c in LOADERS:
+    for c in [*LOADERS, *RAGGED_LOADERS]:
         if c.name == name:
             return c
     raise SystemExit(f"unknown loader {name}")
