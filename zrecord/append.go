@@ -221,6 +221,11 @@ func (s *Store) commit(records [][]byte, a *appendScratch) (int64, error) {
 			}
 		}
 		last := a.entries[j-1]
+		// Mapped far enough before the bytes exist, and so before the
+		// length that publishes them (see mmap.go).
+		if err := c.cover(c.f, int64(last.end())); err != nil {
+			return 0, wrapf(err, "append: map %s", s.path(chunkName(c.id)))
+		}
 		if len(a.iov) > 0 {
 			if err := writeVec(c.f, a.iov, start); err != nil {
 				return 0, wrapf(err, "append: write %s", s.path(chunkName(c.id)))
@@ -242,6 +247,9 @@ func (s *Store) commit(records [][]byte, a *appendScratch) (int64, error) {
 		g := segs[i>>l.shift]
 		cnt := min(length+n-i, l.segEntries()-(i&l.segMask()))
 		b := a.table[(i-length)*es : (i-length+cnt)*es]
+		if err := g.cover(g.f, l.segOff(i)+cnt*es); err != nil {
+			return 0, wrapf(err, "append: map %s", s.path(l.segName(g.id)))
+		}
 		if err := writeFull(g.f, b, l.segOff(i)); err != nil {
 			return 0, wrapf(err, "append: write %s", s.path(l.segName(g.id)))
 		}
@@ -320,7 +328,7 @@ func (s *Store) growChunks(id uint32) error {
 			f.Close()
 			return wrapf(err, "stat %s", p)
 		}
-		if c.data, err = mapSpan(f, chunkSpan); err != nil {
+		if err = c.mapFile(f, c.size, chunkSpan); err != nil {
 			f.Close()
 			return wrapf(err, "map %s", p)
 		}

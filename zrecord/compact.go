@@ -213,14 +213,17 @@ func (s *Store) runMoves(moves []move, chunks []*chunk) error {
 				// The old bytes may already be overwritten by an earlier
 				// move of this group: copy from the journal.
 				data = heldBytes(journal, journalVersion(s.lay), group, m.idx)
-			case from.data != nil:
-				data = from.data[m.from.off:m.from.end()]
+			case from.bytes() != nil:
+				data = from.bytes()[m.from.off:m.from.end()]
 			default:
 				buf = slices.Grow(buf[:0], int(m.from.phys))[:m.from.phys]
 				data = buf
 				if err := readFull(from.f, data, int64(m.from.off)); err != nil {
 					return fail(wrapf(err, "compact %s: read record %d", s.dir, m.idx))
 				}
+			}
+			if err := to.cover(to.f, int64(m.to.end())); err != nil {
+				return fail(wrapf(err, "compact: map %s", s.path(chunkName(to.id))))
 			}
 			if err := writeFull(to.f, data, int64(m.to.off)); err != nil {
 				return fail(wrapf(err, "compact: write %s", s.path(chunkName(to.id))))
@@ -257,8 +260,8 @@ func (s *Store) runMoves(moves []move, chunks []*chunk) error {
 
 // readStored reads the stored bytes of the record at e into b.
 func (s *Store) readStored(c *chunk, e entry, b []byte) error {
-	if c.data != nil {
-		copy(b, c.data[e.off:e.end()])
+	if d := c.bytes(); d != nil {
+		copy(b, d[e.off:e.end()])
 		return nil
 	}
 	return readFull(c.f, b, int64(e.off))
@@ -284,8 +287,7 @@ func (s *Store) finishCompact(tail position, packed []int64) error {
 	s.chunks.Store(&list)
 	var first error
 	for _, c := range chunks[tail.chunk+1:] {
-		unmapSpan(c.data)
-		c.data = nil
+		c.unmap()
 		c.f.Close()
 		if err := s.removeFile(chunkName(c.id)); err != nil && first == nil {
 			first = err // the next writable Open removes it

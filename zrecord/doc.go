@@ -96,10 +96,18 @@
 // or a record in motion.
 //
 // Readers take no lock against appends. Chunk files and table segments are
-// mapped once, read-only and shared, over their whole range (4 GiB for a
-// chunk, 3 GiB for a table segment), so a
-// mapping never moves while the store grows; the lists of mappings are
-// replaced (never changed in place) when a file is added. An Append
+// mapped read-only and shared at a span sized to the file (the next power
+// of two at or above its size, at least 64 MiB, at most the file's whole
+// range of 4 GiB for a chunk or 3 GiB for a table segment), so a handle
+// reserves address space in proportion to the store. The lists of files
+// are replaced (never changed in place) when a file is added. When a
+// writer needs bytes past a file's span it maps the file again, twice as
+// large, before writing them, and publishes the new mapping with an atomic
+// store; readers load it after the length, so it covers every committed
+// byte they may touch. A reader may still hold the shorter mapping, so it
+// stays mapped until Close (or until a Compact or Upgrade, which run
+// alone, drops the file); the retired mappings of a file add up to less
+// than its current span. An Append
 // compresses its records first, concurrently with everything else, then,
 // under a lock shared only with other Appends, places them, writes their
 // bytes and their table entries with positional writes, writes the header,

@@ -67,3 +67,21 @@ func WriteOldStore(dir string, version uint8, codec Codec, dict []byte, recs [][
 	b := h.encode()
 	return os.WriteFile(filepath.Join(dir, metaName), b[:], 0o644)
 }
+
+// MappedSpans returns the length of the current mapping of every chunk and
+// table segment of s (0 for a file that is not mapped) and how many retired
+// mappings each holds in total.
+func MappedSpans(s *Store) (chunks, segs []int64, retired int) {
+	for _, c := range *s.chunks.Load() {
+		chunks = append(chunks, c.span())
+		retired += len(c.retired)
+	}
+	for _, g := range *s.segs.Load() {
+		segs = append(segs, g.span())
+		retired += len(g.retired)
+	}
+	return chunks, segs, retired
+}
+
+// MinSpan is the smallest span a file is mapped at.
+const MinSpan = minSpan

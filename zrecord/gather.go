@@ -88,8 +88,8 @@ func (s *Store) Gather(indices []int64, dst []byte, stride int) (err error) {
 			if plain {
 				// A raw record in a mapped chunk, nothing to check: copy.
 				if e := g.locs[k]; !s.isFrame(e) {
-					if c := chunks[e.chunk]; c.data != nil {
-						copy(out, c.data[e.off:e.end()])
+					if d := chunks[e.chunk].bytes(); d != nil {
+						copy(out, d[e.off:e.end()])
 						continue
 					}
 				}
@@ -288,8 +288,8 @@ func (s *Store) locate(op string, indices []int64, g *gatherScratch) ([]*chunk, 
 func (g *gatherScratch) touchEntries(l layout, segs []*segment, indices []int64) {
 	var t byte
 	for _, i := range indices {
-		if seg := segs[i>>l.shift]; seg.data != nil {
-			t += seg.data[l.segOff(i)]
+		if d := segs[i>>l.shift].bytes(); d != nil {
+			t += d[l.segOff(i)]
 		}
 	}
 	g.touched = t
@@ -305,8 +305,8 @@ func (g *gatherScratch) touchRecords(chunks []*chunk) {
 	}
 	var t byte
 	for _, e := range g.locs {
-		if c := chunks[e.chunk]; c.data != nil && e.phys > 0 {
-			t += c.data[e.off]
+		if d := chunks[e.chunk].bytes(); d != nil && e.phys > 0 {
+			t += d[e.off]
 		}
 	}
 	g.touched += t
@@ -318,9 +318,9 @@ func (g *gatherScratch) touchRecords(chunks []*chunk) {
 // record besides the copy.
 func (s *Store) entryAt(segs []*segment, i int64) (entry, error) {
 	l := &s.lay
-	if seg := segs[i>>l.shift]; seg.data != nil && l.checksummed() {
+	if d := segs[i>>l.shift].bytes(); d != nil && l.checksummed() {
 		off := l.segOff(i)
-		b := seg.data[off : off+24 : off+24]
+		b := d[off : off+24 : off+24]
 		if binary.LittleEndian.Uint32(b[20:24]) == entrySumFast(i, b) {
 			return getEntry20(b), nil
 		}
@@ -346,8 +346,8 @@ func (s *Store) fill(g *gatherScratch, w, k int, chunks []*chunk, idx int64, out
 	var src []byte
 	if g.pins != nil && g.pins[k] != nil {
 		src = g.pins[k]
-	} else if c.data != nil {
-		src = c.data[e.off:e.end():e.end()]
+	} else if d := c.bytes(); d != nil {
+		src = d[e.off:e.end():e.end()]
 	} else if !frame {
 		if err := readFull(c.f, out, int64(e.off)); err != nil {
 			return s.readError(err, idx, e)

@@ -2,22 +2,123 @@ package zrecord
 
 import (
 	"runtime/debug"
+	"sync/atomic"
 	"unsafe"
 )
 
 // All memory-mapping work of the package lives in this file and in its
 // per-OS halves, mmap_unix.go (mapSpan, unmapSpan) and mmap_windows.go.
 //
-// Chunk files and .loc segments are mapped once, read-only and shared, over
-// their whole addressable range (4 GiB each) rather than their current size.
-// Mapping past the end of a file is legal; the pages become readable as soon
-// as a positional write extends the file, because the mapping and the write
-// go through the same page cache. So a mapping never has to be replaced while
-// the store grows, and readers can keep using the slice they loaded without
-// locks. Touching a page past the end of the file raises SIGBUS; readers
-// never do so for committed records, and every reading goroutine runs with
-// debug.SetPanicOnFault so that a file truncated under it (by another
-// process) yields an error instead of killing the process.
+// Chunk files and table segments are mapped read-only and shared, at a span
+// derived from their size: the next power of two at or above the larger of
+// the size and minSpan, capped at the file's addressable range (4 GiB for a
+// chunk, the layout's segBytes for a segment). A handle thus reserves
+// address space in proportion to the store rather than 7 GiB per open
+// chunk and segment. Mapping past the end of a file is legal; the pages
+// become readable as soon as a positional write extends the file, because
+// the mapping and the write go through the same page cache. Touching a page
+// past the end of the file raises SIGBUS; readers never do so for committed
+// records, and every reading goroutine runs with debug.SetPanicOnFault so
+// that a file truncated under it (by another process) yields an error
+// instead of killing the process.
+//
+// A writer that is about to put bytes past the current span calls cover
+// before writing them, and so before it publishes them (an append's atomic
+// store of the length, a compaction's or an upgrade's exclusive section).
+// cover maps the file again at a larger span and publishes the new slice
+// with an atomic pointer store. Readers load the pointer after the length
+// they read, so every committed byte they may touch lies inside the slice
+// they get. A reader may still hold an older, shorter slice, so a replaced
+// mapping is retired, not unmapped: it stays mapped until the handle
+// releases its files (Close, or the exclusive sections of Compact and
+// Upgrade that drop a file). Spans double, so the retired mappings of a
+// file add up to less than its current span.
+
+// minSpan is the smallest span a file is mapped at.
+const minSpan = 64 << 20
+
+// spanFor is the span a file that must show n bytes is mapped at: the next
+// power of two at or above max(n, minSpan), capped at full.
+func spanFor(n, full int64) int64 {
+	span := int64(minSpan)
+	for span < n && span < full {
+		span <<= 1
+	}
+	return min(span, full)
+}
+
+// mapping is the read-only view of one chunk or table segment file. cur is
+// read by any goroutine without a lock; the other fields belong to writers
+// (appendMu, or mu held exclusively).
+type mapping struct {
+	cur     atomic.Pointer[[]byte]
+	full    int64    // the file's addressable range: the largest span
+	retired [][]byte // earlier, shorter mappings readers may still hold
+}
+
+// bytes returns the current mapping, or nil when the file is not mapped
+// (the caller then reads with ReadAt). Committed bytes of the file lie
+// within it.
+func (m *mapping) bytes() []byte {
+	if p := m.cur.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// mapFile maps f, whose addressable range is full bytes, at the span for
+// size bytes. A file without a descriptor stays unmapped.
+func (m *mapping) mapFile(f File, size, full int64) error {
+	m.full = full
+	b, err := mapSpan(f, int(spanFor(size, full)))
+	if err != nil {
+		return err
+	}
+	if b != nil {
+		m.cur.Store(&b)
+	}
+	return nil
+}
+
+// cover makes the mapping of f reach at least n bytes (capped at the
+// file's range), mapping f again at a larger span if needed; the old
+// mapping is retired, not unmapped. An unmapped file stays unmapped. The
+// caller is a writer and calls cover before publishing bytes below n.
+func (m *mapping) cover(f File, n int64) error {
+	cur := m.cur.Load()
+	if cur == nil || int64(len(*cur)) >= min(n, m.full) {
+		return nil
+	}
+	b, err := mapSpan(f, int(spanFor(n, m.full)))
+	if err != nil {
+		return err
+	}
+	if b == nil {
+		return nil
+	}
+	m.retired = append(m.retired, *cur)
+	m.cur.Store(&b)
+	return nil
+}
+
+// unmap releases the current mapping and every retired one. No reader may
+// be using them: the caller holds mu exclusively or is closing the handle.
+func (m *mapping) unmap() error {
+	var first error
+	if p := m.cur.Swap(nil); p != nil {
+		first = unmapSpan(*p)
+	}
+	for _, b := range m.retired {
+		if err := unmapSpan(b); err != nil && first == nil {
+			first = err
+		}
+	}
+	m.retired = nil
+	return first
+}
+
+// span returns the length of the current mapping (0 when unmapped).
+func (m *mapping) span() int64 { return int64(len(m.bytes())) }
 
 // guardFaults makes memory faults in the calling goroutine panic (to be
 // recovered) instead of crashing, and returns the previous setting for

@@ -1,7 +1,7 @@
 package zrecord
 
-// The store's mappings cover a file's whole addressable range, past its end,
-// so that one mapping serves while the file grows (see mmap.go). Windows
+// The store's mappings reach past a file's end, so that a mapping serves
+// while the file grows until the next doubling (see mmap.go). Windows
 // cannot do that: a read-only CreateFileMapping may not be larger than the
 // file, and while any view of a file is mapped the file cannot be truncated
 // (SetEndOfFile fails with ERROR_USER_MAPPED_FILE), which recovery after a

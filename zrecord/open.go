@@ -135,6 +135,9 @@ func (s *Store) loadFiles() (err error) {
 		}
 		// A replayed move may have extended a chunk file.
 		for _, c := range *s.chunks.Load() {
+			if err := c.cover(c.f, c.size); err != nil {
+				return wrapf(err, "map %s", s.path(chunkName(c.id)))
+			}
 			c.end.Store(min(c.size, chunkSpan))
 		}
 		if s.lay.version == versionV3 {
@@ -204,7 +207,7 @@ func (s *Store) openChunks() error {
 		if c.size, err = fileSize(f); err != nil {
 			return wrapf(err, "stat %s", p)
 		}
-		if c.data, err = mapSpan(f, chunkSpan); err != nil {
+		if err = c.mapFile(f, c.size, chunkSpan); err != nil {
 			return wrapf(err, "map %s", p)
 		}
 		c.end.Store(min(c.size, chunkSpan))
@@ -270,7 +273,12 @@ func (s *Store) openSegmentOf(l layout, id uint32, create bool) (*segment, error
 		return nil, wrapf(err, "open %s", p)
 	}
 	g := &segment{id: id, f: f}
-	if g.data, err = mapSpan(f, int(l.segBytes())); err != nil {
+	size, err := fileSize(f)
+	if err != nil {
+		f.Close()
+		return nil, wrapf(err, "stat %s", p)
+	}
+	if err = g.mapFile(f, size, l.segBytes()); err != nil {
 		f.Close()
 		return nil, wrapf(err, "map %s", p)
 	}
@@ -295,8 +303,8 @@ func (s *Store) validate() (int64, error) {
 		lo := i & l.segMask()
 		cnt := min(n-i, l.segEntries()-lo, block)
 		var b []byte
-		if g.data != nil {
-			b = g.data[lo*l.entSize : (lo+cnt)*l.entSize]
+		if d := g.bytes(); d != nil {
+			b = d[lo*l.entSize : (lo+cnt)*l.entSize]
 		} else {
 			if buf == nil {
 				buf = make([]byte, block*l.entSize)

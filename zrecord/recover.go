@@ -181,6 +181,9 @@ func (s *Store) replayCompactJournal() error {
 			}
 			if r.redo {
 				to := chunks[m.to.chunk]
+				if err := to.cover(to.f, int64(m.to.end())); err != nil {
+					return wrapf(err, "map %s", s.path(chunkName(to.id)))
+				}
 				if err := writeFull(to.f, j.held[r.k], int64(m.to.off)); err != nil {
 					return wrapf(err, "write %s", s.path(chunkName(to.id)))
 				}

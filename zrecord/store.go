@@ -90,9 +90,11 @@ type position struct {
 
 // chunk is an open {id}.chunk file.
 type chunk struct {
-	id   uint32
-	f    File
-	data []byte // read-only mapping of chunkSpan bytes; nil when f cannot be mapped
+	id uint32
+	f  File
+	// mapping is the read-only view of f (addressable range chunkSpan),
+	// unmapped when f cannot be mapped.
+	mapping
 	// end bounds what readers may touch: every committed record of the
 	// chunk lies in [0, end).
 	end atomic.Int64
@@ -103,9 +105,11 @@ type chunk struct {
 
 // segment is an open {id}.loc record-table file.
 type segment struct {
-	id    uint32
-	f     File
-	data  []byte // read-only mapping of the layout's segBytes; nil when f cannot be mapped
+	id uint32
+	f  File
+	// mapping is the read-only view of f (addressable range the layout's
+	// segBytes), unmapped when f cannot be mapped.
+	mapping
 	dirty bool
 }
 
@@ -134,8 +138,8 @@ func (s *Store) entryBytes(segs []*segment, i int64, buf *[maxEntrySize]byte) ([
 	l := s.lay
 	g := segs[i>>l.shift]
 	off := l.segOff(i)
-	if g.data != nil {
-		return g.data[off : off+l.entSize], nil
+	if d := g.bytes(); d != nil {
+		return d[off : off+l.entSize], nil
 	}
 	b := buf[:l.entSize]
 	if err := readFull(g.f, b, off); err != nil {
@@ -355,13 +359,13 @@ func (s *Store) release() error {
 	}
 	if p := s.chunks.Load(); p != nil {
 		for _, c := range *p {
-			keep(unmapSpan(c.data))
+			keep(c.unmap())
 			keep(c.f.Close())
 		}
 	}
 	if p := s.segs.Load(); p != nil {
 		for _, g := range *p {
-			keep(unmapSpan(g.data))
+			keep(g.unmap())
 			keep(g.f.Close())
 		}
 	}

@@ -200,6 +200,9 @@ func (s *Store) upgrade() (switched bool, err error) {
 					return false, err
 				}
 				c := (*s.chunks.Load())[pos.chunk]
+				if err := c.cover(c.f, int64(pos.off)+int64(size)); err != nil {
+					return false, wrapf(err, "upgrade: map %s", s.path(chunkName(c.id)))
+				}
 				if err := writeFull(c.f, got, int64(pos.off)); err != nil {
 					return false, wrapf(err, "upgrade: write %s", s.path(chunkName(c.id)))
 				}
@@ -251,7 +254,7 @@ func (s *Store) upgrade() (switched bool, err error) {
 		if err != nil {
 			s.segs.Store(&list)
 			for _, g := range oldSegs {
-				unmapSpan(g.data)
+				g.unmap()
 				g.f.Close()
 			}
 			return true, err
@@ -266,7 +269,7 @@ func (s *Store) upgrade() (switched bool, err error) {
 		}
 	}
 	for _, g := range oldSegs {
-		keep(unmapSpan(g.data))
+		keep(g.unmap())
 		keep(g.f.Close())
 		keep(s.removeFile(oldLay.segName(g.id)))
 	}
