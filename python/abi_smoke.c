@@ -36,12 +36,15 @@ static const char *lib_error(void) { return dlerror(); }
 #endif
 
 #define ERRLEN 1024
+/* The error buffer starts with the errno of an I/O failure (int64), then
+ * the NUL-terminated message (LX_ERROR_HEAD in the library's header). */
+#define ERRHEAD 8
 #define NREC 64
 #define RECLEN 4096
 
 typedef int (*abi_version_fn)(int64_t *, char *, int64_t);
-typedef int (*create_fn)(char *, char *, char *, int64_t, void *, int64_t, int64_t *, int64_t, int64_t *, char *,
-                         int64_t);
+typedef int (*create_fn)(char *, char *, char *, int64_t, void *, int64_t, int64_t *, int64_t, char *, char *,
+                         int64_t *, int64_t, int64_t, int64_t *, int64_t *, char *, int64_t);
 typedef int (*open_fn)(char *, int, int64_t *, char *, int64_t);
 typedef int (*handle_fn)(int64_t, char *, int64_t);
 typedef int (*len_fn)(int64_t, int64_t *, char *, int64_t);
@@ -53,7 +56,7 @@ static int passed;
 static char err[ERRLEN];
 
 static void fail(const char *step, const char *what, int status) {
-    fprintf(stderr, "abi_smoke: %s failed: %s (status %d: %s)\n", step, what, status, err);
+    fprintf(stderr, "abi_smoke: %s failed: %s (status %d: %s)\n", step, what, status, err + ERRHEAD);
     printf("abi_smoke: %d passed, 1 failed\n", passed);
     exit(1);
 }
@@ -67,7 +70,7 @@ static void ok(const char *step) {
 static void *need(lib_t h, const char *name) {
     void *p = lib_sym(h, name);
     if (!p) {
-        snprintf(err, sizeof err, "%s", lib_error());
+        snprintf(err + ERRHEAD, sizeof err - ERRHEAD, "%s", lib_error());
         fail("lookup", name, -1);
     }
     return p;
@@ -105,7 +108,7 @@ int main(int argc, char **argv) {
     }
     lib_t lib = lib_open(argv[1]);
     if (!lib) {
-        snprintf(err, sizeof err, "%s", lib_error());
+        snprintf(err + ERRHEAD, sizeof err - ERRHEAD, "%s", lib_error());
         fail("load", argv[1], -1);
     }
     abi_version_fn abi_version = (abi_version_fn)need(lib, "lx_abi_version");
@@ -125,7 +128,8 @@ int main(int argc, char **argv) {
     if (st != 0 || version <= 0) fail("abi_version", "lx_abi_version", st);
     ok("abi version");
 
-    st = create(argv[2], "zstd", "balanced", 0, NULL, 0, NULL, 0, &h, err, ERRLEN);
+    int64_t shape[1] = {RECLEN};
+    st = create(argv[2], "zstd", "balanced", 0, NULL, 0, NULL, 0, "dense", "|u1", shape, 1, 0, NULL, &h, err, ERRLEN);
     if (st != 0) fail("create", argv[2], st);
     ok("create zstd store");
 
