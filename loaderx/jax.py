@@ -28,6 +28,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import jax
+import numpy as np
 
 from loaderx.dataloader import DataLoader
 
@@ -72,9 +73,13 @@ class DeviceLoader:
         self._exhausted = False
 
     def _put(self, batch: Any) -> Any:
+        # The loader refills a batch's buffers once nothing references them,
+        # and a transfer may read the host memory after device_put returns
+        # (or keep using it, on the CPU backend), which showed as batches of
+        # mixed steps; so each leaf is copied into an array of its own first.
         sharding = self.sharding
         return jax.tree_util.tree_map(
-            lambda a: jax.make_array_from_process_local_data(sharding, a), batch
+            lambda a: jax.make_array_from_process_local_data(sharding, np.array(a, copy=True)), batch
         )
 
     def _fill(self, count: int) -> None:
