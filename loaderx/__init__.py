@@ -21,6 +21,7 @@ reads this table and checks the imports against it)::
 
     __main__
     cli
+    torch  jax
     dataloader  arrow
     _pipeline
     _ragged
@@ -29,7 +30,11 @@ reads this table and checks the imports against it)::
     _native
     errors  _args  _pages  _progress  _dtypes
 
-``__main__`` runs ``cli``, the ``loaderx`` command line. ``dataloader`` is
+``__main__`` runs ``cli``, the ``loaderx`` command line. ``torch`` and
+``jax`` fit a loader into those frameworks' habits (an ``IterableDataset``
+split across torch's workers; batches put onto devices with a sharding and
+prefetched); each imports its framework, so nothing else imports them.
+``dataloader`` is
 the public loader over ``_pipeline`` (worker threads, the step window,
 recycled batch buffers) and ``_ragged`` (a ragged stream's packed gather
 into recycled buffers, and its padding). ``arrow`` converts Arrow tables, Parquet files and

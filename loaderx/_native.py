@@ -25,8 +25,9 @@ Conventions:
 * The GIL is released for the duration of every native call, so several
   threads may gather from one store at once.
 * All functions are thread-safe; each thread has its own error buffer.
-* After ``os.fork()`` every function raises :class:`ForkError` in the child:
-  the Go runtime does not survive a fork. Use worker processes started with
+* After ``os.fork()`` of a process that had loaded the library, every
+  function raises :class:`ForkError` in the child: the Go runtime does not
+  survive a fork. Use worker processes started with
   the ``spawn`` or ``forkserver`` method, or threads.
 
 * Every number that crosses the ABI (status codes, codec tags, sampler
@@ -37,6 +38,11 @@ Conventions:
   per-thread error buffer, status to exception, the ``int64_t``
   out-parameter); the hot paths (gather, sample, len) spell it out.
 
+Importing this module loads nothing: the library is loaded at the first
+native call, or the first lookup of a number read from it (once, whichever
+thread gets there first), and :func:`loaded` tells whether that happened.
+A process that never loaded it may fork children that load it themselves.
+
 The library is looked up as ``loaderx/lib/libloaderx.so`` (``.dylib`` on
 macOS, ``loaderx.dll`` on Windows) unless the environment variable
 ``LOADERX_LIB`` names another file; its declarations are read from
@@ -45,6 +51,7 @@ macOS, ``loaderx.dll`` on Windows) unless the environment variable
 
 from __future__ import annotations
 
+import dis
 import json
 import os
 import struct
@@ -67,6 +74,7 @@ from .errors import (
 
 __all__ = [
     "ABI_VERSION",
+    "loaded",
     "library_path",
     "check_fork",
     "CancelFlag",
@@ -159,7 +167,6 @@ def _load() -> tuple[FFI, Any, str]:
     return ffi, lib, path
 
 
-ffi, lib, library_path = _load()
 
 
 # --- the ABI's numbers, read from the library --------------------------------------
@@ -190,101 +197,129 @@ def _dense(names: dict[str, int], what: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-#: Status codes (enum lx_status).
-OK: int = lib.LX_OK
-INVALID: int = lib.LX_INVALID
-OUT_OF_RANGE: int = lib.LX_OUT_OF_RANGE
-NOT_FOUND: int = lib.LX_NOT_FOUND
-CORRUPT: int = lib.LX_CORRUPT
-CLOSED: int = lib.LX_CLOSED
-IO: int = lib.LX_IO
-BUSY: int = lib.LX_BUSY
-INTERNAL: int = lib.LX_INTERNAL
-EXISTS: int = lib.LX_EXISTS
-CANCELED: int = lib.LX_CANCELED
+def _bind() -> None:
+    """Load the library and read the ABI's numbers from it (once, under
+    :data:`_LOAD_LOCK`, at the first native call)."""
+    global ffi, lib, library_path, OK, INVALID, OUT_OF_RANGE, NOT_FOUND, CORRUPT, CLOSED, IO, BUSY, INTERNAL
+    global EXISTS, CANCELED, STATUS_EXCEPTIONS, _EXCEPTIONS, CODEC_NAMES, SAMPLER_MODES, STATS_FIELDS
+    global MAX_DIMS, MAX_RECORD_SIZE, _ERROR_HEAD, _CREATE_REPLACE, SAMPLE_SPEC_FIELDS, _from_buffer, _cast
+    global _new, _string, _I64, _I64_ARRAY, _CHAR_ARRAY, _NULL, _lx_sample, _lx_store_gather
+    global _lx_store_gather_packed, _lx_store_gather_ragged, _lx_store_len, _SAMPLE_SPEC, _pack_spec
+    ffi, lib, library_path = _load()
 
-#: The exception class for each failing status (LoaderxError for one the
-#: binding does not know).
-STATUS_EXCEPTIONS: dict[int, type[BaseException]] = {
-    INVALID: ValueError,
-    OUT_OF_RANGE: IndexError,
-    NOT_FOUND: FileNotFoundError,
-    CORRUPT: CorruptStoreError,
-    CLOSED: ClosedError,
-    IO: OSError,
-    BUSY: StoreLockedError,
-    INTERNAL: LoaderxError,
-    EXISTS: StoreExistsError,
-    CANCELED: KeyboardInterrupt,  # only ever asked for by a Ctrl-C (see CancelFlag)
-}
+    #: Status codes (enum lx_status).
+    OK = lib.LX_OK
+    INVALID = lib.LX_INVALID
+    OUT_OF_RANGE = lib.LX_OUT_OF_RANGE
+    NOT_FOUND = lib.LX_NOT_FOUND
+    CORRUPT = lib.LX_CORRUPT
+    CLOSED = lib.LX_CLOSED
+    IO = lib.LX_IO
+    BUSY = lib.LX_BUSY
+    INTERNAL = lib.LX_INTERNAL
+    EXISTS = lib.LX_EXISTS
+    CANCELED = lib.LX_CANCELED
 
-#: The exception class raised for each status, indexed by status.
-_EXCEPTIONS: tuple[type[BaseException], ...] = tuple(
-    STATUS_EXCEPTIONS.get(s, LoaderxError) for s in range(max(_enum("lx_status", "LX_").values()) + 1)
-)
+    #: The exception class for each failing status (LoaderxError for one the
+    #: binding does not know).
+    STATUS_EXCEPTIONS = {
+        INVALID: ValueError,
+        OUT_OF_RANGE: IndexError,
+        NOT_FOUND: FileNotFoundError,
+        CORRUPT: CorruptStoreError,
+        CLOSED: ClosedError,
+        IO: OSError,
+        BUSY: StoreLockedError,
+        INTERNAL: LoaderxError,
+        EXISTS: StoreExistsError,
+        CANCELED: KeyboardInterrupt,  # only ever asked for by a Ctrl-C (see CancelFlag)
+    }
 
-#: Codec names by on-disk tag (enum lx_codec); the store reports codecs as tags.
-CODEC_NAMES: tuple[str, ...] = _dense(_enum("lx_codec", "LX_CODEC_"), "codec tags")
-
-#: Sampler mode numbers by name (enum lx_sampler_mode).
-SAMPLER_MODES: dict[str, int] = _enum("lx_sampler_mode", "LX_MODE_")
-
-#: Field names of store_stats, in the order lx_store_stats writes them (enum lx_stat).
-STATS_FIELDS: tuple[str, ...] = _dense(_enum("lx_stat", "LX_STAT_", end="LX_STATS_LEN"), "stats fields")
-
-#: Largest number of dimensions an item shape may have (LX_MAX_DIMS).
-MAX_DIMS: int = lib.LX_MAX_DIMS
-
-#: The largest record a store holds, in bytes (LX_MAX_RECORD_SIZE).
-MAX_RECORD_SIZE: int = lib.LX_MAX_RECORD_SIZE
-
-#: Offset of the message in the error buffer (LX_ERROR_HEAD); the int64_t
-#: error number sits before it.
-_ERROR_HEAD: int = lib.LX_ERROR_HEAD
-
-#: Flags of lx_store_create (enum lx_create_flag).
-_CREATE_REPLACE: int = lib.LX_CREATE_REPLACE
-
-#: The fields of lx_sample's spec in their positions (enum lx_sample_spec).
-#: sample() packs its arguments in this order, so a library that lays the
-#: spec out otherwise is refused.
-SAMPLE_SPEC_FIELDS: tuple[str, ...] = _dense(_enum("lx_sample_spec", "LX_SPEC_", end="LX_SPEC_LEN"), "spec fields")
-if SAMPLE_SPEC_FIELDS != ("mode", "n", "batch", "seed", "step", "rank", "world", "out_len"):
-    raise ImportError(
-        f"{library_path}: lx_sample's spec is laid out as {SAMPLE_SPEC_FIELDS}, not as this binding packs it"
+    #: The exception class raised for each status, indexed by status.
+    _EXCEPTIONS = tuple(
+        STATUS_EXCEPTIONS.get(s, LoaderxError) for s in range(max(_enum("lx_status", "LX_").values()) + 1)
     )
 
-# Hot-path names, bound once.
-_from_buffer = ffi.from_buffer
-_cast = ffi.cast
-_new = ffi.new
-_string = ffi.string
-_I64 = np.dtype(np.int64)
-_I64_ARRAY = ffi.typeof("int64_t[]")
-_CHAR_ARRAY = ffi.typeof("char[]")
-_NULL = ffi.NULL
-_lx_sample = lib.lx_sample
-_lx_store_gather = lib.lx_store_gather
-_lx_store_gather_packed = lib.lx_store_gather_packed
-_lx_store_gather_ragged = lib.lx_store_gather_ragged
-_lx_store_len = lib.lx_store_len
+    #: Codec names by on-disk tag (enum lx_codec); the store reports codecs as tags.
+    CODEC_NAMES = _dense(_enum("lx_codec", "LX_CODEC_"), "codec tags")
 
-#: The layout of lx_sample's spec: LX_SPEC_LEN int64 values, the seed as uint64.
-_SAMPLE_SPEC = struct.Struct("=" + "".join("Q" if f == "seed" else "q" for f in SAMPLE_SPEC_FIELDS))
-_pack_spec = _SAMPLE_SPEC.pack_into
+    #: Sampler mode numbers by name (enum lx_sampler_mode).
+    SAMPLER_MODES = _enum("lx_sampler_mode", "LX_MODE_")
+
+    #: Field names of store_stats, in the order lx_store_stats writes them (enum lx_stat).
+    STATS_FIELDS = _dense(_enum("lx_stat", "LX_STAT_", end="LX_STATS_LEN"), "stats fields")
+
+    #: Largest number of dimensions an item shape may have (LX_MAX_DIMS).
+    MAX_DIMS = lib.LX_MAX_DIMS
+
+    #: The largest record a store holds, in bytes (LX_MAX_RECORD_SIZE).
+    MAX_RECORD_SIZE = lib.LX_MAX_RECORD_SIZE
+
+    #: Offset of the message in the error buffer (LX_ERROR_HEAD); the int64_t
+    #: error number sits before it.
+    _ERROR_HEAD = lib.LX_ERROR_HEAD
+
+    #: Flags of lx_store_create (enum lx_create_flag).
+    _CREATE_REPLACE = lib.LX_CREATE_REPLACE
+
+    #: The fields of lx_sample's spec in their positions (enum lx_sample_spec).
+    #: sample() packs its arguments in this order, so a library that lays the
+    #: spec out otherwise is refused.
+    SAMPLE_SPEC_FIELDS = _dense(_enum("lx_sample_spec", "LX_SPEC_", end="LX_SPEC_LEN"), "spec fields")
+    if SAMPLE_SPEC_FIELDS != ("mode", "n", "batch", "seed", "step", "rank", "world", "out_len"):
+        raise ImportError(
+            f"{library_path}: lx_sample's spec is laid out as {SAMPLE_SPEC_FIELDS}, not as this binding packs it"
+        )
+
+    # Hot-path names, bound once.
+    _from_buffer = ffi.from_buffer
+    _cast = ffi.cast
+    _new = ffi.new
+    _string = ffi.string
+    _I64 = np.dtype(np.int64)
+    _I64_ARRAY = ffi.typeof("int64_t[]")
+    _CHAR_ARRAY = ffi.typeof("char[]")
+    _NULL = ffi.NULL
+    _lx_sample = lib.lx_sample
+    _lx_store_gather = lib.lx_store_gather
+    _lx_store_gather_packed = lib.lx_store_gather_packed
+    _lx_store_gather_ragged = lib.lx_store_gather_ragged
+    _lx_store_len = lib.lx_store_len
+
+    #: The layout of lx_sample's spec: LX_SPEC_LEN int64 values, the seed as uint64.
+    _SAMPLE_SPEC = struct.Struct("=" + "".join("Q" if f == "seed" else "q" for f in SAMPLE_SPEC_FIELDS))
+    _pack_spec = _SAMPLE_SPEC.pack_into
+
 
 
 # --- fork guard --------------------------------------------------------------
 
 _forked = False
 
+#: Whether this process (or the parent it was forked from) loaded the library.
+_loaded = False
 
-def _mark_forked() -> None:
-    global _forked
-    _forked = True
+#: Taken by the first native call while it loads the library.
+_LOAD_LOCK = threading.Lock()
 
 
-os.register_at_fork(after_in_child=_mark_forked)
+def _after_fork_in_child() -> None:
+    # Only a library loaded before the fork is unusable here: a child of a
+    # process that never loaded it may load it itself.
+    global _forked, _LOAD_LOCK
+    if _loaded:
+        _forked = True
+    _LOAD_LOCK = threading.Lock()  # another thread of the parent may have held it
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def loaded() -> bool:
+    """Whether the native library has been loaded in this process (or in the
+    parent it was forked from). Importing loaderx never loads it; the first
+    native call does."""
+    return _loaded
 
 
 # --- per-thread state and errors ----------------------------------------------
@@ -944,3 +979,41 @@ def set_threads(n: int) -> None:
 def get_threads() -> int:
     """How many threads one store operation may use."""
     return _call(lib.lx_get_threads, _OUT)
+
+
+# --- loading on first use ----------------------------------------------------
+#
+# Importing this module loads nothing, so a process that only imports loaderx
+# (or builds datasets from their headers) can still fork workers that use the
+# library. The names that need the library are held back here and become
+# module attributes when the first of them is looked up: module __getattr__
+# loads the library (once, whichever thread gets there first), then puts them
+# back, so every later lookup is a plain attribute read with no added cost.
+
+#: The names that need the library: the ABI's numbers (set by _bind) and the
+#: functions that call it (held back below until the library is loaded).
+_HELD_NAMES = frozenset(__all__) - {"ABI_VERSION", "loaded", "check_fork", "library_path"}
+_NEEDS_LIBRARY = _HELD_NAMES | frozenset(
+    ins.argval for ins in dis.get_instructions(_bind) if ins.opname == "STORE_GLOBAL"
+)
+
+_held: dict[str, Any] = {name: globals().pop(name) for name in _HELD_NAMES}
+
+
+def _ensure_loaded() -> None:
+    """Load the library and bind the names that need it, once."""
+    global _loaded
+    with _LOAD_LOCK:
+        if _loaded:
+            return
+        _fork_check()
+        _bind()
+        globals().update(_held)
+        _loaded = True
+
+
+def __getattr__(name: str) -> Any:
+    if name in _NEEDS_LIBRARY:
+        _ensure_loaded()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

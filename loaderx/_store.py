@@ -22,7 +22,7 @@ import numpy as np
 from loaderx import _native
 from loaderx._args import as_indices
 from loaderx._progress import Progress
-from loaderx.errors import ClosedError
+from loaderx.errors import ClosedError, CorruptStoreError
 
 if TYPE_CHECKING:
     from loaderx._args import PathLike
@@ -31,6 +31,67 @@ _S = TypeVar("_S", bound="StoreHandle")
 
 #: Serialises the first use of handles opened on demand (see StoreHandle).
 _LAZY_LOCK = threading.RLock()
+
+
+# -- the header, read without the native library ------------------------------
+#
+# A read-only dataset made before the library is loaded answers len() from
+# meta.zr (zrecord/format.go lays it out): magic "ZREC", the format version
+# at byte 4, the record count at bytes 14-21 (little-endian) and, in
+# version 4, the CRC-32C of the other 28 bytes at 22-25.
+
+_HEADER_SIZE = 32
+_CHECKSUMMED_VERSION = 4
+_KNOWN_VERSIONS = (1, 3, 4)
+
+
+def _crc32c_table() -> tuple[int, ...]:
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return tuple(table)
+
+
+_CRC32C = _crc32c_table()
+
+
+def crc32c(data: bytes, crc: int = 0) -> int:
+    """The CRC-32C (Castagnoli) of ``data``, continuing from ``crc``."""
+    c = crc ^ 0xFFFFFFFF
+    for b in data:
+        c = _CRC32C[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+def header_length(path: str) -> int:
+    """The record count in ``path/meta.zr``, read in Python (the checksum of
+    a version-4 header verified). Raises FileNotFoundError when there is no
+    meta.zr, CorruptStoreError naming the file when its header is damaged."""
+    meta = os.path.join(path, "meta.zr")
+    try:
+        with open(meta, "rb") as f:
+            b = f.read(_HEADER_SIZE)
+    except FileNotFoundError:
+        raise FileNotFoundError(2, f"{path!r} is not a loaderx store (no meta.zr)", path) from None
+    if b[:4] != b"ZREC":
+        raise CorruptStoreError(f"{meta}: bad magic {b[:4]!r}, not a loaderx store header")
+    if len(b) < _HEADER_SIZE:
+        raise CorruptStoreError(f"{meta}: header is {len(b)} bytes, want {_HEADER_SIZE}")
+    version = b[4]
+    if version not in _KNOWN_VERSIONS:
+        raise CorruptStoreError(f"{meta}: format version {version} (this build reads {_KNOWN_VERSIONS})")
+    if version >= _CHECKSUMMED_VERSION:
+        stored = int.from_bytes(b[22:26], "little")
+        computed = crc32c(b[26:], crc32c(b[:22]))
+        if stored != computed:
+            raise CorruptStoreError(f"{meta}: header checksum {stored:#010x}, its bytes give {computed:#010x}")
+    length = int.from_bytes(b[14:22], "little")
+    if length > 1 << 62:
+        raise CorruptStoreError(f"{meta}: length {length}")
+    return length
 
 
 class Fault:
@@ -160,6 +221,7 @@ class StoreHandle:
     _handle: int | None = None  # also what a half-built instance's finaliser sees
     _deferred_open = False  # True until a deferred instance is first used
     _bytes_per_record = 0.0  # _read_packed's guess, from the previous read
+    _header_length: int | None = None  # len() of a deferred instance made from its header
 
     def __init__(self, path: PathLike) -> None:
         self._handle = None
@@ -247,6 +309,8 @@ class StoreHandle:
         return self._handle is None and not self._deferred_open
 
     def __len__(self) -> int:
+        if self._deferred_open and self._header_length is not None:
+            return self._header_length
         return int(_native.store_len(self._h))
 
     def stats(self) -> dict[str, Any]:

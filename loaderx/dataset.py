@@ -27,7 +27,15 @@ import numpy as np
 from loaderx import _native
 from loaderx._args import is_scalar_index, normalize_index
 from loaderx._dtypes import from_schema_name
-from loaderx._store import Fault, StoreHandle, VerifyReport, compact_handle, open_logged, packed_offsets
+from loaderx._store import (
+    Fault,
+    StoreHandle,
+    VerifyReport,
+    compact_handle,
+    header_length,
+    open_logged,
+    packed_offsets,
+)
 from loaderx.errors import ClosedError, CorruptStoreError
 
 if TYPE_CHECKING:
@@ -43,7 +51,8 @@ _VERIFY_BLOCK = 1 << 16  # records per size check in verify()
 _SCHEMA_ATTRS = frozenset({"_dtype", "_item_shape", "_stride", "_codec"})
 
 
-def _read_schema(path: str, want: str) -> tuple[np.dtype, tuple[int, ...]]:
+def _check_dir(path: str) -> None:
+    """Refuse a ``path`` that is not a directory, with a hint for a file."""
     if not os.path.isdir(path):
         hint = ""
         if os.path.isfile(path):  # a store is a directory; this is likely a .npy or similar
@@ -53,6 +62,10 @@ def _read_schema(path: str, want: str) -> tuple[np.dtype, tuple[int, ...]]:
                 "as a DataLoader stream)"
             )
         raise FileNotFoundError(errno.ENOENT, f"no loaderx store at {path!r}{hint}", path)
+
+
+def _read_schema(path: str, want: str) -> tuple[np.dtype, tuple[int, ...]]:
+    _check_dir(path)
     try:
         kind, dtype_str, shape = _native.schema_read(path)
     except FileNotFoundError:
@@ -85,7 +98,17 @@ class _StoreView(StoreHandle):
     def __init__(self, path: PathLike, *, writable: bool = False) -> None:
         super().__init__(path)
         self._writable = bool(writable)
-        self._load()
+        if self._writable or _native.loaded():
+            self._load()
+            return
+        # The library is not loaded in this process: keep it that way, so a
+        # process that only builds datasets can still fork workers that use
+        # them. len() comes from the header; the schema (dtype, item_shape)
+        # and the handle come with the first use that needs them, in the
+        # process that makes it.
+        _check_dir(self._path)
+        self._header_length = header_length(self._path)
+        self._deferred_open = True
 
     def _load(self) -> None:
         dtype, item_shape = _read_schema(self._path, self._kind)
@@ -227,7 +250,14 @@ class DenseDataset(_StoreView):
             :meth:`compact` (one writer per store at a time).
 
     A pickled dataset carries only its path; the copy opens the store at its
-    first use, in whichever process uses it.
+    first use, in whichever process uses it. Likewise a read-only dataset
+    built in a process that has not loaded the native library yet reads only
+    the store's header (so ``len`` works) and leaves the library unloaded:
+    the schema (``dtype``, ``item_shape``) and the handle come with the first
+    use that needs them, in whichever process makes it. Such a process can
+    hand the dataset to ``torch.utils.data.DataLoader(ds, num_workers=...)``
+    with the default ``fork`` start method. Errors in the schema or the store
+    are then raised at that first use rather than here.
 
     Raises:
         FileNotFoundError: nothing (or no store) at ``path``.

@@ -365,7 +365,8 @@ _RSS_SCRIPT = textwrap.dedent(
     """
     import json, sys
     import numpy as np
-    import loaderx._native  # the Go runtime is part of the baseline
+    import loaderx._native
+    loaderx._native.get_threads()  # loads the library: the Go runtime is part of the baseline
     from loaderx import converter
 
     def peak_mib():

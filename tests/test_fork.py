@@ -105,6 +105,7 @@ def test_forked_child_constructor_and_inherited_dataset_raise(stores):
         from loaderx.dataset import DenseDataset, RaggedDataset
         from loaderx.errors import ForkError
         ds = DenseDataset({dense!r})
+        ds[0]  # the parent uses the library (building a dataset alone does not load it)
         pid = os.fork()
         if pid == 0:
             codes = 0

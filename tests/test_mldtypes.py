@@ -75,7 +75,7 @@ def test_a_missing_ml_dtypes_is_named(tmp_path):
     code = (
         "import sys; sys.modules['ml_dtypes'] = None\n"
         "import loaderx\n"
-        f"loaderx.DenseDataset({str(tmp_path / 'b')!r})\n"
+        f"loaderx.DenseDataset({str(tmp_path / 'b')!r}).dtype\n"  # the schema is read at first use
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode != 0

@@ -1,0 +1,135 @@
+"""The native library loads at the first native call, never at import.
+
+A process that only imports loaderx and builds read-only datasets keeps the
+Go runtime out of its address space, so it may fork workers (torch's
+DataLoader does by default) that open the stores themselves. Each scenario
+runs in a fresh interpreter, where nothing has loaded the library yet.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from loaderx._store import crc32c, header_length
+from loaderx.converter import from_numpy
+from loaderx.errors import CorruptStoreError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+MAPPED = "'libloaderx' in open('/proc/self/maps').read()"
+
+
+def run(code: str, timeout: float = 120) -> str:
+    """Run ``code`` in a fresh interpreter from the worktree; return stdout."""
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc/self/maps")
+def test_importing_every_module_loads_no_library() -> None:
+    out = run(f"""
+        import loaderx, loaderx.dataset, loaderx.dataloader, loaderx.sampler, loaderx.converter
+        import loaderx.zrecord, loaderx.arrow, loaderx.cli, loaderx.dlpack, loaderx.torch, loaderx.jax
+        from loaderx import _native
+        print(_native.loaded(), {MAPPED})
+    """)
+    assert out.split() == ["False", "False"]
+
+
+def test_constants_and_functions_load_the_library_on_first_use() -> None:
+    out = run("""
+        from loaderx import _native
+        assert not _native.loaded()
+        modes = _native.SAMPLER_MODES          # an ABI number: read from the library
+        assert _native.loaded()
+        print(sorted(modes), _native.CODEC_NAMES, _native.get_threads() > 0)
+    """)
+    assert "'sequential'" in out and "('raw', 'zstd', 'zstd_dict')" in out and out.strip().endswith("True")
+
+
+def test_dataset_answers_len_without_the_library(tmp_path: Path) -> None:
+    arr = np.arange(50 * 3, dtype=np.float32).reshape(50, 3)
+    from_numpy(str(tmp_path / "d"), arr)
+    out = run(f"""
+        from loaderx import _native
+        from loaderx.dataset import DenseDataset
+        ds = DenseDataset({str(tmp_path / "d")!r})
+        print(len(ds), _native.loaded())
+        print(ds.dtype, ds.item_shape, _native.loaded())   # the schema comes with the library
+        print(float(ds[49][2]))
+    """)
+    assert out.split("\n")[:3] == ["50 False", "float32 (3,) True", str(float(arr[49, 2]))]
+
+
+def test_header_length_and_checksum(tmp_path: Path) -> None:
+    assert crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
+    path = str(tmp_path / "d")
+    from_numpy(path, np.zeros((17, 2), dtype=np.int16))
+    assert header_length(path) == 17
+    meta = os.path.join(path, "meta.zr")
+    b = bytearray(Path(meta).read_bytes())
+    assert b[4] == 4
+    b[14] ^= 1  # the length changed without its checksum
+    Path(meta).write_bytes(bytes(b))
+    with pytest.raises(CorruptStoreError, match="meta.zr: header checksum"):
+        header_length(path)
+    with pytest.raises(FileNotFoundError, match="no meta.zr"):
+        header_length(str(tmp_path))
+
+
+def test_fork_guard_depends_on_the_parent_having_loaded(tmp_path: Path) -> None:
+    path = str(tmp_path / "d")
+    from_numpy(path, np.arange(40, dtype=np.int64).reshape(20, 2))
+    out = run(f"""
+        import os
+        from loaderx import _native
+        from loaderx.dataset import DenseDataset
+        from loaderx.errors import ForkError
+
+        def child(load_first):
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    code = 0 if int(DenseDataset({path!r})[7][1]) == 15 else 3
+                except ForkError:
+                    code = 2
+                os._exit(code)
+            return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+        print(child(False), _native.loaded())   # the parent never loaded: the child may
+        _native.get_threads()
+        print(child(True))                      # now it has: the child must refuse
+    """)
+    assert out.split() == ["0", "False", "2"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_torch_dataloader_forks_workers_over_a_dataset(tmp_path: Path) -> None:
+    arr = np.arange(100 * 4, dtype=np.float32).reshape(100, 4)
+    path = str(tmp_path / "d")
+    from_numpy(path, arr)
+    out = run(f"""
+        import numpy as np, torch
+        from loaderx import _native
+        from loaderx.dataset import DenseDataset
+        assert torch.multiprocessing.get_start_method() == "fork"
+        ds = DenseDataset({path!r})
+        assert len(ds) == 100
+        dl = torch.utils.data.DataLoader(ds, batch_size=8, num_workers=2)
+        got = torch.cat(list(dl)).numpy()
+        assert np.array_equal(got, np.arange(400, dtype=np.float32).reshape(100, 4)), got
+        print("parent loaded:", _native.loaded(), {MAPPED})
+    """, timeout=180)
+    assert "parent loaded: False False" in out
