@@ -6,7 +6,6 @@ package main
 import "C"
 
 import (
-	"fmt"
 	"unsafe"
 
 	"github.com/loaderx/loaderx/zrecord"
@@ -104,20 +103,11 @@ func lx_store_create_dict(path *C.char, dictTier *C.char, dict unsafe.Pointer, d
 		// of the caller's memory.
 		d := append([]byte(nil), view...)
 		opts := []zrecord.Option{zrecord.WithCodec(zrecord.ZstdDict), zrecord.WithDictTier(tier), zrecord.WithDict(d)}
-		if kind != nil {
-			s, err := schemaArg(kind, dtype, shape, ndim)
-			if err != nil {
-				return err
-			}
-			data, err := encodeSchema(s)
-			if err != nil {
-				return fmt.Errorf("%s: %w", schemaPath(dir), err)
-			}
-			opts = append(opts, zrecord.WithFile(schemaFileName, data))
+		more, err := schemaOptions(dir, kind, dtype, shape, ndim, flags)
+		if err != nil {
+			return err
 		}
-		if flags&createReplace != 0 {
-			opts = append(opts, zrecord.WithReplace(schemaFileName, schemaTempPattern))
-		}
+		opts = append(opts, more...)
 		s, err := zrecord.Create(dir, opts...)
 		if err != nil {
 			return err

@@ -6,7 +6,10 @@ package main
 import "C"
 
 import (
+	"fmt"
 	"unsafe"
+
+	"github.com/loaderx/loaderx/zrecord"
 )
 
 // schemaArg converts the schema arguments of lx_schema_write and
@@ -98,4 +101,27 @@ func lx_schema_read(dir *C.char, kind *C.char, kindLen C.int64_t, dtype *C.char,
 		*ndim = C.int64_t(len(s.Shape))
 		return nil
 	})
+}
+
+// schemaOptions returns the zrecord options a create export adds for its
+// schema arguments: the schema file, written before the header publishes
+// the store (when kind is not NULL), and the replacement of a previous
+// store (with createReplace in flags).
+func schemaOptions(dir string, kind, dtype *C.char, shape *C.int64_t, ndim, flags C.int64_t) ([]zrecord.Option, error) {
+	var opts []zrecord.Option
+	if kind != nil {
+		s, err := schemaArg(kind, dtype, shape, ndim)
+		if err != nil {
+			return nil, err
+		}
+		data, err := encodeSchema(s)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", schemaPath(dir), err)
+		}
+		opts = append(opts, zrecord.WithFile(schemaFileName, data))
+	}
+	if flags&createReplace != 0 {
+		opts = append(opts, zrecord.WithReplace(schemaFileName, schemaTempPattern))
+	}
+	return opts, nil
 }

@@ -77,20 +77,11 @@ func lx_store_create(path *C.char, codec *C.char, dictTier *C.char, dictSize C.i
 			return err
 		}
 		opts := []zrecord.Option{zrecord.WithCodec(c), zrecord.WithDictTier(tier)}
-		if kind != nil {
-			s, err := schemaArg(kind, dtype, shape, ndim)
-			if err != nil {
-				return err
-			}
-			data, err := encodeSchema(s)
-			if err != nil {
-				return fmt.Errorf("%s: %w", schemaPath(dir), err)
-			}
-			opts = append(opts, zrecord.WithFile(schemaFileName, data))
+		more, err := schemaOptions(dir, kind, dtype, shape, ndim, flags)
+		if err != nil {
+			return err
 		}
-		if flags&createReplace != 0 {
-			opts = append(opts, zrecord.WithReplace(schemaFileName, schemaTempPattern))
-		}
+		opts = append(opts, more...)
 		if canceled(cancel) {
 			return errCanceled(dir)
 		}
