@@ -165,7 +165,12 @@ func removePrevious(fsys FS, dir string, ents []os.DirEntry, o *options) error {
 	if err != nil {
 		return wrapf(err, "create %s: open the previous %s", dir, metaPath)
 	}
-	defer meta.Close()
+	closed := false
+	defer func() {
+		if !closed {
+			meta.Close()
+		}
+	}()
 	if ok, err := lockFile(meta); err != nil {
 		return wrapf(err, "lock %s", metaPath)
 	} else if !ok {
@@ -179,6 +184,13 @@ func removePrevious(fsys FS, dir string, ents []os.DirEntry, o *options) error {
 		if err := fsys.Remove(p); err != nil && !isNotExist(err) {
 			return wrapf(err, "create %s: remove %s", dir, p)
 		}
+	}
+	// Close (and so unlock) meta.zr before removing it: Windows refuses to
+	// remove an open file. Every other file of the store is gone by now, so
+	// a writer that opens the old store in between finds it unusable.
+	closed = true
+	if err := meta.Close(); err != nil {
+		return wrapf(err, "create %s: close %s", dir, metaPath)
 	}
 	if err := fsys.Remove(metaPath); err != nil && !isNotExist(err) {
 		return wrapf(err, "create %s: remove %s", dir, metaPath)
