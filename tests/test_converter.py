@@ -457,7 +457,10 @@ def test_compressible_memmap_conversion_has_bounded_rss(tmp_path, codec):
     src = tmp_path / "pixels.npy"
     _write_npy(src, shape, np.uint8, high=64)
     _, after = _run_rss(src, tmp_path / "store", "real", codec)
-    assert after < 150, f"peak RSS {after:.0f} MiB converting with {codec}"
+    # 131 MiB (zstd_dict) here; 150 in a fresh venv under load: the bound
+    # leaves room for the interpreter's baseline, which varies between
+    # environments, and still fails the old code (201 and 404 MiB).
+    assert after < 170, f"peak RSS {after:.0f} MiB converting with {codec}"
     arr = np.load(src, mmap_mode="r")
     with DenseDataset(tmp_path / "store") as ds:
         assert ds.codec == codec
