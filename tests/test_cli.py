@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -217,8 +218,9 @@ def test_bench_builtin():
 
 
 def test_console_script_entry_point():
-    text = (ROOT / "pyproject.toml").read_text()
-    assert 'loaderx = "loaderx.cli:console_main"' in text
+    # the installed metadata declares it (editable install or wheel alike)
+    eps = importlib.metadata.entry_points(group="console_scripts", name="loaderx")
+    assert [ep.value for ep in eps] == ["loaderx.cli:console_main"]
     from loaderx import cli
 
     assert callable(cli.console_main)

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "loaderx"
+import loaderx
+
+PACKAGE = Path(loaderx.__file__).resolve().parent  # the package under test, checkout or installed
 MARKER = "Layers, top to bottom"
 
 
