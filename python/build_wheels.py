@@ -166,6 +166,13 @@ def _pyproject() -> dict:
         return tomllib.load(f)
 
 
+def entry_points() -> str:
+    """The wheel's entry_points.txt: the console scripts of pyproject.toml."""
+    scripts = _pyproject()["project"].get("scripts", {})
+    lines = ["[console_scripts]", *(f"{k} = {v}" for k, v in scripts.items())]
+    return "\n".join(lines) + "\n"
+
+
 def project_metadata() -> str:
     """The wheel's METADATA (core metadata 2.1), from pyproject.toml and README.md."""
     p = _pyproject()["project"]
@@ -332,6 +339,7 @@ def pack_wheel(target: Target, lib_dir: Path, out_dir: Path) -> Path:
     )
     entries.append((f"{dist_info}/WHEEL", wheel_meta.encode()))
     entries.append((f"{dist_info}/top_level.txt", b"loaderx\n"))
+    entries.append((f"{dist_info}/entry_points.txt", entry_points().encode()))
     record = [_record_line(a, d) for a, d in entries] + [f"{dist_info}/RECORD,,"]
     entries.append((f"{dist_info}/RECORD", ("\n".join(record) + "\n").encode()))
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -558,6 +566,8 @@ def check_wheel(path: Path, *, use_auditwheel: bool = True) -> list[str]:
         names = z.namelist()
         wheel_meta = z.read(f"{dist_info}/WHEEL").decode()
         metadata = z.read(f"{dist_info}/METADATA").decode()
+        ep_name = f"{dist_info}/entry_points.txt"
+        eps = z.read(ep_name).decode() if ep_name in names else ""
         libs = [n for n in names if re.search(r"\.(so|dylib|dll|pyd)(\.|$)", n)]
         if libs != [f"loaderx/lib/{target.library}"]:
             raise WheelError(
@@ -583,6 +593,11 @@ def check_wheel(path: Path, *, use_auditwheel: bool = True) -> list[str]:
         raise WheelError(
             f"{path.name}: WHEEL says tags {tags}, expected {wheel_tag(target)}"
         )
+    scripts = _pyproject()["project"].get("scripts", {})
+    if scripts:
+        for k, v in scripts.items():
+            if f"{k} = {v}" not in eps:
+                raise WheelError(f"{path.name}: entry_points.txt lacks the console script {k!r}")
     if "Root-Is-Purelib: false" not in wheel_meta:
         raise WheelError(f"{path.name}: WHEEL must say Root-Is-Purelib: false")
     for field in (f"Name: {name}", f"Version: {version}", "License: MIT"):
