@@ -570,14 +570,7 @@ def store_create(
     if isinstance(dict_size, bool) or not isinstance(dict_size, int):
         raise TypeError(f"dict_size must be an int, not {type(dict_size).__name__}")
     data, offsets = _pack(samples if samples is not None else [], "samples")
-    if schema is None:
-        kind, dtype, shape, ndim = _NULL, _NULL, _NULL, 0
-    else:
-        try:
-            kind_s, dtype_s, shape_s = schema
-        except (TypeError, ValueError):
-            raise TypeError(f"schema must be a (kind, dtype, shape) tuple, not {schema!r}") from None
-        kind, dtype, shape, ndim = _schema_args(kind_s, dtype_s, shape_s)
+    kind, dtype, shape, ndim = _create_schema_args(schema)
     return _call(
         lib.lx_store_create, p, c, t, dict_size, _byte_view(data, "samples"), len(data),
         _from_buffer(_I64_ARRAY, offsets), len(offsets) - 1, kind, dtype, shape, ndim,
@@ -850,14 +843,7 @@ def store_create_dict(
     p = _cpath(path)
     t = _cstr(dict_tier, "dict_tier")
     d = _byte_view(dictionary, "dictionary")
-    if schema is None:
-        kind, dtype, shape, ndim = _NULL, _NULL, _NULL, 0
-    else:
-        try:
-            kind_s, dtype_s, shape_s = schema
-        except (TypeError, ValueError):
-            raise TypeError(f"schema must be a (kind, dtype, shape) tuple, not {schema!r}") from None
-        kind, dtype, shape, ndim = _schema_args(kind_s, dtype_s, shape_s)
+    kind, dtype, shape, ndim = _create_schema_args(schema)
     return _call(
         lib.lx_store_create_dict, p, t, d, len(d), kind, dtype, shape, ndim,
         _CREATE_REPLACE if overwrite else 0, _OUT,
@@ -865,6 +851,18 @@ def store_create_dict(
 
 
 # --- schema --------------------------------------------------------------------
+
+
+def _create_schema_args(schema: Any) -> tuple[Any, Any, Any, int]:
+    """The schema arguments of a create call: NULLs for no schema, else a
+    ``(kind, dtype, shape)`` tuple converted by :func:`_schema_args`."""
+    if schema is None:
+        return _NULL, _NULL, _NULL, 0
+    try:
+        kind_s, dtype_s, shape_s = schema
+    except (TypeError, ValueError):
+        raise TypeError(f"schema must be a (kind, dtype, shape) tuple, not {schema!r}") from None
+    return _schema_args(kind_s, dtype_s, shape_s)
 
 
 def _schema_args(kind: str, dtype: str, shape: Sequence[int]) -> tuple[bytes, bytes, Any, int]:

@@ -10,6 +10,7 @@ package zrecord
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"hash/crc32"
 	"slices"
@@ -384,6 +385,12 @@ func byCountThenOffset(a, b linkCand) int {
 // in the samples to find the dictionary's starting repeat offsets.
 const maxOffsetSearches = 24
 
+// byPlace orders n-grams by first offset, then hash: the full tie-break that
+// keeps every sort of the builder deterministic.
+func byPlace(a, b gramStat) int {
+	return cmp.Or(cmp.Compare(a.offset, b.offset), cmp.Compare(a.hash, b.hash))
+}
+
 // buildHistory chooses up to size bytes of dictionary content from samples and
 // up to three repeat offsets into it, deterministically.
 func buildHistory(samples [][]byte, size int) (hist []byte, firstOffsets []int, ok bool) {
@@ -394,25 +401,7 @@ func buildHistory(samples [][]byte, size int) (hist []byte, firstOffsets []int, 
 	// Most frequent first; counts within 1/32 of each other are kept together
 	// and ordered by offset (then hash) so similar strings sit side by side.
 	slices.SortStableFunc(over, func(a, b gramStat) int {
-		if a.n != b.n {
-			if a.n > b.n {
-				return -1
-			}
-			return 1
-		}
-		if a.offset != b.offset {
-			if a.offset < b.offset {
-				return -1
-			}
-			return 1
-		}
-		if a.hash < b.hash {
-			return -1
-		}
-		if a.hash > b.hash {
-			return 1
-		}
-		return 0
+		return cmp.Or(cmp.Compare(b.n, a.n), byPlace(a, b))
 	})
 	groupSimilarCounts(over)
 	if len(over) > size {
@@ -530,21 +519,7 @@ func groupSimilarCounts(s []gramStat) {
 			j++
 		}
 		run := s[i:j]
-		slices.SortStableFunc(run, func(a, b gramStat) int {
-			if a.offset != b.offset {
-				if a.offset < b.offset {
-					return -1
-				}
-				return 1
-			}
-			if a.hash < b.hash {
-				return -1
-			}
-			if a.hash > b.hash {
-				return 1
-			}
-			return 0
-		})
+		slices.SortStableFunc(run, byPlace)
 		i = j
 	}
 }
