@@ -37,6 +37,22 @@ SHM_DIR = "/dev/shm"
 SHM_PREFIXES = ("psm_", "sem.mp-", "torch_")
 
 
+
+def _prepared(want: list[Any], skipped: list[str], method: str, *args: Any) -> list[dict[str, Any]]:
+    """Each wanted, available loader's ``method(*args)`` set-up, as {"name",
+    ...}; one that is missing or fails to set up goes to ``skipped`` with why."""
+    out = []
+    for c in want:
+        why = c.available()
+        if why:
+            skipped.append(f"{c.name}: {why}")
+            continue
+        try:
+            out.append({"name": c.name, **getattr(c, method)(*args)})
+        except Exception as e:
+            skipped.append(f"{c.name}: setup failed: {type(e).__name__}: {str(e)[:200]}")
+    return out
+
 def loader_child(cfg: dict[str, Any]) -> None:
     """In the child: run one loader for a while and print its throughput as JSON."""
     import warnings
@@ -271,15 +287,7 @@ def _prepare(args: argparse.Namespace, ldir: str, shape: tuple[int, ...], dtype:
     log(f"[loader] generating {n:,} records ...")
     data = make_data(n, shape, dtype, seed=2)
     labels = np.random.default_rng(3).integers(0, 1000, n).astype(np.int64)
-    for c in want:
-        why = c.available()
-        if why:
-            skipped.append(f"{c.name}: {why}")
-            continue
-        try:
-            cands.append({"name": c.name, **c.prepare(ldir, data, labels)})
-        except Exception as e:
-            skipped.append(f"{c.name}: setup failed: {type(e).__name__}: {str(e)[:200]}")
+    cands += _prepared(want, skipped, "prepare", ldir, data, labels)
     del data
     gc.collect()
     return cands, skipped
@@ -440,15 +448,7 @@ def bench_ragged(args: argparse.Namespace, results: dict[str, Any], tmp: str) ->
     tokens, offsets = make_tokens(n)
     token_bytes = tokens.nbytes / n
     cands: list[dict[str, Any]] = []
-    for c in want:
-        why = c.available()
-        if why:
-            skipped.append(f"{c.name}: {why}")
-            continue
-        try:
-            cands.append({"name": c.name, **c.prepare_tokens(ldir, tokens, offsets)})
-        except Exception as e:
-            skipped.append(f"{c.name}: setup failed: {type(e).__name__}: {str(e)[:200]}")
+    cands += _prepared(want, skipped, "prepare_tokens", ldir, tokens, offsets)
     del tokens, offsets
     skip_lines(skipped)
     read_files_allocated(ldir)
