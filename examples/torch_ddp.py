@@ -12,6 +12,7 @@ models equal, which it checks at the end.
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import os
 
@@ -62,6 +63,11 @@ def main() -> None:
     if rank == 0:
         print(f"{world} ranks, {a.steps} steps, disjoint batches, equal weights {digest[:16]}, loss {loss.item():.4f}")
     dist.barrier()  # no rank tears the group down while another still uses it
+    # DDP holds the process group: drop it first, so the group's gloo threads
+    # are joined here and not during interpreter shutdown, where an unjoined
+    # C++ thread aborts the process.
+    del model, opt
+    gc.collect()
     dist.destroy_process_group()
 
 

@@ -64,6 +64,6 @@ def test_digits_resume_is_exact(tmp_path: Path, script: str, modules: tuple[str,
 @needs("torch", "sklearn")
 @pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun is not on PATH")
 def test_torchrun_two_ranks(tmp_path: Path) -> None:
-    out = run(["torchrun", "--nproc_per_node=2", str(EXAMPLES / "torch_ddp.py"),
+    out = run(["torchrun", "--standalone", "--nproc_per_node=2", str(EXAMPLES / "torch_ddp.py"),
                "--workdir", str(tmp_path), "--steps", "20"])
     assert "2 ranks, 20 steps, disjoint batches, equal weights" in out
