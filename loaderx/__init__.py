@@ -26,7 +26,7 @@ reads this table and checks the imports against it)::
     _pipeline
     _ragged
     converter  dataset  zrecord
-    sampler  _store  dlpack
+    sampler  _store  dlpack  _state
     _native
     errors  _args  _pages  _progress  _dtypes
 
@@ -41,7 +41,8 @@ into recycled buffers, and its padding). ``arrow`` converts Arrow tables, Parque
 Hugging Face datasets into a directory of aligned stores and opens such a
 directory as one multi-stream dataset. ``converter`` writes stores;
 ``dataset`` and ``zrecord`` read them, both built on ``_store`` (the one
-owner of a native store handle). ``sampler`` draws indices; ``dlpack`` hands ml_dtypes arrays (bfloat16 ...)
+owner of a native store handle). ``sampler`` draws indices; ``_state`` builds and checks a loader's saved
+state (pure Python, shared by ``dataloader`` and ``torch``); ``dlpack`` hands ml_dtypes arrays (bfloat16 ...)
 to frameworks. ``_native`` is
 the binding, the only module that knows the C ABI. At the bottom, with no
 loaderx imports: ``errors`` (exceptions), ``_args`` (argument checks),

@@ -36,15 +36,12 @@ from loaderx._ragged import (
     check_offsets_dtype,
     check_pad,
 )
+from loaderx._state import check_state, epoch_steps, make_state, sampler_identity
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import ClosedError
 from loaderx.sampler import IndexSampler, Sampler
 
 __all__ = ["DataLoader", "LoaderOptions", "PackedBatch", "PaddedBatch"]
-
-_STATE_KEYS = ("step", "seed", "sampler", "batch_size", "shard")
-#: keys that identify the data; states saved before they existed load without them
-_STATE_DATA_KEYS = ("streams", "pass")
 
 #: torch.utils.data.DataLoader arguments that loaderx has no argument for,
 #: with what to do instead
@@ -109,7 +106,7 @@ class _EpochDraw:
         self.order = order
         g = batch_size * self.world
         self.global_batch = g
-        self.steps = n // g if drop_last or n % g == 0 else n // g + 1
+        self.steps = epoch_steps(n, g, drop_last)
 
     def __call__(self, step: int, out: np.ndarray) -> np.ndarray:
         if not 0 <= step < self.steps:
@@ -141,9 +138,10 @@ class _CustomDraw:
         what = f"{type(self.sampler).__name__}.indices({step})"
         if got.dtype.kind not in "iu":
             raise TypeError(f"{what} returned an array of dtype {got.dtype}; it must return integers")
-        if got.shape != (self.batch_size,):
+        if got.ndim != 1 or not 0 < got.shape[0] <= self.batch_size:
             raise ValueError(
-                f"{what} returned shape {got.shape}; the loader's batch_size needs ({self.batch_size},)"
+                f"{what} returned shape {got.shape}; the loader's batch_size needs ({self.batch_size},) "
+                "(or a short batch of fewer, at least 1)"
             )
         if got.size:
             bad = (got < 0) | (got >= self.n)
@@ -152,8 +150,9 @@ class _CustomDraw:
                     f"{what} returned index {got[np.argmax(bad)]}, out of range for streams of "
                     f"length {self.n}"
                 )
-        out[:] = got
-        return out
+        rows = out if got.shape[0] == self.batch_size else out[: got.shape[0]]
+        rows[:] = got
+        return rows
 
 
 def _check_sampler(sampler: Any) -> Any:
@@ -288,25 +287,6 @@ class LoaderOptions:
         return max(1, min(by_count, by_bytes))
 
 
-def _compare_streams(saved: Any, mine: dict[str, int]) -> None:
-    """Raise a ValueError saying how a saved ``streams`` entry differs."""
-    if not isinstance(saved, Mapping):
-        raise ValueError(f"state_dict has streams={saved!r}, not a dict of name -> length")
-    gone = [k for k in saved if k not in mine]
-    new = [k for k in mine if k not in saved]
-    if gone or new:
-        raise ValueError(
-            f"state_dict is from other streams: it has {sorted(saved)}, this loader has "
-            f"{sorted(mine)} (missing here: {gone}, not in the state: {new})"
-        )
-    for name, length in mine.items():
-        if saved[name] != length:
-            raise ValueError(
-                f"state_dict is from other data: stream {name!r} had {saved[name]!r} records, "
-                f"this loader's has {length}"
-            )
-
-
 def _available_cpus() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -343,7 +323,7 @@ class DataLoader:
         sampler: ``"cyclic"`` (default; without replacement, reshuffled each
             cycle), ``"iid"`` (with replacement), ``"sequential"``, or any
             object with ``indices(step) -> int64 array`` of ``batch_size``
-            indices, a pure function of ``step`` (for example
+            indices (fewer for a short batch), a pure function of ``step`` (for example
             :class:`loaderx.sampler.WeightedSampler`). Its ``batch_size``
             and ``n`` attributes, when it has them, must match the loader's
             batch size and stream length; it shards itself (``shard=`` is
@@ -601,24 +581,27 @@ class DataLoader:
             )
         return self._end
 
-    def _shard(self) -> tuple[int, int]:
-        if isinstance(self.sampler, _CustomDraw):
-            return check_shard(getattr(self.sampler.sampler, "shard", (0, 1)))
-        return self.options.shard
+    def indices(self, step: int) -> np.ndarray:
+        """The record indices gathered at ``step`` (this rank's part of the
+        global batch): ``batch_size`` of them, fewer only for the short last
+        batch of an ``epoch`` pass or when a custom sampler draws fewer.
 
-    def _sampler_name(self) -> str:
-        if isinstance(self.sampler, _CustomDraw):
-            t = type(self.sampler.sampler)
-            return f"{t.__module__}.{t.__qualname__}"
-        return self.options.sampler
+        Raises:
+            ValueError: ``step`` is negative or past the end of a finite loader.
+        """
+        step = check_step(step)
+        if self._end is not None and step >= self._end:
+            raise ValueError(f"step {step} is past the end of this {self._end}-step loader")
+        return self.sampler(step, np.empty(self.options.batch_size, dtype=np.int64)).copy()
 
-    def _seed(self) -> int:
-        if isinstance(self.sampler, _CustomDraw):
-            return int(getattr(self.sampler.sampler, "seed", self.options.seed))
-        return self.options.seed
+    def _identity(self) -> tuple[str, int, tuple[int, int]]:
+        o = self.options
+        custom = self.sampler.sampler if isinstance(self.sampler, _CustomDraw) else None
+        return sampler_identity(o.sampler if custom is None else custom, o.seed, o.shard)
 
     def __repr__(self) -> str:
         o = self.options
+        _, seed, shard = self._identity()
         state = ", closed" if self._closed else ""
         finite = ""
         if o.epoch:
@@ -627,8 +610,8 @@ class DataLoader:
             finite += f", len={self._end}"
         return (
             f"DataLoader(streams={[name for name, _, _ in self._streams]}, "
-            f"batch_size={o.batch_size}, sampler={o.sampler!r}, seed={self._seed()}, "
-            f"shard={self._shard()}, num_workers={o.num_workers}, "
+            f"batch_size={o.batch_size}, sampler={o.sampler!r}, seed={seed}, "
+            f"shard={shard}, num_workers={o.num_workers}, "
             f"prefetch={self._prefetch}, step={self.step}{finite}{state})"
         )
 
@@ -671,15 +654,17 @@ class DataLoader:
         ``sampler`` is the mode, or ``module.Class`` of a custom sampler.
         """
         o = self.options
-        return {
-            "step": self.step,
-            "seed": self._seed(),
-            "sampler": self._sampler_name(),
-            "batch_size": o.batch_size,
-            "shard": list(self._shard()),
-            "streams": dict(self._lengths),
-            "pass": {"steps": self._end, "epoch": o.epoch, "drop_last": o.drop_last},
-        }
+        return make_state(
+            self.step,
+            sampler=self.sampler.sampler if isinstance(self.sampler, _CustomDraw) else o.sampler,
+            seed=o.seed,
+            shard=o.shard,
+            batch_size=o.batch_size,
+            lengths=self._lengths,
+            end=self._end,
+            epoch=o.epoch,
+            drop_last=o.drop_last,
+        )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from a saved :meth:`state_dict`: the next batch is the one
@@ -693,30 +678,7 @@ class DataLoader:
                 shard or pass differ; the message says which), or its step is
                 past the end of a finite loader.
         """
-        if not isinstance(state, Mapping):
-            raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
-        missing = [k for k in _STATE_KEYS if k not in state]
-        extra = [k for k in state if k not in _STATE_KEYS and k not in _STATE_DATA_KEYS]
-        if missing or extra:
-            raise ValueError(
-                f"state_dict keys do not match: missing {missing}, unexpected {extra}"
-            )
-        mine = self.state_dict()
-        theirs = dict(state)
-        try:
-            theirs["shard"] = list(state["shard"])
-        except TypeError:
-            raise ValueError(f"state_dict has shard={state['shard']!r}, not a pair") from None
-        if "streams" in state:
-            _compare_streams(state["streams"], mine["streams"])
-        for key in ("sampler", "seed", "batch_size", "shard", "pass"):
-            if key in theirs and theirs[key] != mine[key]:
-                raise ValueError(
-                    f"state_dict has {key}={state[key]!r} but this loader has {key}={mine[key]!r}"
-                )
-        step = check_step(state["step"])
-        if self._end is not None and step > self._end:
-            raise ValueError(f"state_dict has step={step}, past the end of this {self._end}-step loader")
+        step = check_state(state, self.state_dict(), self._end)
         if self._closed:
             raise ClosedError("the DataLoader is closed")
         self._reset()

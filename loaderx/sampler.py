@@ -51,7 +51,8 @@ __all__ = ["MODES", "IndexSampler", "Sampler", "WeightedSampler", "sample"]
 @runtime_checkable
 class IndexSampler(Protocol):
     """What a custom sampler provides: the indices of one step's batch, as
-    an int64 array of ``batch_size`` indices in ``[0, n)``, a pure function
+    an int64 array of ``batch_size`` indices in ``[0, n)`` (fewer, but at
+    least one, for a short batch such as the last of a pass), a pure function
     of ``step`` (the same step gives the same indices in every process)."""
 
     def indices(self, step: int) -> np.ndarray:

@@ -1,0 +1,119 @@
+"""A loader's saved state: what it records, and the check that a state fits.
+
+The state of a step-based loader is its next step plus what identifies the
+data and the draw (stream names and lengths, sampler, seed, batch size, shard
+and the finite pass), so that a state saved by one loader refuses to load
+into a loader over other data. :class:`loaderx.dataloader.DataLoader` and
+:class:`loaderx.torch.LoaderIterable` both build and check states here; the
+functions are pure Python, so a process that only saves or checks a state
+never loads the native library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from loaderx._args import check_shard, check_step
+
+#: keys every state has
+KEYS = ("step", "seed", "sampler", "batch_size", "shard")
+#: keys that identify the data; states saved before they existed load without them
+DATA_KEYS = ("streams", "pass")
+
+
+def epoch_steps(n: int, global_batch: int, drop_last: bool) -> int:
+    """The steps of one pass over ``n`` records in global batches of
+    ``global_batch``: the short last batch counts unless ``drop_last``."""
+    full, rest = divmod(n, global_batch)
+    return full if drop_last or rest == 0 else full + 1
+
+
+def sampler_identity(sampler: Any, seed: int, shard: tuple[int, int]) -> tuple[str, int, tuple[int, int]]:
+    """``(name, seed, shard)`` as a state records them: a mode keeps the
+    loader's seed and shard; a custom sampler is named ``module.Class`` and
+    its own ``seed`` and ``shard`` attributes, when it has them, win."""
+    if isinstance(sampler, str):
+        return sampler, seed, shard
+    t = type(sampler)
+    return (
+        f"{t.__module__}.{t.__qualname__}",
+        int(getattr(sampler, "seed", seed)),
+        check_shard(getattr(sampler, "shard", (0, 1))),
+    )
+
+
+def make_state(
+    step: int,
+    *,
+    sampler: Any,
+    seed: int,
+    shard: tuple[int, int],
+    batch_size: int,
+    lengths: Mapping[str, int],
+    end: int | None,
+    epoch: bool,
+    drop_last: bool,
+) -> dict[str, Any]:
+    """The JSON-serialisable state of a loader whose next step is ``step``."""
+    name, seed, shard = sampler_identity(sampler, seed, shard)
+    return {
+        "step": step,
+        "seed": seed,
+        "sampler": name,
+        "batch_size": batch_size,
+        "shard": list(shard),
+        "streams": dict(lengths),
+        "pass": {"steps": end, "epoch": epoch, "drop_last": drop_last},
+    }
+
+
+def check_state(state: Any, mine: Mapping[str, Any], end: int | None) -> int:
+    """The step of ``state``, after checking that it was saved by a loader
+    like the one whose state is ``mine`` and that its step is not past
+    ``end``.
+
+    Raises:
+        TypeError: ``state`` is not a mapping.
+        ValueError: keys are missing or unknown, the data or the draw differ
+            (the message says what), or the step is past the end.
+    """
+    if not isinstance(state, Mapping):
+        raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
+    missing = [k for k in KEYS if k not in state]
+    extra = [k for k in state if k not in KEYS and k not in DATA_KEYS]
+    if missing or extra:
+        raise ValueError(f"state_dict keys do not match: missing {missing}, unexpected {extra}")
+    theirs = dict(state)
+    try:
+        theirs["shard"] = list(state["shard"])
+    except TypeError:
+        raise ValueError(f"state_dict has shard={state['shard']!r}, not a pair") from None
+    if "streams" in state:
+        _compare_streams(state["streams"], mine["streams"])
+    for key in ("sampler", "seed", "batch_size", "shard", "pass"):
+        if key in theirs and theirs[key] != mine[key]:
+            raise ValueError(f"state_dict has {key}={state[key]!r} but this loader has {key}={mine[key]!r}")
+    step = check_step(state["step"])
+    if end is not None and step > end:
+        raise ValueError(f"state_dict has step={step}, past the end of this {end}-step loader")
+    return step
+
+
+def _compare_streams(saved: Any, mine: Mapping[str, int]) -> None:
+    """Raise a ValueError saying how a saved ``streams`` entry differs."""
+    if not isinstance(saved, Mapping):
+        raise ValueError(f"state_dict has streams={saved!r}, not a dict of name -> length")
+    gone = [k for k in saved if k not in mine]
+    new = [k for k in mine if k not in saved]
+    if gone or new:
+        raise ValueError(
+            f"state_dict is from other streams: it has {sorted(saved)}, this loader has "
+            f"{sorted(mine)} (missing here: {gone}, not in the state: {new})"
+        )
+    for name, length in mine.items():
+        if saved[name] != length:
+            raise ValueError(
+                f"state_dict is from other data: stream {name!r} had {saved[name]!r} records, "
+                f"this loader's has {length}"
+            )
