@@ -69,10 +69,10 @@ def test_dataset_answers_len_without_the_library(tmp_path: Path) -> None:
         from loaderx.dataset import DenseDataset
         ds = DenseDataset({str(tmp_path / "d")!r})
         print(len(ds), _native.loaded())
-        print(ds.dtype, ds.item_shape, _native.loaded())   # the schema comes with the library
-        print(float(ds[49][2]))
+        print(ds.dtype, ds.item_shape, _native.loaded())   # the schema file, read in Python
+        print(float(ds[49][2]), _native.loaded())          # the first gather loads the library
     """)
-    assert out.split("\n")[:3] == ["50 False", "float32 (3,) True", str(float(arr[49, 2]))]
+    assert out.split("\n")[:3] == ["50 False", "float32 (3,) False", f"{float(arr[49, 2])} True"]
 
 
 def test_header_length_and_checksum(tmp_path: Path) -> None:
@@ -135,3 +135,85 @@ def test_torch_dataloader_forks_workers_over_a_dataset(tmp_path: Path) -> None:
         print("parent loaded:", _native.loaded(), {MAPPED})
     """, timeout=180)
     assert "parent loaded: False False" in out
+
+
+def _schema_cases(tmp_path: Path) -> list[tuple[str, str]]:
+    """Stores of many dtypes and shapes, dense and ragged: (path, kind)."""
+    from loaderx.converter import from_iterator
+
+    cases = []
+    shapes = [(), (3,), (2, 1, 4), (0,), (1,) * 20, (300, 70000)]
+    dtypes = ["bool", "<i1", "<u2", "<i4", "<u8", "<f2", "<f4", ">f8", "<c8", "<c16"]
+    if importlib.util.find_spec("ml_dtypes") is not None:
+        import ml_dtypes
+
+        dtypes[-1] = ml_dtypes.bfloat16
+    for k, (shape, dt) in enumerate(zip(shapes * 2, dtypes, strict=False)):
+        path = str(tmp_path / f"dense{k}")
+        from_numpy(path, np.zeros((2, *shape) if np.prod(shape) < 1000 else (0, *shape), dtype=dt))
+        cases.append((path, "dense"))
+    for k, (tail, dt) in enumerate([((), "<i4"), ((3,), "<f4"), ((2, 2), "<u1")]):
+        path = str(tmp_path / f"ragged{k}")
+        from_iterator(path, [np.zeros((n, *tail), dtype=dt) for n in (1, 4, 0)])
+        cases.append((path, "ragged"))
+    return cases
+
+
+def test_python_schema_reader_agrees_with_the_native_one(tmp_path: Path) -> None:
+    from loaderx import _native
+    from loaderx._dtypes import from_schema_name
+    from loaderx.dataset import _python_schema
+
+    for path, kind in _schema_cases(tmp_path):
+        got = _python_schema(path, kind)
+        assert got is not None, path
+        nkind, dtype_str, shape = _native.schema_read(path)
+        assert nkind == kind
+        assert got == (from_schema_name(dtype_str, path), tuple(shape)), path
+        other = "ragged" if kind == "dense" else "dense"
+        assert _python_schema(path, other) is None  # the wrong kind is the native reader's to report
+
+
+def test_python_schema_reader_defers_whatever_it_does_not_know(tmp_path: Path) -> None:
+    """Damaged or foreign schema files are never answered in Python: either
+    the Python reader gives exactly the native answer, or it declines and
+    the native reader decides (and reports the damage)."""
+    from loaderx import _native
+    from loaderx._dtypes import from_schema_name
+    from loaderx.dataset import _python_schema
+
+    path = str(tmp_path / "d")
+    from_numpy(path, np.zeros((3, 5, 2), dtype=np.int32))
+    schema = Path(path, "schema.msgpack")
+    good = schema.read_bytes()
+    rng = np.random.default_rng(7)
+    print("seed 7")
+    answered = declined = 0
+    for trial in range(400):
+        b = bytearray(good)
+        how = trial % 3
+        if how == 0:
+            b[rng.integers(len(b))] = rng.integers(256)
+        elif how == 1:
+            b = b[: rng.integers(len(b))]
+        else:
+            b += bytes(rng.integers(0, 256, rng.integers(1, 4)).astype(np.uint8))
+        schema.write_bytes(bytes(b))
+        got = _python_schema(path, "dense")
+        try:
+            kind, dtype_str, shape = _native.schema_read(path)
+            want = (from_schema_name(dtype_str, path), tuple(shape)) if kind == "dense" else None
+        except Exception:
+            want = None
+        if got is None:
+            declined += 1
+        else:
+            answered += 1
+            assert got == want, (trial, bytes(b))
+    assert answered and declined  # both branches were exercised
+    schema.write_bytes(good)
+    assert _python_schema(path, "dense") == (np.dtype("<i4"), (5, 2))
+    # a schema the original loaderx wrote carries other fields: left to the native reader
+    foreign = bytes([good[0] + 1]) + good[1:] + b"\xa6format\xa0"  # one more key
+    schema.write_bytes(foreign)
+    assert _python_schema(path, "dense") is None
