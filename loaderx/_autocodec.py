@@ -2,11 +2,11 @@
 records and keep the store raw unless compression pays for its decoding.
 
 What a training loop pays for compression: with the data in the page cache
-a raw gather is a memory copy (about 10 GiB/s on two cores here), while a
-zstd gather decodes every record (klauspost's pure-Go decoder: 0.25-1.7 GiB/s
-per core, the lower end for records of a few KiB). Every compressed batch
-therefore costs several to tens of times the CPU of a raw one, and that CPU
-is taken from the training step. What compression buys is footprint: the
+a raw gather is a memory copy (11-13 GiB/s on two cores here), while a zstd
+gather decodes every record (klauspost's pure-Go decoder: 0.15-0.4 GiB/s per
+core for records of a few KiB, 0.5-1.7 GiB/s for large ones). Every
+compressed batch therefore costs several to tens of times the CPU of a raw
+one, and that CPU is taken from the training step. What compression buys is footprint: the
 store needs ``1/ratio`` of the disk and of the page cache, so more of a data
 set stays in memory, and a cold read moves fewer bytes.
 
