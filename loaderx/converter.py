@@ -304,9 +304,12 @@ def from_numpy(
             them). ``"auto"`` measures ``zstd`` (and, for records of 16 KiB or
             less, ``zstd_dict``) on an evenly spread sample of up to 4 MiB of
             records and keeps the store ``raw`` unless a codec stores the
-            sample in at most half its bytes (ratio >= 2) and one core
-            decodes it at 500 MiB/s or more; a dictionary is preferred when
-            it stores the records in 1/1.2 of ``zstd``'s bytes. The choice,
+            sample in at most half its bytes (ratio ``r >= 2``) and one
+            core decodes it at ``250 * r / (r - 1)`` MiB/s or more (500 at
+            ``r = 2``: fast enough that a cold read of the compressed store
+            beats reading raw records from 250 MiB/s of storage per core);
+            a dictionary is preferred when it stores the records in 1/1.2
+            of ``zstd``'s bytes. The choice,
             its reason and the sample's figures are kept in the schema and
             shown by ``stats()["codec_choice"]`` (see ``loaderx._autocodec``
             for the reasoning behind the thresholds).
