@@ -324,7 +324,17 @@ def cmd_convert(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
     seconds = time.perf_counter() - t0
     doc = {"src": src, "dst": dst, "codec": args.codec, "seconds": round(seconds, 3), **what}
     streams = f" ({len(what['streams'])} streams: {', '.join(what['streams'])})" if "streams" in what else ""
-    return EXIT_OK, doc, [f"{src} -> {dst}: {what['length']:,} records{streams} in {seconds:.2f} s"]
+    lines = [f"{src} -> {dst}: {what['length']:,} records{streams} in {seconds:.2f} s"]
+    if args.codec == "auto":
+        names = what.get("streams")
+        paths = {n: os.path.join(dst, n) for n in names} if names else {"": dst}
+        chosen = {n: _native.schema_codec_choice(p) for n, p in paths.items()}
+        doc["chosen"] = {n: (c or {}).get("codec") for n, c in chosen.items()} if names else (
+            (chosen[""] or {}).get("codec"))
+        for n, c in chosen.items():
+            if c:
+                lines.append(f"  {n + ': ' if n else ''}codec {c['codec']} ({c['reason']})")
+    return EXIT_OK, doc, lines
 
 
 def cmd_compact(args: argparse.Namespace) -> tuple[int, Any, list[str]]:

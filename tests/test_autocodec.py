@@ -271,3 +271,18 @@ def test_from_arrow_chooses_per_column(tmp_path):
         assert ms["mask"].codec == "zstd" and ms["noise"].codec == "raw"
         assert ms["mask"].stats()["codec_choice"]["sampled_from"] == "the first 50 records of the column"
         np.testing.assert_array_equal(ms["mask"][:], masks.reshape(50, -1))
+
+
+def test_cli_convert_says_what_auto_chose(tmp_path):
+    np.save(tmp_path / "m.npy", _masks(30))
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(loaderx.__file__))}
+    r = subprocess.run([sys.executable, "-m", "loaderx", "convert", str(tmp_path / "m.npy"), str(tmp_path / "o")],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "codec zstd (zstd ratio" in r.stdout
+    np.savez(tmp_path / "d.npz", mask=_masks(30).reshape(30, -1), noise=_noise(30))
+    r = subprocess.run([sys.executable, "-m", "loaderx", "--json", "convert", str(tmp_path / "d.npz"),
+                        str(tmp_path / "z")], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["codec"] == "auto" and doc["chosen"] == {"mask": "zstd", "noise": "raw"}
