@@ -113,6 +113,13 @@
 //
 //	lx_dict_sample_budget(tier, *bytes, err, errlen)
 //
+// A codec measured in memory on sample records (zrecord.ProbeCodec; the
+// converters' codec "auto"), LX_PROBE_LEN values in the order of enum
+// lx_probe:
+//
+//	lx_codec_probe(codec, dict_tier, dict, dict_len, samples, samples_len,
+//	               sample_offsets, n_samples, out, out_len, err, errlen)
+//
 // Sampling (zsampler.Fill) and native threads (zrecord.SetThreads):
 //
 //	lx_sampler_mode(name, *mode, err, errlen)
@@ -125,6 +132,8 @@
 //	lx_schema_write(dir, kind, dtype, shape, ndim, err, errlen)
 //	lx_schema_read(dir, kind, kind_len, dtype, dtype_len, shape, shape_cap,
 //	               *ndim, err, errlen)
+//	lx_schema_set_codec_choice(dir, doc, doc_len, err, errlen)
+//	lx_schema_codec_choice(dir, out, out_len, *written, err, errlen)
 //
 // ABI version (LX_ABI_VERSION):
 //

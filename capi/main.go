@@ -13,7 +13,7 @@ package main
 
 // The version of the exported interface: it changes whenever an export is
 // added, removed or changes its signature or meaning.
-#define LX_ABI_VERSION 3
+#define LX_ABI_VERSION 4
 
 // The largest number of dimensions an item shape may have (NumPy's limit).
 #define LX_MAX_DIMS 64
@@ -94,6 +94,17 @@ enum lx_sample_spec {
 	LX_SPEC_LEN = 8
 };
 
+// The values lx_codec_probe writes, by position; LX_PROBE_LEN counts them.
+enum lx_probe {
+	LX_PROBE_RECORDS = 0,
+	LX_PROBE_LOGICAL_BYTES = 1,
+	LX_PROBE_STORED_BYTES = 2,
+	LX_PROBE_COMPRESSED = 3,
+	LX_PROBE_DECODE_NANOS = 4,
+	LX_PROBE_PASSES = 5,
+	LX_PROBE_LEN = 6
+};
+
 // Flags of lx_store_create.
 enum lx_create_flag {
 	LX_CREATE_REPLACE = 1
@@ -119,6 +130,8 @@ const ABIVersion = C.LX_ABI_VERSION
 const (
 	// StatsLen is the number of values lx_store_stats writes.
 	StatsLen = C.LX_STATS_LEN
+	// ProbeLen is the number of values lx_codec_probe writes.
+	ProbeLen = C.LX_PROBE_LEN
 	// SampleSpecLen is the number of int64_t values lx_sample reads from spec.
 	SampleSpecLen = C.LX_SPEC_LEN
 	// maxDims bounds the dimensions of a schema's item shape.
@@ -158,6 +171,16 @@ const (
 	statVersion      = C.LX_STAT_VERSION
 	statChecksummed  = C.LX_STAT_CHECKSUMMED
 	statVerified     = C.LX_STAT_VERIFIED
+)
+
+// Positions of the values lx_codec_probe writes (enum lx_probe).
+const (
+	probeRecords      = C.LX_PROBE_RECORDS
+	probeLogicalBytes = C.LX_PROBE_LOGICAL_BYTES
+	probeStoredBytes  = C.LX_PROBE_STORED_BYTES
+	probeCompressed   = C.LX_PROBE_COMPRESSED
+	probeDecodeNanos  = C.LX_PROBE_DECODE_NANOS
+	probePasses       = C.LX_PROBE_PASSES
 )
 
 // Positions of the values in lx_sample's spec (enum lx_sample_spec).

@@ -25,7 +25,9 @@ import (
 // dtype string of one element (numpy.dtype.str, such as "<f4" or "|u1") and
 // the item shape (the shape of one record for a dense dataset, of one row
 // for a ragged one). The file is a MessagePack map with the keys "version",
-// "kind", "dtype" and "shape"; readers ignore keys they do not know, so a
+// "kind", "dtype" and "shape", and optionally "codec_choice" (a map saying
+// how the converter picked the codec, see lx_schema_set_codec_choice);
+// readers ignore keys they do not know, so a
 // later format can add fields without breaking older readers of the same
 // version.
 //
@@ -89,6 +91,11 @@ type schema struct {
 	// Shape is the item shape; every dimension is at least zero. An empty
 	// shape is a scalar item.
 	Shape []int64
+	// CodecChoice, when not nil, records how the converter chose the
+	// store's codec (the "codec_choice" key: the choice, the reason and the
+	// figures measured on a sample). It is informational: nothing reads it
+	// to decode records, and schemas without it are complete.
+	CodecChoice map[string]any
 }
 
 // schemaPath returns the schema file's path inside dir.
@@ -129,6 +136,8 @@ type schemaFile struct {
 	Kind    *string  `msgpack:"kind"`
 	DType   *string  `msgpack:"dtype"`
 	Shape   *[]int64 `msgpack:"shape"`
+	// CodecChoice is schema.CodecChoice; older files do not have it.
+	CodecChoice map[string]any `msgpack:"codec_choice,omitempty"`
 	// The fields of the original loaderx 1.5.2's schema (see
 	// decodeOriginalSchema); encodeSchema never writes them.
 	Format    *string    `msgpack:"format,omitempty"`
@@ -154,7 +163,8 @@ func encodeSchema(s schema) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := msgpack.NewEncoder(&buf)
 	enc.UseCompactInts(true)
-	if err := enc.Encode(schemaFile{Version: &version, Kind: &s.Kind, DType: &s.DType, Shape: &shape}); err != nil {
+	f := schemaFile{Version: &version, Kind: &s.Kind, DType: &s.DType, Shape: &shape, CodecChoice: s.CodecChoice}
+	if err := enc.Encode(f); err != nil {
 		return nil, fmt.Errorf("%w: encode: %v", errSchemaInvalid, err)
 	}
 	return buf.Bytes(), nil
@@ -183,7 +193,7 @@ func decodeSchema(data []byte) (schema, error) {
 	case f.Shape == nil:
 		return schema{}, fmt.Errorf("%w: no \"shape\" field", errSchemaCorrupt)
 	}
-	s := schema{Kind: *f.Kind, DType: *f.DType, Shape: *f.Shape}
+	s := schema{Kind: *f.Kind, DType: *f.DType, Shape: *f.Shape, CodecChoice: f.CodecChoice}
 	if s.Shape == nil {
 		s.Shape = []int64{}
 	}

@@ -165,3 +165,45 @@ func TestReadOriginalSchema(t *testing.T) {
 		}
 	}
 }
+
+func TestCodecChoiceRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	plain := schema{Kind: kindDense, DType: "<f4", Shape: []int64{4}}
+	if err := writeSchema(dir, plain); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(schemaPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys map[string]any
+	if err := msgpack.Unmarshal(raw, &keys); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := keys["codec_choice"]; ok {
+		t.Fatalf("a schema without a choice has a codec_choice key: %v", keys)
+	}
+	got, err := readSchema(dir)
+	if err != nil || got.CodecChoice != nil {
+		t.Fatalf("readSchema = %+v, %v; want no codec choice", got, err)
+	}
+	with := plain
+	with.CodecChoice = map[string]any{"codec": "zstd", "candidates": map[string]any{"zstd": map[string]any{"ratio": 2.5}}}
+	if err := writeSchema(dir, with); err != nil {
+		t.Fatal(err)
+	}
+	got, err = readSchema(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.CodecChoice["codec"] != "zstd" {
+		t.Fatalf("codec_choice = %v", got.CodecChoice)
+	}
+	cands, ok := got.CodecChoice["candidates"].(map[string]any)
+	if !ok || cands["zstd"].(map[string]any)["ratio"] != 2.5 {
+		t.Fatalf("codec_choice candidates = %#v", got.CodecChoice["candidates"])
+	}
+	if got.Kind != plain.Kind || got.DType != plain.DType || !reflect.DeepEqual(got.Shape, plain.Shape) {
+		t.Fatalf("schema fields changed: %+v", got)
+	}
+}

@@ -26,6 +26,7 @@ reads this table and checks the imports against it)::
     _pipeline
     _ragged
     converter  dataset  zrecord
+    _autocodec
     sampler  _store  dlpack  _state
     _native
     errors  _args  _pages  _progress  _dtypes

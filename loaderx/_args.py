@@ -23,6 +23,10 @@ if TYPE_CHECKING:  # annotation-only aliases: ``X | Y`` is not a runtime type on
 #: The codecs a store can be created with.
 CODECS = ("raw", "zstd", "zstd_dict")
 
+#: What the converters take: a codec, or "auto" to choose one by measuring a
+#: sample of the data (see loaderx._autocodec).
+CONVERT_CODECS = ("auto", *CODECS)
+
 #: The sampling modes.
 MODES = ("sequential", "iid", "cyclic")
 
@@ -131,9 +135,10 @@ def _object_indices(arr: np.ndarray, n: int, what: str) -> np.ndarray:
 # stores
 
 
-def check_codec(codec: Any) -> str:
-    if codec not in CODECS:
-        raise ValueError(f"codec must be one of {', '.join(map(repr, CODECS))}; got {codec!r}")
+def check_codec(codec: Any, allowed: tuple[str, ...] = CODECS) -> str:
+    """``codec`` if it is one of ``allowed``, else a ValueError listing them."""
+    if not isinstance(codec, str) or codec not in allowed:
+        raise ValueError(f"codec must be one of {', '.join(map(repr, allowed))}; got {codec!r}")
     return codec
 
 

@@ -102,13 +102,16 @@ __all__ = [
     "store_create_dict",
     "schema_write",
     "schema_read",
+    "schema_set_codec_choice",
+    "schema_codec_choice",
+    "codec_probe",
     "sample",
     "set_threads",
     "get_threads",
 ]
 
 #: The version of the C ABI this module is written for (LX_ABI_VERSION).
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 #: Bytes of the per-thread error buffer (struct lx_error: the error number,
 #: then the message).
@@ -203,6 +206,7 @@ def _bind() -> None:
     global ffi, lib, library_path, OK, INVALID, OUT_OF_RANGE, NOT_FOUND, CORRUPT, CLOSED, IO, BUSY, INTERNAL
     global EXISTS, CANCELED, STATUS_EXCEPTIONS, _EXCEPTIONS, CODEC_NAMES, SAMPLER_MODES, STATS_FIELDS
     global MAX_DIMS, MAX_RECORD_SIZE, _ERROR_HEAD, _CREATE_REPLACE, SAMPLE_SPEC_FIELDS, _from_buffer, _cast
+    global PROBE_FIELDS
     global _new, _string, _I64, _I64_ARRAY, _CHAR_ARRAY, _NULL, _lx_sample, _lx_store_gather
     global _lx_store_gather_packed, _lx_store_gather_ragged, _lx_store_len, _SAMPLE_SPEC, _pack_spec
     ffi, lib, library_path = _load()
@@ -248,6 +252,9 @@ def _bind() -> None:
 
     #: Field names of store_stats, in the order lx_store_stats writes them (enum lx_stat).
     STATS_FIELDS = _dense(_enum("lx_stat", "LX_STAT_", end="LX_STATS_LEN"), "stats fields")
+
+    #: Field names of codec_probe, in the order lx_codec_probe writes them (enum lx_probe).
+    PROBE_FIELDS = _dense(_enum("lx_probe", "LX_PROBE_", end="LX_PROBE_LEN"), "probe fields")
 
     #: Largest number of dimensions an item shape may have (LX_MAX_DIMS).
     MAX_DIMS = lib.LX_MAX_DIMS
@@ -895,6 +902,50 @@ def schema_read(path: str | os.PathLike[str]) -> tuple[str, str, tuple[int, ...]
         _string(dtype).decode("utf-8"),
         tuple(int(shape[i]) for i in range(ndim)),
     )
+
+
+def schema_set_codec_choice(path: str | os.PathLike[str], choice: dict[str, Any]) -> None:
+    """Record ``choice`` (a JSON-safe dict saying how the codec was chosen) as
+    the ``codec_choice`` entry of ``path/schema.msgpack``, which must exist;
+    the file is replaced atomically."""
+    doc = json.dumps(choice, allow_nan=False, separators=(",", ":")).encode("utf-8")
+    _call(lib.lx_schema_set_codec_choice, _cpath(path), _byte_view(doc, "choice"), len(doc))
+
+
+#: Room for a codec choice read back: the library accepts at most 16 KiB of JSON.
+_CHOICE_OUT_BYTES = 1 << 16
+
+
+def schema_codec_choice(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The ``codec_choice`` entry of ``path/schema.msgpack``, or None for a
+    schema without one (stores converted with an explicit codec, or by an
+    earlier version)."""
+    out = bytearray(_CHOICE_OUT_BYTES)
+    n = _call(lib.lx_schema_codec_choice, _cpath(path), _byte_view(out, "out", True), len(out), _OUT)
+    if n == 0:
+        return None
+    return json.loads(out[:n].decode("utf-8"))
+
+
+def codec_probe(
+    codec: str, data: Any, offsets: np.ndarray, *, dict_tier: str = "balanced", dictionary: Any = None
+) -> dict[str, int]:
+    """Compress the records packed in ``data`` (delimited by the int64
+    ``offsets``, one more than the records) in memory as a store of ``codec``
+    would, against ``dictionary`` for ``"zstd_dict"``, and time reading them
+    back on this thread; return the figures named by :data:`PROBE_FIELDS`
+    (``records``, ``logical_bytes``, ``stored_bytes``, ``compressed``,
+    ``decode_nanos``: the fastest of ``passes`` timed passes)."""
+    c = _cstr(codec, "codec")
+    t = _cstr(dict_tier, "dict_tier")
+    offs = _i64_view(offsets, "offsets")
+    d = b"" if dictionary is None else dictionary
+    out = _new("int64_t[]", len(PROBE_FIELDS))
+    _call(
+        lib.lx_codec_probe, c, t, _byte_view(d, "dictionary"), len(d), _byte_view(data, "data"),
+        len(memoryview(data).cast("B")), offs, len(offsets) - 1, out, len(PROBE_FIELDS),
+    )
+    return {name: int(out[i]) for i, name in enumerate(PROBE_FIELDS)}
 
 
 # --- sampler and threads -------------------------------------------------------

@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from loaderx import _native
-from loaderx._args import check_codec
+from loaderx import _autocodec, _native
+from loaderx._args import CONVERT_CODECS, check_codec
 from loaderx._dtypes import check_storable, schema_name
 from loaderx._progress import Progress
 from loaderx.converter import DICT_TIERS, train_dict
@@ -372,9 +372,10 @@ class _Writer:
         return nbytes
 
 
-def _sample_records(pa: Any, col: Any, plan: _Column, budget: int) -> list[np.ndarray]:
-    """Up to about ``budget`` bytes of the first records of a column batch,
-    as arrays, to train a dictionary on."""
+def _sample_records(pa: Any, col: Any, plan: _Column, budget: int, most: int = 1 << 62) -> list[np.ndarray]:
+    """Up to about ``budget`` bytes (and at most ``most``) of the first
+    records of a column batch, as arrays, to train a dictionary on or to
+    choose a codec by."""
     out: list[np.ndarray] = []
     total = 0
     for arr in _chunks(col):
@@ -387,7 +388,7 @@ def _sample_records(pa: Any, col: Any, plan: _Column, budget: int) -> list[np.nd
             rec = values[bounds[k] : bounds[k + 1]]
             out.append(rec)
             total += rec.nbytes
-            if total >= budget:
+            if total >= budget or len(out) >= most:
                 return out
     return out
 
@@ -424,7 +425,7 @@ def from_arrow(
     source: Any,
     columns: Sequence[str] | None = None,
     *,
-    codec: str = "zstd",
+    codec: str = "auto",
     dict_tier: str = "balanced",
     batch_bytes: int = BATCH_BYTES,
     progress: bool | None = None,
@@ -441,8 +442,11 @@ def from_arrow(
             a ``datasets.Dataset``, or a path (Parquet file or directory,
             Arrow IPC / Feather file, a ``save_to_disk`` directory).
         columns: the columns to convert, in this order; all by default.
-        codec: ``"zstd"`` (default), ``"raw"`` or ``"zstd_dict"`` (each
-            column's dictionary trains on its first records).
+        codec: ``"auto"`` (default), ``"raw"``, ``"zstd"`` or
+            ``"zstd_dict"`` (each column's dictionary trains on its first
+            records). ``"auto"`` chooses per column by the rule of
+            :func:`loaderx.converter.from_numpy`, measured on the column's
+            first records (up to 4 MiB of them).
         dict_tier: for ``"zstd_dict"``: ``"fast"``, ``"balanced"`` or ``"max"``.
         batch_bytes: about how many bytes of source are read per batch.
         progress: draw a progress line on stderr: None (default) when stderr
@@ -471,7 +475,7 @@ def from_arrow(
     """
     pa = _require("pyarrow", "arrow")
     path = os.fspath(path)
-    check_codec(codec)
+    check_codec(codec, CONVERT_CODECS)
     if dict_tier not in DICT_TIERS:
         raise ValueError(f"dict_tier must be one of {', '.join(map(repr, DICT_TIERS))}; got {dict_tier!r}")
     if isinstance(batch_bytes, bool) or not isinstance(batch_bytes, int) or batch_bytes <= 0:
@@ -536,6 +540,15 @@ def from_arrow(
 def _create(pa: Any, root: str, plan: _Column, first: Any, codec: str, dict_tier: str) -> _Writer:
     path = os.path.join(root, plan.name)
     schema = (plan.kind, schema_name(plan.dtype), plan.item_shape)
+    choice = None
+    if codec == "auto":
+        got = [] if first is None else _sample_records(
+            pa, first, plan, _autocodec.SAMPLE_BYTES, _autocodec.SAMPLE_MAX_RECORDS
+        )
+        sample = [_autocodec.record_sample(r, len(got)) for r in got]
+        mean = sum(r.nbytes for r in got) / len(got) if got else float(plan.row_bytes)
+        choice = _autocodec.choose(sample, mean, dict_tier, f"the first {len(got)} records of the column")
+        codec = choice["codec"]
     if codec == "zstd_dict":
         budget = int(_native.dict_sample_budget(dict_tier))
         samples = [] if first is None else _sample_records(pa, first, plan, budget)
@@ -549,6 +562,12 @@ def _create(pa: Any, root: str, plan: _Column, first: Any, codec: str, dict_tier
         h = _native.store_create_dict(path, d, dict_tier=dict_tier, schema=schema)
     else:
         h = _native.store_create(path, codec, schema=schema)
+    if choice is not None:
+        try:
+            _native.schema_set_codec_choice(path, choice)
+        except BaseException:
+            _native.store_close(h)
+            raise
     return _Writer(plan, path, h)
 
 

@@ -46,12 +46,13 @@ from typing import Any
 import numpy as np
 
 from loaderx import _native
+from loaderx._args import CONVERT_CODECS
 from loaderx._progress import Progress
 from loaderx.arrow import MSDataset, arrow_source, from_arrow, is_multistream
 from loaderx.converter import DICT_TIERS, from_numpy
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import CorruptStoreError, StoreExistsError, StoreLockedError
-from loaderx.zrecord import CODECS, Zrecord
+from loaderx.zrecord import Zrecord
 
 __all__ = ["main", "EXIT_CODES"]
 
@@ -150,6 +151,7 @@ def _store_info(path: str, kind: str) -> dict[str, Any]:
         ratio=round(logical / on_disk, 3) if on_disk else None,
         chunks=int(stats["chunks"]),
         format_version=_format_version(path, stats),
+        codec_choice=stats.get("codec_choice"),
     )
     return info
 
@@ -177,6 +179,15 @@ def _info_text(info: dict[str, Any]) -> list[str]:
     if info["dict_bytes"]:
         codec += f" (dictionary {_human(info['dict_bytes'])})"
     lines.append(f"  codec           {codec}")
+    choice = info.get("codec_choice")
+    if choice:
+        lines.append(f"  chosen by auto  {choice.get('reason', '')}")
+        figures = [
+            f"{name} {c['ratio']:.2f}x at {c['decode_mib_s']:,.0f} MiB/s per core"
+            for name, c in choice.get("candidates", {}).items() if "ratio" in c
+        ]
+        lines.append(f"  auto sample     {choice.get('sample_records', 0):,} records, "
+                     f"{_human(int(choice.get('sample_bytes', 0)))}" + "".join(f"; {f}" for f in figures))
     lines.append(f"  on disk         {_human(info['disk_bytes'])} in {info['chunks']} chunk file(s)")
     lines.append(f"  logical         {_human(info['logical_bytes'])}")
     ratio = info["ratio"]
@@ -313,7 +324,17 @@ def cmd_convert(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
     seconds = time.perf_counter() - t0
     doc = {"src": src, "dst": dst, "codec": args.codec, "seconds": round(seconds, 3), **what}
     streams = f" ({len(what['streams'])} streams: {', '.join(what['streams'])})" if "streams" in what else ""
-    return EXIT_OK, doc, [f"{src} -> {dst}: {what['length']:,} records{streams} in {seconds:.2f} s"]
+    lines = [f"{src} -> {dst}: {what['length']:,} records{streams} in {seconds:.2f} s"]
+    if args.codec == "auto":
+        names = what.get("streams")
+        paths = {n: os.path.join(dst, n) for n in names} if names else {"": dst}
+        chosen = {n: _native.schema_codec_choice(p) for n, p in paths.items()}
+        doc["chosen"] = {n: (c or {}).get("codec") for n, c in chosen.items()} if names else (
+            (chosen[""] or {}).get("codec"))
+        for n, c in chosen.items():
+            if c:
+                lines.append(f"  {n + ': ' if n else ''}codec {c['codec']} ({c['reason']})")
+    return EXIT_OK, doc, lines
 
 
 def cmd_compact(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
@@ -522,7 +543,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="convert .npy, .npz, a directory of .npy, Parquet, Arrow or a saved HF dataset")
     p.add_argument("src")
     p.add_argument("dst")
-    p.add_argument("--codec", choices=CODECS, default="zstd")
+    p.add_argument("--codec", choices=CONVERT_CODECS, default="auto",
+                   help="auto (default) measures a sample and keeps raw unless compression pays")
     p.add_argument("--dict-tier", choices=DICT_TIERS, default="balanced",
                    help="dictionary training effort for --codec zstd_dict")
     p.add_argument("--columns", default=None, help="comma-separated columns / array names to convert")

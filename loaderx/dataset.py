@@ -251,6 +251,16 @@ class _StoreView(StoreHandle):
         Needs ``writable=True`` and the store to itself."""
         return compact_handle(self._writer("compact"), self._path, progress)
 
+    def stats(self) -> dict[str, Any]:
+        """The store's figures (see :meth:`loaderx.zrecord.Zrecord.stats`) and
+        ``codec_choice``: how ``codec="auto"`` chose the codec when the store
+        was converted (the codec, the reason, the sample's size and each
+        candidate's ``ratio`` and ``decode_mib_s``), or None for a store
+        converted with an explicit codec."""
+        st = super().stats()
+        st["codec_choice"] = _native.schema_codec_choice(self._path)
+        return st
+
     def sync(self) -> None:
         """Make every append so far durable."""
         _native.store_sync(self._writer("sync"))

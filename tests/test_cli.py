@@ -34,7 +34,7 @@ def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
 def dense(tmp_path):
     a = np.arange(60, dtype=np.int16).reshape(20, 3)
     path = tmp_path / "dense"
-    loaderx.from_numpy(path, a)
+    loaderx.from_numpy(path, a, codec="zstd")
     return path, a
 
 

@@ -18,7 +18,7 @@ SRC = np.arange(64, dtype=np.float32).reshape(8, 2, 4)
 
 @pytest.fixture
 def dense(tmp_path):
-    from_numpy(tmp_path / "data", SRC)
+    from_numpy(tmp_path / "data", SRC, codec="zstd")
     with DenseDataset(tmp_path / "data") as ds:
         yield ds
 
@@ -30,7 +30,7 @@ def ragged_records():
 
 @pytest.fixture
 def ragged(tmp_path, ragged_records):
-    from_iterator(tmp_path / "tokens", ragged_records)
+    from_iterator(tmp_path / "tokens", ragged_records, codec="zstd")
     with RaggedDataset(tmp_path / "tokens") as rs:
         yield rs
 

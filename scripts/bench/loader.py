@@ -376,6 +376,7 @@ def bench_dense_loader(args: argparse.Namespace, results: dict[str, Any], tmp: s
                    if res.get("leftover_shm") else ""))
             per[c["name"]].append(res)
     rows = _summarize(per, cands, b, sample_bytes)
+    defaults_choice = next((c.get("codec_choice") for c in cands if c.get("defaults")), None)
     for name, err in errors.items():
         out(f"- {name} failed: " + err.replace("\n", " | ")[:400])
     if errors:
@@ -399,12 +400,26 @@ def bench_dense_loader(args: argparse.Namespace, results: dict[str, Any], tmp: s
                   [[f"{r['ours']} / {r['original']}", fmt_ratio(r["speed"]), fmt_ratio(r["anon_shm"]),
                     fmt_ratio(r["pss"])] for r in vs_orig]))
         out()
+    vs_torch = _torch_ratios(rows, per)
+    if vs_torch:
+        out("loaderx / torch (batches/s: median of per-run ratios, above 1 means loaderx is faster; "
+            "anon + shm: loaderx / torch, below 1 means loaderx uses less). `loaderx (defaults)` is "
+            "the README's quick start as written: both stores converted with no codec argument "
+            "(codec \"auto\"), the loader built with the batch size only"
+            + (f"; auto chose `{defaults_choice['codec']}`: {defaults_choice['reason']}."
+               if defaults_choice else "."))
+        out()
+        out(table(["pair", "batches/s", "anon + shm"],
+                  [[f"{r['ours']} / torch", fmt_ratio(r["speed"]),
+                    f"{r['anon_shm']:.2f}" if r["anon_shm"] is not None else "—"] for r in vs_torch]))
+        out()
     results["loader"] = {"shape": list(shape), "dtype": dtype.name, "records": n, "batch": b,
                          "workers": args.workers, "transform": args.transform, "rows": rows,
                          "skipped": skipped, "errors": errors, "runs": args.loader_runs,
                          # per-run figures, paired by run for the checks' ratios
                          "per_run": {k: [x["bps"] for x in v] for k, v in per.items()},
-                         "vs_original": vs_orig}
+                         "vs_original": vs_orig, "vs_torch": vs_torch,
+                         "defaults_codec_choice": defaults_choice}
 
 
 def _original_ratios(rows: list[dict[str, Any]], per: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -419,6 +434,23 @@ def _original_ratios(rows: list[dict[str, Any]], per: dict[str, list[dict[str, A
         res.append({"ours": ours, "original": orig, "speed": speed,
                     "anon_shm": b["peak_anon_shm"] / a["peak_anon_shm"] if a["peak_anon_shm"] else None,
                     "pss": b["peak_pss"] / a["peak_pss"] if a["peak_pss"] else None})
+    return res
+
+
+def _torch_ratios(rows: list[dict[str, Any]], per: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """loaderx / torch for each loaderx loader measured in this run with torch."""
+    by = {r["loader"]: r for r in rows}
+    t = by.get("torch")
+    if not t:
+        return []
+    res = []
+    for ours in ("loaderx", "loaderx-raw", "loaderx (defaults)"):
+        a = by.get(ours)
+        if not a:
+            continue
+        speed = median([x["bps"] / y["bps"] for x, y in zip(per[ours], per["torch"])])
+        res.append({"ours": ours, "speed": speed,
+                    "anon_shm": a["peak_anon_shm"] / t["peak_anon_shm"] if t["peak_anon_shm"] else None})
     return res
 
 

@@ -153,6 +153,10 @@ TARGETS: list[Target] = [
            reason="one process, recycled batch buffers, no shared-memory hand-over"),
     Target("loader", "loaderx-raw", "torch", 0.25, metric="anon_shm",
            reason="as loaderx: the codec does not change the loader's own memory"),
+    Target("loader", "loaderx (defaults)", "torch", 2.0, transform="identity",
+           reason="the quick start as written: codec auto keeps photo-like records (~1.2x) raw"),
+    Target("loader", "loaderx (defaults)", "torch", 0.25, metric="anon_shm",
+           reason="the quick start as written: one process, recycled batch buffers"),
 ]
 
 

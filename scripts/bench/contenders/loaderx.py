@@ -182,9 +182,12 @@ STORES: list[type[Store]] = [ZrecordRaw, ZrecordRawVerify, ZrecordZstd, ZrecordZ
 
 
 class LoaderxLoader(LoaderContender):
-    """loaderx's DataLoader over a data store of one codec and a raw label store."""
+    """loaderx's DataLoader over a data store of one codec and a raw label store.
+    With codec None, both stores are converted as the README's quick start
+    does, with every default left alone (codec "auto"), and the loader is
+    built with the quick start's arguments only."""
 
-    def __init__(self, name: str, codec: str) -> None:
+    def __init__(self, name: str, codec: str | None) -> None:
         self.name, self.codec = name, codec
 
     def available(self) -> str | None:
@@ -192,12 +195,22 @@ class LoaderxLoader(LoaderContender):
 
     def prepare(self, ldir: str, data: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
         from loaderx.converter import from_numpy
+        log(f"[loader] writing {self.name} store ...")
+        if self.codec is None:
+            dpath = os.path.join(ldir, "data-defaults")
+            lpath = os.path.join(ldir, "label-defaults")
+            from_numpy(dpath, data)
+            from_numpy(lpath, labels)
+            from loaderx.dataset import DenseDataset
+            with DenseDataset(dpath) as ds:
+                choice = ds.stats()["codec_choice"]
+            log(f"[loader] {self.name}: codec {choice['codec']}: {choice['reason']}")
+            return {"data": dpath, "label": lpath, "defaults": True, "codec_choice": choice}
         dpath = os.path.join(ldir, f"data-{self.codec}")
         lpath = os.path.join(ldir, "label")
-        log(f"[loader] writing {self.name} store ...")
         from_numpy(dpath, data, codec=self.codec)
         if not os.path.exists(lpath):  # shared by every loaderx variant
-            from_numpy(lpath, labels)
+            from_numpy(lpath, labels, codec="zstd")
         return {"data": dpath, "label": lpath}
 
     def open(self, cfg: dict[str, Any]) -> Batches:
@@ -208,9 +221,12 @@ class LoaderxLoader(LoaderContender):
             loaderx.set_num_threads(cfg["threads"])
         data = DenseDataset(cfg["data"])
         label = DenseDataset(cfg["label"])
-        dl = DataLoader({"data": data, "label": label}, batch_size=cfg["batch"],
-                        transform=augment_batch if cfg["transform"] == "augment" else None,
-                        num_workers=cfg["workers"], sampler="cyclic", seed=0)
+        transform = augment_batch if cfg["transform"] == "augment" else None
+        if cfg.get("defaults"):  # the quick start's call: every other argument left alone
+            dl = DataLoader({"data": data, "label": label}, batch_size=cfg["batch"], transform=transform)
+        else:
+            dl = DataLoader({"data": data, "label": label}, batch_size=cfg["batch"], transform=transform,
+                            num_workers=cfg["workers"], sampler="cyclic", seed=0)
         it = iter(dl)
 
         def get() -> np.ndarray:
@@ -223,4 +239,8 @@ class LoaderxLoader(LoaderContender):
         return get, close
 
 
-LOADERS: list[LoaderContender] = [LoaderxLoader("loaderx", "zstd"), LoaderxLoader("loaderx-raw", "raw")]
+LOADERS: list[LoaderContender] = [
+    LoaderxLoader("loaderx", "zstd"),
+    LoaderxLoader("loaderx-raw", "raw"),
+    LoaderxLoader("loaderx (defaults)", None),
+]
