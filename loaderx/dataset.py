@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import struct
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,7 @@ import numpy as np
 
 from loaderx import _native
 from loaderx._args import is_scalar_index, normalize_index
-from loaderx._dtypes import from_schema_name
+from loaderx._dtypes import from_schema_name, schema_name
 from loaderx._store import (
     Fault,
     StoreHandle,
@@ -90,8 +91,9 @@ def _read_schema(path: str, want: str) -> tuple[np.dtype, tuple[int, ...]]:
 
 # -- the schema, read without the native library --------------------------------
 #
-# capi/schemafile.go writes schema.msgpack as a MessagePack map of exactly
-# "version" (1), "kind", "dtype" and "shape" (compact integers). A dataset
+# capi/schemafile.go writes schema.msgpack as a MessagePack map of
+# "version" (1), "kind", "dtype" and "shape" (compact integers), and maybe
+# "codec_choice" (how the converter picked the codec, ignored here). A dataset
 # made before the library is loaded reads that form here, so dtype and
 # item_shape need no native call; anything else (a schema written by the
 # original loaderx, a damaged file) is left to the native reader, which
@@ -100,6 +102,9 @@ def _read_schema(path: str, want: str) -> tuple[np.dtype, tuple[int, ...]]:
 # checks (the number of dimensions) still holds before any record is read.
 
 _SCHEMA_KEYS = frozenset({"version", "kind", "dtype", "shape"})
+#: keys a schema may have besides those; they say nothing of the records' layout
+_SCHEMA_NOTES = frozenset({"codec_choice"})
+_SCALARS = {0xC0: None, 0xC2: False, 0xC3: True}
 
 
 class _Unreadable(Exception):
@@ -117,6 +122,13 @@ def _unpack(b: bytes, pos: int) -> tuple[Any, int]:
         return t, pos
     if t >= 0xE0:
         return t - 0x100, pos
+    if t in _SCALARS:
+        return _SCALARS[t], pos
+    if t in (0xCA, 0xCB):  # float32, float64
+        width = 4 if t == 0xCA else 8
+        if pos + width > len(b):
+            raise _Unreadable
+        return struct.unpack(">f" if width == 4 else ">d", b[pos : pos + width])[0], pos + width
     if 0x80 <= t <= 0x8F or 0x90 <= t <= 0x9F or 0xA0 <= t <= 0xBF:
         size, kind = (t & 0x0F, "map") if t < 0x90 else (t & 0x0F, "array") if t < 0xA0 else (t & 0x1F, "str")
     else:
@@ -166,7 +178,7 @@ def _python_schema(path: str, want: str) -> tuple[np.dtype, tuple[int, ...]] | N
         fields, end = _unpack(b, 0)
     except (OSError, _Unreadable, RecursionError):
         return None
-    if end != len(b) or not isinstance(fields, dict) or set(fields) != _SCHEMA_KEYS:
+    if end != len(b) or not isinstance(fields, dict) or not _SCHEMA_KEYS <= set(fields) <= _SCHEMA_KEYS | _SCHEMA_NOTES:
         return None
     shape, dtype_str = fields["shape"], fields["dtype"]
     if fields["version"] != 1 or fields["kind"] != want or not isinstance(dtype_str, str):
@@ -175,7 +187,11 @@ def _python_schema(path: str, want: str) -> tuple[np.dtype, tuple[int, ...]] | N
         return None
     try:
         dtype = from_schema_name(dtype_str, path)
-    except (ValueError, ImportError):
+    except (ValueError, ImportError, TypeError):
+        return None
+    # only the names the converter writes: NumPy also parses strings the
+    # native reader refuses (a sub-array "9i4", say)
+    if schema_name(dtype) != dtype_str:
         return None
     return dtype, tuple(shape)
 
