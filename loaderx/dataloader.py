@@ -27,7 +27,9 @@ from typing import Any
 import numpy as np
 
 from loaderx._args import MODES, as_int, check_mode, check_seed, check_shard, check_step
+from loaderx._pipeline import ArrayStream as _ArrayStream
 from loaderx._pipeline import Batch, BufferPool, Pipeline, Stream
+from loaderx._procpool import START_METHODS, ProcessPipeline, ProcessPool
 from loaderx._ragged import (
     PackedBatch,
     PaddedBatch,
@@ -60,36 +62,15 @@ _TORCH_ARGS = {
     "the int64 indices of one batch",
     "prefetch_factor": "use prefetch=, the steps in flight ahead of the consumer for all "
     "workers together",
-    "worker_init_fn": "workers are threads of this process; there is nothing to set up per worker",
-    "multiprocessing_context": "workers are threads of this process, not processes",
+    "worker_init_fn": "workers are threads of this process by default, with nothing to set up "
+    "per worker; with workers='process' each worker unpickles the streams, sampler and transform",
+    "multiprocessing_context": "workers are threads by default; workers='process' starts worker "
+    "processes, with start_method='spawn' (the default) or 'forkserver'",
     "generator": "use seed= (an int); every batch is a pure function of (seed, step)",
     "timeout": "there is no timeout; a failing step raises its error from next()",
     "in_order": "batches are always yielded in step order",
     "dataset": "pass streams={name: DenseDataset or NumPy array}",
 }
-
-
-class _ArrayStream:
-    """A NumPy array (or memmap) used as a stream: gathered with
-    ``np.take(out=)`` into the loader's buffers."""
-
-    def __init__(self, name: str, array: np.ndarray) -> None:
-        if array.ndim < 1:
-            raise ValueError(f"stream {name!r} is a 0-d array; a stream needs a first (record) axis")
-        if array.dtype.hasobject:
-            raise TypeError(f"stream {name!r} has dtype {array.dtype}; object arrays cannot be gathered")
-        self.array = array
-        self.dtype = array.dtype
-        self.item_shape: tuple[int, ...] = tuple(array.shape[1:])
-        self.nbytes_per_item = int(np.prod(self.item_shape, dtype=np.int64)) * array.dtype.itemsize
-
-    def __len__(self) -> int:
-        return int(self.array.shape[0])
-
-    def _gather_unchecked(self, indices: np.ndarray, out: np.ndarray) -> None:
-        # indices are in range (the loader checks them); "clip" skips the
-        # buffered copy that mode="raise" makes when given out=
-        np.take(self.array, indices, axis=0, out=out, mode="clip")
 
 
 class _EpochDraw:
@@ -175,6 +156,11 @@ def _check_bool(value: Any, name: str) -> bool:
         raise TypeError(f"{name} must be True or False, got {value!r}")
     return bool(value)
 
+#: what ``workers=`` accepts
+WORKER_KINDS = ("thread", "process")
+#: LoaderOptions fields its repr shows only when they differ from the default
+_QUIET_FIELDS = ("steps", "epoch", "drop_last", "workers", "start_method")
+
 #: The default prefetch keeps at most this many bytes of batches in flight.
 PREFETCH_BYTES = 64 << 20
 #: Batches of at least this many bytes (all streams) are gathered one at a
@@ -203,6 +189,10 @@ class LoaderOptions:
         steps: stop after this many steps (counted from step 0), or None.
         epoch: one pass over the records, each exactly once.
         drop_last: in an ``epoch`` pass, drop the short last batch.
+        workers: ``"thread"`` (worker threads of this process) or
+            ``"process"`` (worker processes, for a Python transform).
+        start_method: how worker processes start, ``"spawn"`` or
+            ``"forkserver"``; None is ``"spawn"`` (process workers only).
     """
 
     batch_size: int = 256
@@ -215,6 +205,8 @@ class LoaderOptions:
     steps: int | None = None
     epoch: bool = False
     drop_last: bool = False
+    workers: str = "thread"
+    start_method: str | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -257,19 +249,44 @@ class LoaderOptions:
                 f"shard={self.shard!r} applies to the built-in samplers; a custom sampler "
                 "shards itself (its indices(step) returns this rank's batch)"
             )
+        if self.workers not in WORKER_KINDS:
+            raise ValueError(
+                f"workers must be 'thread' (worker threads) or 'process' (worker processes), "
+                f"got {self.workers!r}"
+            )
+        if self.start_method is not None:
+            if self.workers != "process":
+                raise ValueError(
+                    f"start_method={self.start_method!r} applies to workers='process' only"
+                )
+            if self.start_method not in START_METHODS:
+                why = (
+                    " (the Go runtime of the native library does not survive fork())"
+                    if self.start_method == "fork"
+                    else ""
+                )
+                raise ValueError(
+                    f"start_method must be 'spawn' or 'forkserver', got {self.start_method!r}{why}"
+                )
+        if self.workers == "process" and self.num_workers < 1:
+            raise ValueError(
+                f"workers='process' needs num_workers of 1 or more, got num_workers={self.num_workers!r} "
+                "(num_workers=0 runs everything in the caller: use the default workers='thread')"
+            )
 
     def __repr__(self) -> str:
         fields = [
             f"{f.name}={getattr(self, f.name)!r}"
             for f in dataclasses.fields(self)
-            if f.name not in ("steps", "epoch", "drop_last") or getattr(self, f.name) != f.default
-        ]  # the finite-pass settings only when set
+            if f.name not in _QUIET_FIELDS or getattr(self, f.name) != f.default
+        ]  # the finite-pass and process settings only when set
         return f"LoaderOptions({', '.join(fields)})"
 
     @property
     def worker_threads(self) -> int:
-        """The worker threads actually started: ``num_workers``, but at most
-        one per CPU available to the process. Gathers and transforms are
+        """The workers actually started (threads, or processes with
+        ``workers="process"``): ``num_workers``, but at most one per CPU
+        available to the process. Gathers and transforms are
         CPU-bound, so threads beyond the CPUs only wait for a time slice; on a
         2-CPU machine 4 workers ran ~30% slower than 2."""
         return min(self.num_workers, _available_cpus())
@@ -432,9 +449,12 @@ class DataLoader:
         drop_last: bool = False,
         pad: Mapping[str, Any] | None = None,
         offsets_dtype: Any = np.int64,
+        workers: str = "thread",
+        start_method: str | None = None,
         **unsupported: Any,
     ) -> None:
-        self._pipe: Pipeline | None = None
+        self._pipe: Pipeline | ProcessPipeline | None = None
+        self._procs: ProcessPool | None = None
         self._closed = False
         if unsupported:
             key = next(iter(unsupported))
@@ -457,6 +477,8 @@ class DataLoader:
             steps=steps,
             epoch=epoch,
             drop_last=drop_last,
+            workers=workers,
+            start_method=start_method,
         )
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable or None, got {transform!r}")
@@ -557,6 +579,16 @@ class DataLoader:
             for name, ds in sources.items()
         ]
         self._step = opts.start_step  # next step to yield while no pipeline runs
+        if opts.workers == "process":
+            self._procs = ProcessPool(
+                self._streams,
+                self.sampler,
+                transform,
+                workers,
+                self._prefetch,
+                opts.start_method or "spawn",
+                sum(pool.nbytes for _, _, pool in self._streams),
+            )
 
     # -- properties --------------------------------------------------------
 
@@ -642,6 +674,9 @@ class DataLoader:
         if pipe is None:
             if self._closed:
                 raise ClosedError("the DataLoader is closed")
+            if self._procs is not None:
+                self._pipe = ProcessPipeline(self._procs, self._step, self._end)
+                return self._pipe.next()
             batch_bytes = sum(pool.nbytes for _, _, pool in self._streams)
             pipe = Pipeline(
                 self._streams,
@@ -736,6 +771,8 @@ class DataLoader:
         datasets stay open."""
         self._closed = True
         self._reset()
+        if self._procs is not None:
+            self._procs.close()
 
     def __enter__(self) -> DataLoader:
         return self
@@ -748,5 +785,8 @@ class DataLoader:
             pipe = self._pipe
             if pipe is not None:
                 pipe.stop(join_timeout=0.0)
+            procs = self._procs
+            if procs is not None:
+                procs.close(timeout=0.2)
         except Exception:
             pass
