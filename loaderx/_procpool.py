@@ -520,7 +520,7 @@ class ProcessPool:
                 "transform": transform,
                 "batch_size": sampler.batch_size,
             }
-            check_picklable(sampler, "the sampler")
+            check_picklable(getattr(sampler, "sampler", sampler), "the sampler")  # a custom one: the user's object
             if transform is not None:
                 check_picklable(transform, "transform")
             self._recipe = pickle.dumps(recipe)
