@@ -14,7 +14,11 @@ Work runs on threads: each worker claims the next step, draws its indices,
 gathers every stream (the copy runs natively with the GIL released) and runs
 the ``transform`` callback; batches are handed out strictly in step order, so
 the output is the same whatever ``num_workers`` is. The threads, the step
-window and the recycled batch buffers live in :mod:`loaderx._pipeline`.
+window and the recycled batch buffers live in :mod:`loaderx._pipeline`. With
+``workers="process"`` the same steps are made in spawned worker processes
+that hand finished batches back through shared memory
+(:mod:`loaderx._procpool`), for transforms whose Python code the GIL would
+serialise.
 """
 
 from __future__ import annotations
@@ -297,12 +301,14 @@ class LoaderOptions:
         batches than fit in :data:`PREFETCH_BYTES`, and at least 1. Every
         batch in flight is one more buffer to fill, and once they outgrow the
         CPU caches each one costs throughput (measured on 64 MiB batches:
-        4 in flight ran at 0.57x a bare gather loop, 1 at 0.89x)."""
+        4 in flight ran at 0.57x a bare gather loop, 1 at 0.89x). Worker
+        processes get at least one step each, or some would sit idle."""
         if self.prefetch is not None:
             return self.prefetch
         by_count = max(2, 2 * self.worker_threads)
         by_bytes = PREFETCH_BYTES // max(1, batch_bytes)
-        return max(1, min(by_count, by_bytes))
+        least = self.worker_threads if self.workers == "process" else 1
+        return max(least, min(by_count, by_bytes))
 
 
 def _compare_streams(saved: Any, mine: dict[str, int]) -> None:
@@ -386,6 +392,24 @@ class DataLoader:
             ``m``, so a few shapes recur).
         offsets_dtype: ``np.int64`` (default) or ``np.int32``, the dtype of a
             packed batch's offsets.
+        workers: ``"thread"`` (default) runs the workers as threads of this
+            process. ``"process"`` runs them as processes (``num_workers`` of
+            them, at most one per CPU), for a Python ``transform`` the GIL
+            would serialise: each worker opens the stores read-only by path,
+            makes whole steps (sample, gather, transform) and copies the
+            batch into shared memory, and the loader yields NumPy views of
+            it in step order, the same batches as with threads. The
+            ``transform`` and a custom ``sampler`` must pickle (a TypeError
+            names the one that does not); an in-memory NumPy stream is
+            copied once into shared memory, a memmap is reopened from its
+            file. A transform may return a NumPy array or dicts, lists and
+            tuples of arrays (and scalars). A failure in a worker, or a
+            worker that dies, raises :class:`loaderx.errors.WorkerError`
+            naming the step; :meth:`close` ends the processes and frees
+            their shared memory.
+        start_method: with ``workers="process"``: ``"spawn"`` (the default)
+            or ``"forkserver"``. ``"fork"`` is refused: the Go runtime of
+            the native library does not survive a fork.
 
     Batches are yielded in step order and depend only on the settings and the
     step, so a run restored with :meth:`load_state_dict` continues exactly as
@@ -403,7 +427,8 @@ class DataLoader:
     step then counts as consumed, so iteration can go on.
 
     Call :meth:`close` (or use ``with``) to stop the workers; a loader that is
-    garbage-collected stops them too.
+    garbage-collected stops them too (worker processes included, and their
+    shared memory is unlinked).
 
     Arguments of ``torch.utils.data.DataLoader`` that have no counterpart here
     (``shuffle``, ``collate_fn``, ``pin_memory``, ...) raise a TypeError that
@@ -657,10 +682,11 @@ class DataLoader:
             finite = f", epoch=True, drop_last={o.drop_last}"
         if self._end is not None:
             finite += f", len={self._end}"
+        kind = "" if o.workers == "thread" else f", workers={o.workers!r}"
         return (
             f"DataLoader(streams={[name for name, _, _ in self._streams]}, "
             f"batch_size={o.batch_size}, sampler={o.sampler!r}, seed={self._seed()}, "
-            f"shard={self._shard()}, num_workers={o.num_workers}, "
+            f"shard={self._shard()}, num_workers={o.num_workers}{kind}, "
             f"prefetch={self._prefetch}, step={self.step}{finite}{state})"
         )
 

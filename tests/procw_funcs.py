@@ -66,3 +66,17 @@ class EverySeventh:
 
     def indices(self, step: int) -> np.ndarray:
         return (np.arange(self.batch_size, dtype=np.int64) * 7 + step * 3) % self.n
+
+
+def _refuse(why: str) -> Any:
+    raise RuntimeError(why)
+
+
+class BreaksInTheWorker:
+    """A transform that pickles but cannot be rebuilt in a worker."""
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return batch
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_refuse, ("no rebuilding here",))

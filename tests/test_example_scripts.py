@@ -1,7 +1,9 @@
 """The scripts in examples/ run on small data: the PyTorch and JAX digits
-MLPs resume bit-identically, and two torchrun ranks draw disjoint batches
-and end with equal weights. Each is skipped, saying why, when its framework
-(or scikit-learn, the data source) is missing."""
+MLPs resume bit-identically, two torchrun ranks draw disjoint batches and
+end with equal weights, and the process-worker augmentation yields the
+thread mode's batches and resumes exactly. Each is skipped, saying why, when
+its framework (or scikit-learn, the data source) is missing; the
+augmentation needs only NumPy."""
 
 from __future__ import annotations
 
@@ -67,3 +69,9 @@ def test_torchrun_two_ranks(tmp_path: Path) -> None:
     out = run(["torchrun", "--standalone", "--nproc_per_node=2", str(EXAMPLES / "torch_ddp.py"),
                "--workdir", str(tmp_path), "--steps", "20"])
     assert "2 ranks, 20 steps, disjoint batches, equal weights" in out
+
+
+def test_process_augment_matches_threads_and_resumes(tmp_path: Path) -> None:
+    out = run([sys.executable, str(EXAMPLES / "process_augment.py"), "--workdir", str(tmp_path), "--steps", "15"])
+    assert "same batches in both modes" in out
+    assert "resumed at step 10: the next 5 batches are identical" in out

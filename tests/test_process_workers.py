@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import procw_funcs as funcs
 import pytest
 
-import procw_funcs as funcs
 from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataloader import DataLoader, PackedBatch
 from loaderx.dataset import DenseDataset, RaggedDataset
@@ -287,7 +287,9 @@ CLEANUP_SCRIPT = textwrap.dedent(
 
     if __name__ == "__main__":
         d, how = sys.argv[1], sys.argv[2]
-        kw = dict(batch_size=8, num_workers=2, workers="process", transform=funcs.flip_scale)
+        # the slow transform keeps the workers busy, so the killed one dies making a step
+        kw = dict(batch_size=8, num_workers=2, workers="process", prefetch=4,
+                  transform=funcs.slow if how == "killed-worker" else funcs.flip_scale)
         loader = DataLoader(streams(d), **kw)
         held = [next(loader) for _ in range(3)]
         pids = loader._procs.pids()
@@ -296,7 +298,6 @@ CLEANUP_SCRIPT = textwrap.dedent(
             loader.close()
         elif how == "killed-worker":
             os.kill(pids[1], signal.SIGKILL)
-            time.sleep(0.3)
             try:
                 for _ in range(6):
                     next(loader)
@@ -368,3 +369,12 @@ def _alive(pid: int) -> bool:
             return f.read().split(") ")[1][0] != "Z"
     except OSError:
         return False
+
+
+def test_a_worker_that_cannot_set_up_breaks_the_loader(stores, deadline):
+    with DataLoader(make_streams(stores["dir"], "stores"), batch_size=4, transform=funcs.BreaksInTheWorker(),
+                    num_workers=2, workers="process") as loader:
+        for _ in range(2):  # every next() says so; none hangs
+            with pytest.raises(WorkerError, match=r"could not set up .*RuntimeError: no rebuilding here") as info:
+                next(loader)
+        assert "_refuse" in str(info.value.__cause__.__cause__)

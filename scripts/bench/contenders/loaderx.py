@@ -184,8 +184,8 @@ STORES: list[type[Store]] = [ZrecordRaw, ZrecordRawVerify, ZrecordZstd, ZrecordZ
 class LoaderxLoader(LoaderContender):
     """loaderx's DataLoader over a data store of one codec and a raw label store."""
 
-    def __init__(self, name: str, codec: str) -> None:
-        self.name, self.codec = name, codec
+    def __init__(self, name: str, codec: str, workers: str = "thread") -> None:
+        self.name, self.codec, self.workers = name, codec, workers
 
     def available(self) -> str | None:
         return None if have_loaderx() else f"loaderx {loaderx_status()}"
@@ -194,8 +194,9 @@ class LoaderxLoader(LoaderContender):
         from loaderx.converter import from_numpy
         dpath = os.path.join(ldir, f"data-{self.codec}")
         lpath = os.path.join(ldir, "label")
-        log(f"[loader] writing {self.name} store ...")
-        from_numpy(dpath, data, codec=self.codec)
+        if not os.path.exists(dpath):  # the thread and process rows of a codec read one store
+            log(f"[loader] writing {self.name} store ...")
+            from_numpy(dpath, data, codec=self.codec)
         if not os.path.exists(lpath):  # shared by every loaderx variant
             from_numpy(lpath, labels)
         return {"data": dpath, "label": lpath}
@@ -210,7 +211,7 @@ class LoaderxLoader(LoaderContender):
         label = DenseDataset(cfg["label"])
         dl = DataLoader({"data": data, "label": label}, batch_size=cfg["batch"],
                         transform=augment_batch if cfg["transform"] == "augment" else None,
-                        num_workers=cfg["workers"], sampler="cyclic", seed=0)
+                        num_workers=cfg["workers"], sampler="cyclic", seed=0, workers=self.workers)
         it = iter(dl)
 
         def get() -> np.ndarray:
@@ -223,4 +224,10 @@ class LoaderxLoader(LoaderContender):
         return get, close
 
 
-LOADERS: list[LoaderContender] = [LoaderxLoader("loaderx", "zstd"), LoaderxLoader("loaderx-raw", "raw")]
+LOADERS: list[LoaderContender] = [
+    LoaderxLoader("loaderx", "zstd"),
+    LoaderxLoader("loaderx-raw", "raw"),
+    # worker processes, for a Python transform (spawned; batches come back in shared memory)
+    LoaderxLoader("loaderx-process", "zstd", workers="process"),
+    LoaderxLoader("loaderx-raw-process", "raw", workers="process"),
+]
