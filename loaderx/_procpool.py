@@ -810,7 +810,9 @@ class ProcessPool:
             # it never got as far as its loop (an import failed before the
             # recipe was read): a new worker would fail the same way
             self._broken = WorkerError(
-                f"worker process {w.proc.pid} could not start ({how}); its error is on stderr"
+                f"worker process {w.proc.pid} could not start ({how}); its error is on stderr (a "
+                "script that makes the loader at module level needs an `if __name__ == '__main__':` "
+                "guard, since each spawned worker imports the script)"
             )
             return
         if not lost:

@@ -61,7 +61,8 @@ _TORCH_ARGS = {
     "pin_memory": "batches are NumPy arrays in host memory; pin in the training step "
     "(torch.from_numpy(a).pin_memory()) if you need to",
     "pin_memory_device": "batches are NumPy arrays in host memory; move them in the training step",
-    "persistent_workers": "the worker threads already live as long as the loader (until close())",
+    "persistent_workers": "the workers (threads, or processes with workers='process') already live "
+    "as long as the loader (until close())",
     "batch_sampler": "give batch_size= and sampler=, an object whose indices(step) returns "
     "the int64 indices of one batch",
     "prefetch_factor": "use prefetch=, the steps in flight ahead of the consumer for all "
