@@ -378,3 +378,14 @@ def test_a_worker_that_cannot_set_up_breaks_the_loader(stores, deadline):
             with pytest.raises(WorkerError, match=r"could not set up .*RuntimeError: no rebuilding here") as info:
                 next(loader)
         assert "_refuse" in str(info.value.__cause__.__cause__)
+
+
+def test_forkserver_workers_yield_the_same_batches(stores, deadline):
+    d = stores["dir"]
+    kw = {"batch_size": funcs.BATCH, "transform": funcs.flip_scale, "num_workers": 2, "seed": 8, "steps": 12}
+    with DataLoader(make_streams(d, "arrays"), **kw) as threads:
+        want = [copy_tree(b) for b in threads]
+    with DataLoader(make_streams(d, "arrays"), workers="process", start_method="forkserver", **kw) as procs:
+        assert "workers='process'" in repr(procs)
+        for step, got in enumerate(procs):
+            assert_same(got, want[step], f"step {step}")
