@@ -17,7 +17,11 @@ consumer's process. It keeps up to ``prefetch`` steps dispatched (to the
 worker with the fewest outstanding), waits on the workers' pipes and process
 sentinels, and yields step ``s`` as NumPy views of its slot: no copy. A slot
 is dispatched again only once no view of it is referenced any more (the
-:class:`loaderx._pipeline.BufferPool` rule, on the slot's base array).
+:class:`loaderx._pipeline.BufferPool` rule, on the slot's base array). Views
+rather than a copy out: copying a 64 MiB batch out of its slot took 5-12 ms
+here, on the consumer's thread, which is the training loop's, against
+microseconds for the views; the one copy a batch costs is the worker's, into
+its slot, beside the other workers.
 
 Failures: an exception while making a step is raised at that step as a
 :class:`loaderx.errors.WorkerError` chained to the original exception (whose
