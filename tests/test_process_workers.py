@@ -389,3 +389,18 @@ def test_forkserver_workers_yield_the_same_batches(stores, deadline):
         assert "workers='process'" in repr(procs)
         for step, got in enumerate(procs):
             assert_same(got, want[step], f"step {step}")
+
+
+def test_a_memmap_slice_is_reopened_from_its_file(tmp_path):
+    from loaderx._procpool import _memmap_source
+
+    np.save(tmp_path / "m.npy", np.arange(400, dtype=np.float32).reshape(100, 4))
+    whole = np.load(tmp_path / "m.npy", mmap_mode="r")
+    rows = whole[5:50]  # a slice keeps its parent's .offset; the source must not
+    src = _memmap_source(rows)
+    assert src is not None and src.path == str(tmp_path / "m.npy")
+    reopened, segments = src.open()
+    assert segments == [] and reopened.shape == (45, 4)
+    np.testing.assert_array_equal(reopened, rows)
+    assert _memmap_source(whole[::2]) is None  # not contiguous: copied into shared memory instead
+    assert _memmap_source(np.array(whole)) is None  # in memory
