@@ -23,6 +23,7 @@ reads this table and checks the imports against it)::
     cli
     torch  jax
     dataloader  arrow
+    _procpool
     _pipeline
     _ragged
     converter  dataset  zrecord
@@ -37,7 +38,8 @@ split across torch's workers; batches put onto devices with a sharding and
 prefetched); each imports its framework, so nothing else imports them.
 ``dataloader`` is
 the public loader over ``_pipeline`` (worker threads, the step window,
-recycled batch buffers) and ``_ragged`` (a ragged stream's packed gather
+recycled batch buffers), ``_procpool`` (worker processes handing batches back
+in shared memory, for ``workers="process"``) and ``_ragged`` (a ragged stream's packed gather
 into recycled buffers, and its padding). ``arrow`` converts Arrow tables, Parquet files and
 Hugging Face datasets into a directory of aligned stores and opens such a
 directory as one multi-stream dataset. ``converter`` writes stores;

@@ -103,6 +103,29 @@ class BufferPool:
         return len(self._free)
 
 
+class ArrayStream:
+    """A NumPy array (or memmap) used as a stream: gathered with
+    ``np.take(out=)`` into the loader's buffers."""
+
+    def __init__(self, name: str, array: np.ndarray) -> None:
+        if array.ndim < 1:
+            raise ValueError(f"stream {name!r} is a 0-d array; a stream needs a first (record) axis")
+        if array.dtype.hasobject:
+            raise TypeError(f"stream {name!r} has dtype {array.dtype}; object arrays cannot be gathered")
+        self.array = array
+        self.dtype = array.dtype
+        self.item_shape: tuple[int, ...] = tuple(array.shape[1:])
+        self.nbytes_per_item = int(np.prod(self.item_shape, dtype=np.int64)) * array.dtype.itemsize
+
+    def __len__(self) -> int:
+        return int(self.array.shape[0])
+
+    def _gather_unchecked(self, indices: np.ndarray, out: np.ndarray) -> None:
+        # indices are in range (the loader checks them); "clip" skips the
+        # buffered copy that mode="raise" makes when given out=
+        np.take(self.array, indices, axis=0, out=out, mode="clip")
+
+
 #: ``(name, source, pool)``: a dense source with a :class:`BufferPool`, or a
 #: ragged stream (``gather_into``) with a pool whose ``ragged`` is True
 Stream = tuple[str, Any, Any]

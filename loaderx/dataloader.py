@@ -14,7 +14,11 @@ Work runs on threads: each worker claims the next step, draws its indices,
 gathers every stream (the copy runs natively with the GIL released) and runs
 the ``transform`` callback; batches are handed out strictly in step order, so
 the output is the same whatever ``num_workers`` is. The threads, the step
-window and the recycled batch buffers live in :mod:`loaderx._pipeline`.
+window and the recycled batch buffers live in :mod:`loaderx._pipeline`. With
+``workers="process"`` the same steps are made in spawned worker processes
+that hand finished batches back through shared memory
+(:mod:`loaderx._procpool`), for transforms whose Python code the GIL would
+serialise.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from typing import Any
 import numpy as np
 
 from loaderx._args import MODES, as_int, check_mode, check_seed, check_shard, check_step
+from loaderx._pipeline import ArrayStream as _ArrayStream
 from loaderx._pipeline import Batch, BufferPool, Pipeline, Stream
+from loaderx._procpool import START_METHODS, ProcessPipeline, ProcessPool
 from loaderx._ragged import (
     PackedBatch,
     PaddedBatch,
@@ -52,41 +58,21 @@ _TORCH_ARGS = {
     "pin_memory": "batches are NumPy arrays in host memory; pin in the training step "
     "(torch.from_numpy(a).pin_memory()) if you need to",
     "pin_memory_device": "batches are NumPy arrays in host memory; move them in the training step",
-    "persistent_workers": "the worker threads already live as long as the loader (until close())",
+    "persistent_workers": "the workers (threads, or processes with workers='process') already live "
+    "as long as the loader (until close())",
     "batch_sampler": "give batch_size= and sampler=, an object whose indices(step) returns "
     "the int64 indices of one batch",
     "prefetch_factor": "use prefetch=, the steps in flight ahead of the consumer for all "
     "workers together",
-    "worker_init_fn": "workers are threads of this process; there is nothing to set up per worker",
-    "multiprocessing_context": "workers are threads of this process, not processes",
+    "worker_init_fn": "workers are threads of this process by default, with nothing to set up "
+    "per worker; with workers='process' each worker unpickles the streams, sampler and transform",
+    "multiprocessing_context": "workers are threads by default; workers='process' starts worker "
+    "processes, with start_method='spawn' (the default) or 'forkserver'",
     "generator": "use seed= (an int); every batch is a pure function of (seed, step)",
     "timeout": "there is no timeout; a failing step raises its error from next()",
     "in_order": "batches are always yielded in step order",
     "dataset": "pass streams={name: DenseDataset or NumPy array}",
 }
-
-
-class _ArrayStream:
-    """A NumPy array (or memmap) used as a stream: gathered with
-    ``np.take(out=)`` into the loader's buffers."""
-
-    def __init__(self, name: str, array: np.ndarray) -> None:
-        if array.ndim < 1:
-            raise ValueError(f"stream {name!r} is a 0-d array; a stream needs a first (record) axis")
-        if array.dtype.hasobject:
-            raise TypeError(f"stream {name!r} has dtype {array.dtype}; object arrays cannot be gathered")
-        self.array = array
-        self.dtype = array.dtype
-        self.item_shape: tuple[int, ...] = tuple(array.shape[1:])
-        self.nbytes_per_item = int(np.prod(self.item_shape, dtype=np.int64)) * array.dtype.itemsize
-
-    def __len__(self) -> int:
-        return int(self.array.shape[0])
-
-    def _gather_unchecked(self, indices: np.ndarray, out: np.ndarray) -> None:
-        # indices are in range (the loader checks them); "clip" skips the
-        # buffered copy that mode="raise" makes when given out=
-        np.take(self.array, indices, axis=0, out=out, mode="clip")
 
 
 class _EpochDraw:
@@ -174,6 +160,11 @@ def _check_bool(value: Any, name: str) -> bool:
         raise TypeError(f"{name} must be True or False, got {value!r}")
     return bool(value)
 
+#: what ``workers=`` accepts
+WORKER_KINDS = ("thread", "process")
+#: LoaderOptions fields its repr shows only when they differ from the default
+_QUIET_FIELDS = ("steps", "epoch", "drop_last", "workers", "start_method")
+
 #: The default prefetch keeps at most this many bytes of batches in flight.
 PREFETCH_BYTES = 64 << 20
 #: Batches of at least this many bytes (all streams) are gathered one at a
@@ -202,6 +193,10 @@ class LoaderOptions:
         steps: stop after this many steps (counted from step 0), or None.
         epoch: one pass over the records, each exactly once.
         drop_last: in an ``epoch`` pass, drop the short last batch.
+        workers: ``"thread"`` (worker threads of this process) or
+            ``"process"`` (worker processes, for a Python transform).
+        start_method: how worker processes start, ``"spawn"`` or
+            ``"forkserver"``; None is ``"spawn"`` (process workers only).
     """
 
     batch_size: int = 256
@@ -214,6 +209,8 @@ class LoaderOptions:
     steps: int | None = None
     epoch: bool = False
     drop_last: bool = False
+    workers: str = "thread"
+    start_method: str | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -256,19 +253,44 @@ class LoaderOptions:
                 f"shard={self.shard!r} applies to the built-in samplers; a custom sampler "
                 "shards itself (its indices(step) returns this rank's batch)"
             )
+        if self.workers not in WORKER_KINDS:
+            raise ValueError(
+                f"workers must be 'thread' (worker threads) or 'process' (worker processes), "
+                f"got {self.workers!r}"
+            )
+        if self.start_method is not None:
+            if self.workers != "process":
+                raise ValueError(
+                    f"start_method={self.start_method!r} applies to workers='process' only"
+                )
+            if self.start_method not in START_METHODS:
+                why = (
+                    " (the Go runtime of the native library does not survive fork())"
+                    if self.start_method == "fork"
+                    else ""
+                )
+                raise ValueError(
+                    f"start_method must be 'spawn' or 'forkserver', got {self.start_method!r}{why}"
+                )
+        if self.workers == "process" and self.num_workers < 1:
+            raise ValueError(
+                f"workers='process' needs num_workers of 1 or more, got num_workers={self.num_workers!r} "
+                "(num_workers=0 runs everything in the caller: use the default workers='thread')"
+            )
 
     def __repr__(self) -> str:
         fields = [
             f"{f.name}={getattr(self, f.name)!r}"
             for f in dataclasses.fields(self)
-            if f.name not in ("steps", "epoch", "drop_last") or getattr(self, f.name) != f.default
-        ]  # the finite-pass settings only when set
+            if f.name not in _QUIET_FIELDS or getattr(self, f.name) != f.default
+        ]  # the finite-pass and process settings only when set
         return f"LoaderOptions({', '.join(fields)})"
 
     @property
     def worker_threads(self) -> int:
-        """The worker threads actually started: ``num_workers``, but at most
-        one per CPU available to the process. Gathers and transforms are
+        """The workers actually started (threads, or processes with
+        ``workers="process"``): ``num_workers``, but at most one per CPU
+        available to the process. Gathers and transforms are
         CPU-bound, so threads beyond the CPUs only wait for a time slice; on a
         2-CPU machine 4 workers ran ~30% slower than 2."""
         return min(self.num_workers, _available_cpus())
@@ -279,12 +301,14 @@ class LoaderOptions:
         batches than fit in :data:`PREFETCH_BYTES`, and at least 1. Every
         batch in flight is one more buffer to fill, and once they outgrow the
         CPU caches each one costs throughput (measured on 64 MiB batches:
-        4 in flight ran at 0.57x a bare gather loop, 1 at 0.89x)."""
+        4 in flight ran at 0.57x a bare gather loop, 1 at 0.89x). Worker
+        processes get at least one step each, or some would sit idle."""
         if self.prefetch is not None:
             return self.prefetch
         by_count = max(2, 2 * self.worker_threads)
         by_bytes = PREFETCH_BYTES // max(1, batch_bytes)
-        return max(1, min(by_count, by_bytes))
+        least = self.worker_threads if self.workers == "process" else 1
+        return max(least, min(by_count, by_bytes))
 
 
 def _available_cpus() -> int:
@@ -349,6 +373,24 @@ class DataLoader:
             ``m``, so a few shapes recur).
         offsets_dtype: ``np.int64`` (default) or ``np.int32``, the dtype of a
             packed batch's offsets.
+        workers: ``"thread"`` (default) runs the workers as threads of this
+            process. ``"process"`` runs them as processes (``num_workers`` of
+            them, at most one per CPU), for a Python ``transform`` the GIL
+            would serialise: each worker opens the stores read-only by path,
+            makes whole steps (sample, gather, transform) and copies the
+            batch into shared memory, and the loader yields NumPy views of
+            it in step order, the same batches as with threads. The
+            ``transform`` and a custom ``sampler`` must pickle (a TypeError
+            names the one that does not); an in-memory NumPy stream is
+            copied once into shared memory, a memmap is reopened from its
+            file. A transform may return a NumPy array or dicts, lists and
+            tuples of arrays (and scalars). A failure in a worker, or a
+            worker that dies, raises :class:`loaderx.errors.WorkerError`
+            naming the step; :meth:`close` ends the processes and frees
+            their shared memory.
+        start_method: with ``workers="process"``: ``"spawn"`` (the default)
+            or ``"forkserver"``. ``"fork"`` is refused: the Go runtime of
+            the native library does not survive a fork.
 
     Batches are yielded in step order and depend only on the settings and the
     step, so a run restored with :meth:`load_state_dict` continues exactly as
@@ -366,7 +408,8 @@ class DataLoader:
     step then counts as consumed, so iteration can go on.
 
     Call :meth:`close` (or use ``with``) to stop the workers; a loader that is
-    garbage-collected stops them too.
+    garbage-collected stops them too (worker processes included, and their
+    shared memory is unlinked).
 
     Arguments of ``torch.utils.data.DataLoader`` that have no counterpart here
     (``shuffle``, ``collate_fn``, ``pin_memory``, ...) raise a TypeError that
@@ -412,9 +455,12 @@ class DataLoader:
         drop_last: bool = False,
         pad: Mapping[str, Any] | None = None,
         offsets_dtype: Any = np.int64,
+        workers: str = "thread",
+        start_method: str | None = None,
         **unsupported: Any,
     ) -> None:
-        self._pipe: Pipeline | None = None
+        self._pipe: Pipeline | ProcessPipeline | None = None
+        self._procs: ProcessPool | None = None
         self._closed = False
         if unsupported:
             key = next(iter(unsupported))
@@ -437,6 +483,8 @@ class DataLoader:
             steps=steps,
             epoch=epoch,
             drop_last=drop_last,
+            workers=workers,
+            start_method=start_method,
         )
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable or None, got {transform!r}")
@@ -537,6 +585,16 @@ class DataLoader:
             for name, ds in sources.items()
         ]
         self._step = opts.start_step  # next step to yield while no pipeline runs
+        if opts.workers == "process":
+            self._procs = ProcessPool(
+                self._streams,
+                self.sampler,
+                transform,
+                workers,
+                self._prefetch,
+                opts.start_method or "spawn",
+                sum(pool.nbytes for _, _, pool in self._streams),
+            )
 
     # -- properties --------------------------------------------------------
 
@@ -608,10 +666,11 @@ class DataLoader:
             finite = f", epoch=True, drop_last={o.drop_last}"
         if self._end is not None:
             finite += f", len={self._end}"
+        kind = "" if o.workers == "thread" else f", workers={o.workers!r}"
         return (
             f"DataLoader(streams={[name for name, _, _ in self._streams]}, "
             f"batch_size={o.batch_size}, sampler={o.sampler!r}, seed={seed}, "
-            f"shard={shard}, num_workers={o.num_workers}, "
+            f"shard={shard}, num_workers={o.num_workers}{kind}, "
             f"prefetch={self._prefetch}, step={self.step}{finite}{state})"
         )
 
@@ -625,6 +684,9 @@ class DataLoader:
         if pipe is None:
             if self._closed:
                 raise ClosedError("the DataLoader is closed")
+            if self._procs is not None:
+                self._pipe = ProcessPipeline(self._procs, self._step, self._end)
+                return self._pipe.next()
             batch_bytes = sum(pool.nbytes for _, _, pool in self._streams)
             pipe = Pipeline(
                 self._streams,
@@ -698,6 +760,8 @@ class DataLoader:
         datasets stay open."""
         self._closed = True
         self._reset()
+        if self._procs is not None:
+            self._procs.close()
 
     def __enter__(self) -> DataLoader:
         return self
@@ -710,5 +774,8 @@ class DataLoader:
             pipe = self._pipe
             if pipe is not None:
                 pipe.stop(join_timeout=0.0)
+            procs = self._procs
+            if procs is not None:
+                procs.close(timeout=0.2)
         except Exception:
             pass

@@ -19,6 +19,7 @@ __all__ = [
     "ForkError",
     "StoreLockedError",
     "StoreExistsError",
+    "WorkerError",
 ]
 
 
@@ -53,3 +54,10 @@ class StoreLockedError(LoaderxError):
 
 class StoreExistsError(LoaderxError, FileExistsError):
     """Creating a store where one (or some other file) already exists."""
+
+
+class WorkerError(LoaderxError, RuntimeError):
+    """A step of a ``DataLoader(..., workers="process")`` failed in a worker
+    process: an exception while making it (chained as the cause, with the
+    worker's traceback as its own cause), or the process died. The message
+    names the step."""

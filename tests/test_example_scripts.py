@@ -1,8 +1,10 @@
 """The scripts in examples/ run on small data: the PyTorch and JAX digits
-MLPs resume bit-identically, two torchrun ranks draw disjoint batches
-and end with equal weights, and a token classifier learns from packed ragged
-batches. Each is skipped, saying why, when its framework
-(or scikit-learn, the data source) is missing."""
+MLPs resume bit-identically, two torchrun ranks draw disjoint batches and
+end with equal weights, a token classifier learns from packed ragged
+batches, and the process-worker augmentation yields the thread mode's
+batches and resumes exactly. Each is skipped, saying why, when its framework
+(or scikit-learn, the data source) is missing; the augmentation needs only
+NumPy."""
 
 from __future__ import annotations
 
@@ -78,3 +80,9 @@ def test_ragged_tokens_learn_from_packed_batches(tmp_path: Path) -> None:
     assert last.endswith("on 200 sequences"), out  # the epoch pass saw each held-out sequence once
     accuracy = float(last.split("test accuracy ")[1].split()[0])
     assert accuracy >= 0.9, out  # four topics: tokens misaligned with their labels score near 0.25
+
+
+def test_process_augment_matches_threads_and_resumes(tmp_path: Path) -> None:
+    out = run([sys.executable, str(EXAMPLES / "process_augment.py"), "--workdir", str(tmp_path), "--steps", "15"])
+    assert "same batches in both modes" in out
+    assert "resumed at step 10: the next 5 batches are identical" in out

@@ -34,7 +34,7 @@ BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(BENCH_DIR))
 
 SHM_DIR = "/dev/shm"
-SHM_PREFIXES = ("psm_", "sem.mp-", "torch_")
+SHM_PREFIXES = ("psm_", "sem.mp-", "torch_", "loaderx-")
 
 
 

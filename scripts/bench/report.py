@@ -149,6 +149,13 @@ TARGETS: list[Target] = [
            reason="one process, one native call per batch per stream"),
     Target("loader", "loaderx", "torch", None, transform="augment",
            reason="a known loss: a per-sample Python transform is serialised by the GIL on threads"),
+    Target("loader", "loaderx-raw-process", "torch", 1.5, transform="augment",
+           reason="worker processes run the Python transform side by side on the same uncompressed "
+                  "bytes; batches come back in recycled shared memory, never pickled"),
+    Target("loader", "loaderx-process", "torch", None, transform="augment",
+           reason="as loaderx-raw-process, plus a zstd decode per batch that torch's .npy reads do not pay"),
+    Target("loader", "loaderx-raw-process", "torch", 1.0, metric="anon_shm", transform="augment",
+           reason="no more workers than CPUs, recycled shared-memory slots, one batch copy per step"),
     Target("loader", "loaderx", "torch", 0.25, metric="anon_shm",
            reason="one process, recycled batch buffers, no shared-memory hand-over"),
     Target("loader", "loaderx-raw", "torch", 0.25, metric="anon_shm",

@@ -187,8 +187,8 @@ class LoaderxLoader(LoaderContender):
     does, with every default left alone (codec "auto"), and the loader is
     built with the quick start's arguments only."""
 
-    def __init__(self, name: str, codec: str | None) -> None:
-        self.name, self.codec = name, codec
+    def __init__(self, name: str, codec: str | None, workers: str = "thread") -> None:
+        self.name, self.codec, self.workers = name, codec, workers
 
     def available(self) -> str | None:
         return None if have_loaderx() else f"loaderx {loaderx_status()}"
@@ -208,7 +208,8 @@ class LoaderxLoader(LoaderContender):
             return {"data": dpath, "label": lpath, "defaults": True, "codec_choice": choice}
         dpath = os.path.join(ldir, f"data-{self.codec}")
         lpath = os.path.join(ldir, "label")
-        from_numpy(dpath, data, codec=self.codec)
+        if not os.path.exists(dpath):  # the thread and process rows of a codec read one store
+            from_numpy(dpath, data, codec=self.codec)
         if not os.path.exists(lpath):  # shared by every loaderx variant
             from_numpy(lpath, labels, codec="zstd")
         return {"data": dpath, "label": lpath}
@@ -226,7 +227,7 @@ class LoaderxLoader(LoaderContender):
             dl = DataLoader({"data": data, "label": label}, batch_size=cfg["batch"], transform=transform)
         else:
             dl = DataLoader({"data": data, "label": label}, batch_size=cfg["batch"], transform=transform,
-                            num_workers=cfg["workers"], sampler="cyclic", seed=0)
+                            num_workers=cfg["workers"], sampler="cyclic", seed=0, workers=self.workers)
         it = iter(dl)
 
         def get() -> np.ndarray:
@@ -243,4 +244,7 @@ LOADERS: list[LoaderContender] = [
     LoaderxLoader("loaderx", "zstd"),
     LoaderxLoader("loaderx-raw", "raw"),
     LoaderxLoader("loaderx (defaults)", None),
+    # worker processes, for a Python transform (spawned; batches come back in shared memory)
+    LoaderxLoader("loaderx-process", "zstd", workers="process"),
+    LoaderxLoader("loaderx-raw-process", "raw", workers="process"),
 ]
