@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -277,11 +278,13 @@ func BenchmarkGatherSmall(b *testing.B) {
 			dst := make([]byte, benchBatch*size)
 			b.SetBytes(int64(benchBatch * size))
 			b.ResetTimer()
+			cpu := processCPU()
 			for i := range b.N {
 				if err := s.Gather(batches[i%len(batches)], dst, size); err != nil {
 					b.Fatal(err)
 				}
 			}
+			reportCPU(b, cpu)
 		})
 		s.Close()
 	}
@@ -331,6 +334,82 @@ func BenchmarkGatherFile(b *testing.B) {
 					}
 				}
 			})
+		}
+		s.Close()
+	}
+}
+
+// BenchmarkGatherStore gathers from existing stores, for profiling the read
+// path on the data and frames another writer produced (the Python
+// converter, the original loaderx):
+//
+//	LOADERX_BENCH_STORES=/tmp/a,/tmp/b go test -run XXX -bench GatherStore ./zrecord/
+//
+// Each store gets batches of 256 sorted random indices without repeats
+// ("rnd") and of 256 consecutive ones ("seq"), with one thread and with the
+// default fan-out. Every record must have the size of the first. It is
+// skipped without the variable.
+func BenchmarkGatherStore(b *testing.B) {
+	spec := os.Getenv("LOADERX_BENCH_STORES")
+	if spec == "" {
+		b.Skip("LOADERX_BENCH_STORES=dir[,dir...] not set")
+	}
+	defer zrecord.SetThreads(0)
+	for _, dir := range strings.Split(spec, ",") {
+		s, err := zrecord.Open(dir, zrecord.WithReadOnly())
+		if err != nil {
+			b.Fatal(err)
+		}
+		n := s.Len()
+		sizes := make([]int64, 1)
+		if err := s.Sizes([]int64{0}, sizes); err != nil {
+			b.Fatal(err)
+		}
+		size := int(sizes[0])
+		batch := int(min(benchBatch, n))
+		rng := rand.New(rand.NewPCG(3, 4))
+		var rnd, seq [][]int64
+		for range 64 {
+			perm := rng.Perm(int(n))[:batch]
+			idx := make([]int64, batch)
+			for k, v := range perm {
+				idx[k] = int64(v)
+			}
+			sort.Slice(idx, func(i, j int) bool { return idx[i] < idx[j] })
+			rnd = append(rnd, idx)
+			start := rng.Int64N(n - int64(batch) + 1)
+			w := make([]int64, batch)
+			for k := range w {
+				w[k] = start + int64(k)
+			}
+			seq = append(seq, w)
+		}
+		dst := make([]byte, batch*size)
+		for _, batches := range [][][]int64{rnd, seq} { // warm the page cache and the mappings
+			for _, idx := range batches {
+				if err := s.Gather(idx, dst, size); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		for _, mode := range []struct {
+			name    string
+			batches [][]int64
+		}{{"rnd", rnd}, {"seq", seq}} {
+			for _, threads := range []int{1, 0} {
+				b.Run(fmt.Sprintf("%s/%s/threads=%d", filepath.Base(dir), mode.name, threads), func(b *testing.B) {
+					zrecord.SetThreads(threads)
+					b.SetBytes(int64(batch * size))
+					b.ResetTimer()
+					cpu := processCPU()
+					for i := range b.N {
+						if err := s.Gather(mode.batches[i%len(mode.batches)], dst, size); err != nil {
+							b.Fatal(err)
+						}
+					}
+					reportCPU(b, cpu)
+				})
+			}
 		}
 		s.Close()
 	}

@@ -115,10 +115,12 @@
 // loads the length first and touches nothing at or beyond it, so it never
 // sees a torn or premature record.
 //
-// Large batches fan out over Threads() goroutines (see SetThreads) in
-// contiguous blocks; a batch under about 1 MiB per goroutine runs on the
-// caller alone, because waking a goroutine costs more than the copy it
-// would take over. Every goroutine that reads a mapping runs with
+// Large batches fan out over Threads() goroutines (see SetThreads); a
+// gather is cut into a few contiguous blocks per goroutine, which the
+// goroutines claim in turn. A batch under about 1 MiB of work per goroutine
+// (a decoded byte counting as several copied ones) runs on the caller
+// alone, because waking a goroutine costs more than the copy it would take
+// over. Every goroutine that reads a mapping runs with
 // debug.SetPanicOnFault and recovers, so a file truncated under a reader by
 // another process produces an error, not a crash. No panic leaves the
 // package: each exported call converts one into an error.

@@ -159,3 +159,48 @@ func TestParallelErrorsAndPanics(t *testing.T) {
 		t.Fatalf("after panics: %v", err)
 	}
 }
+
+// TestParallelBlocksMoreThanWorkers checks parallelBlocks with more blocks
+// than goroutines: every block runs exactly once, at most workers of them
+// at a time, and the error returned is the lowest-numbered failing block's,
+// with and without helpers.
+func TestParallelBlocksMoreThanWorkers(t *testing.T) {
+	for _, tc := range []struct{ workers, blocks int }{{2, 8}, {3, 7}, {1, 5}, {4, 4}} {
+		counts := make([]atomic.Int32, tc.blocks)
+		var running, most atomic.Int32
+		err := parallelBlocks(tc.workers, tc.blocks, "test", func(b int) error {
+			now := running.Add(1)
+			defer running.Add(-1)
+			for {
+				m := most.Load()
+				if now <= m || most.CompareAndSwap(m, now) {
+					break
+				}
+			}
+			counts[b].Add(1)
+			runtime.Gosched()
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for b := range counts {
+			if got := counts[b].Load(); got != 1 {
+				t.Errorf("%d workers: block %d of %d ran %d times", tc.workers, b, tc.blocks, got)
+			}
+		}
+		if m := most.Load(); int(m) > tc.workers {
+			t.Errorf("%d workers, %d blocks: %d blocks ran at once", tc.workers, tc.blocks, m)
+		}
+		boom := errors.New("boom")
+		err = parallelBlocks(tc.workers, tc.blocks, "test", func(b int) error {
+			if b >= tc.blocks-2 {
+				return fmt.Errorf("block %d: %w", b, boom)
+			}
+			return nil
+		})
+		if want := fmt.Sprintf("block %d: boom", tc.blocks-2); err == nil || err.Error() != want {
+			t.Errorf("%d workers, %d blocks: error %v, want %q", tc.workers, tc.blocks, err, want)
+		}
+	}
+}

@@ -40,8 +40,8 @@ func getGatherScratch(n int) *gatherScratch {
 //
 // Compressed records are decoded straight into dst. Batches of more than
 // about 1 MiB of copying per worker, where decoding a byte counts as
-// copying decodeWeight bytes, are split into contiguous blocks across
-// Threads() goroutines. Gather runs concurrently with Append and other Gathers.
+// copying decodeWeight bytes, are split into contiguous blocks, a few per
+// goroutine, that up to Threads() goroutines claim in turn. Gather runs concurrently with Append and other Gathers.
 func (s *Store) Gather(indices []int64, dst []byte, stride int) (err error) {
 	defer recoverTo(&err, "gather")
 	old := guardFaults()
@@ -74,10 +74,11 @@ func (s *Store) Gather(indices []int64, dst []byte, stride int) (err error) {
 	}
 	g.touchRecords(chunks)
 	workers := workersFor(s.gatherCost(g.locs, int64(n)*int64(stride)), n, fanOutBytes)
-	g.prepare(workers)
+	blocks := gatherBlocks(workers, n)
+	g.prepare(blocks)
 	plain := s.plainCopies(g)
-	return parallel(workers, "gather", func(w int) error {
-		lo, hi := n*w/workers, n*(w+1)/workers
+	return parallelBlocks(workers, blocks, "gather", func(w int) error {
+		lo, hi := n*w/blocks, n*(w+1)/blocks
 		// Records are filled in ascending order, and a slot's capacity runs
 		// to the end of the block: scratch bytes the decoder leaves past a
 		// record land in slots this worker fills afterwards.
@@ -156,11 +157,12 @@ func (s *Store) GatherPacked(indices []int64, dst []byte, offsets []int64) (err 
 	}
 	g.touchRecords(chunks)
 	workers := workersFor(s.gatherCost(g.locs, offsets[n]-offsets[0]), n, fanOutBytes)
-	g.prepare(workers)
-	return parallel(workers, "gather", func(w int) error {
+	blocks := gatherBlocks(workers, n)
+	g.prepare(blocks)
+	return parallelBlocks(workers, blocks, "gather", func(w int) error {
 		// Split by bytes, not by count, so records of mixed sizes balance.
-		lo := splitPoint(offsets, w, workers)
-		hi := splitPoint(offsets, w+1, workers)
+		lo := splitPoint(offsets, w, blocks)
+		hi := splitPoint(offsets, w+1, blocks)
 		limit := offsets[hi] // as in Gather: spare capacity up to the block's end
 		for k := lo; k < hi; k++ {
 			a, b := offsets[k], offsets[k+1]

@@ -57,13 +57,15 @@ func (s *Store) GatherRagged(indices []int64, sizes []int64, dst []byte) (needed
 	if needed > int64(len(dst)) {
 		return needed, nil
 	}
-	workers := workersFor(needed, n, fanOutBytes)
-	g.prepare(workers)
-	return needed, parallel(workers, "gather", func(w int) error {
-		// As GatherPacked: blocks of about equal bytes, each record's spare
-		// capacity running to its block's end.
-		lo := splitPoint(offsets, w, workers)
-		hi := splitPoint(offsets, w+1, workers)
+	// As GatherPacked: decoding weighs in the fan-out decision, and blocks
+	// of about equal bytes, each record's spare capacity running to its
+	// block's end.
+	workers := workersFor(s.gatherCost(g.locs, needed), n, fanOutBytes)
+	blocks := gatherBlocks(workers, n)
+	g.prepare(blocks)
+	return needed, parallelBlocks(workers, blocks, "gather", func(w int) error {
+		lo := splitPoint(offsets, w, blocks)
+		hi := splitPoint(offsets, w+1, blocks)
 		limit := offsets[hi]
 		for k := lo; k < hi; k++ {
 			a, b := offsets[k], offsets[k+1]

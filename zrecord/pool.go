@@ -99,13 +99,14 @@ func helper() {
 	}
 }
 
-// fanOut runs work(0..n-1), n ≥ 2, on the caller and the persistent
-// helpers, and returns the error of the lowest-numbered failing block.
-func fanOut(n int, op string, work func(w int) error) error {
+// fanOut runs work(0..n-1), n ≥ 2, on the caller and up to helpers
+// persistent helpers (1 ≤ helpers < n), and returns the error of the
+// lowest-numbered failing block.
+func fanOut(n, helpers int, op string, work func(w int) error) error {
 	j := &job{op: op, work: work, n: int32(n), errs: make([]error, n), done: make(chan struct{}, 1)}
 	j.left.Store(int32(n))
-	ensureHelpers(n - 1)
-	for range n - 1 {
+	ensureHelpers(helpers)
+	for range helpers {
 		select {
 		case jobs <- j:
 		default: // the queue is full: the caller takes the block itself

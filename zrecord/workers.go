@@ -54,10 +54,41 @@ func workersFor(total int64, n int, per int64) int {
 // faults turned into panics and every panic turned into an error. It
 // returns the error of the lowest-numbered failing block.
 func parallel(n int, op string, work func(w int) error) error {
-	if n <= 1 {
+	return parallelBlocks(n, n, op, work)
+}
+
+// blocksPerWorker is how many blocks a fanned-out gather is cut into per
+// goroutine. Blocks are claimed one at a time, so a goroutine that gets its
+// core late (the machine is shared, or its records decode slower) takes
+// fewer of them instead of holding the whole call up; each block boundary
+// costs one record decoded with exact copies (see Gather).
+const blocksPerWorker = 4
+
+// gatherBlocks returns how many blocks a gather of n records spread over
+// workers goroutines is cut into: one without a fan-out.
+func gatherBlocks(workers, n int) int {
+	if workers <= 1 {
+		return 1
+	}
+	return min(n, workers*blocksPerWorker)
+}
+
+// parallelBlocks runs work(0..blocks-1) on the calling goroutine and up to
+// workers-1 persistent helpers, each claiming the next block until none is
+// left, and waits; otherwise as parallel.
+func parallelBlocks(workers, blocks int, op string, work func(b int) error) error {
+	if blocks <= 1 {
 		return guarded(op, 0, work)
 	}
-	return fanOut(n, op, work)
+	if workers <= 1 {
+		for b := range blocks {
+			if err := guarded(op, b, work); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return fanOut(blocks, min(workers, blocks)-1, op, work)
 }
 
 // guarded runs work(w) with memory faults turned into panics and every
