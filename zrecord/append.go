@@ -101,6 +101,10 @@ func (s *Store) Append(records [][]byte) (first int64, err error) {
 	if err := s.checkWrite("append"); err != nil {
 		return 0, err
 	}
+	// The batch's entries go where pending Deletes moved records from.
+	if err := s.settleDeletes(); err != nil {
+		return 0, err
+	}
 	return s.commit(records, a)
 }
 

@@ -49,6 +49,9 @@ func (s *Store) Compact() (err error) {
 	if err := s.upgradeLocked(); err != nil {
 		return err
 	}
+	if err := s.settleDeletes(); err != nil {
+		return err
+	}
 	if err := s.compact(); err != nil {
 		s.breakHandle(err)
 		return err

@@ -165,6 +165,62 @@ func decodeDeleteIntent(raw []byte) (deleteIntent, bool) {
 	return j, true
 }
 
+// decodeDeleteLog parses delete.intent as a log: the records of the Deletes
+// made since the table on disk was last brought up to date, back to back,
+// each laid out as above. Each record starts from the state the one before
+// it left (same version and frontier, its length before equal to the other's
+// length after). Parsing stops at the first record that is torn, damaged or
+// does not follow on, so what is returned is the longest valid prefix: a
+// Delete cut short by the death of the process, or whose record a power cut
+// lost, is simply absent. A journal of an earlier release holds one record.
+func decodeDeleteLog(raw []byte) []deleteIntent {
+	var out []deleteIntent
+	for off := 0; len(raw)-off >= deleteHeadSize+4; {
+		b := raw[off:]
+		v := b[4]
+		if v != 1 && v != 2 {
+			break
+		}
+		ws := uint64(8 + journalEntrySize(v))
+		count := binary.LittleEndian.Uint64(b[32:])
+		if count > uint64(len(b))/ws {
+			break
+		}
+		size := deleteHeadSize + count*ws + 4
+		if size > uint64(len(b)) {
+			break
+		}
+		j, ok := decodeDeleteIntent(b[:size])
+		if !ok {
+			break
+		}
+		if n := len(out); n > 0 && (j.version != out[0].version || j.before != out[0].before || j.beforeLen != out[n-1].afterLen) {
+			break
+		}
+		out = append(out, j)
+		off += int(size)
+	}
+	return out
+}
+
+// deleteLogWrites folds the records of a delete log into the entry each
+// index below the final length ends up with.
+func deleteLogWrites(log []deleteIntent) map[int64]entry {
+	final := log[len(log)-1].afterLen
+	w := make(map[int64]entry)
+	for _, j := range log {
+		for _, x := range j.writes {
+			w[x.idx] = x.e
+		}
+	}
+	for i := range w {
+		if i >= final {
+			delete(w, i)
+		}
+	}
+	return w
+}
+
 // compact.journal describes one group of moves:
 //
 //	0   "ZCMP"

@@ -296,6 +296,7 @@ func (s *Store) validate() (int64, error) {
 	l := s.lay
 	var live, logical int64
 	var buf []byte
+	ov := s.overlay.Load()
 	const block = 1 << 16
 	for i := int64(0); i < n; {
 		g := segs[i>>l.shift]
@@ -316,6 +317,12 @@ func (s *Store) validate() (int64, error) {
 		}
 		for k := int64(0); k < cnt; k++ {
 			e, bad := l.getEntryAt(b[k*l.entSize:(k+1)*l.entSize], i+k)
+			if ov != nil {
+				// A read-only handle over a writer's pending deletes.
+				if p, ok := ov.recs[i+k]; ok {
+					e, bad = p.e, nil
+				}
+			}
 			if bad != nil {
 				return 0, s.entryError(i+k, bad)
 			}

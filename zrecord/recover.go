@@ -47,35 +47,58 @@ func (s *Store) recoverFrontier(tailEnd int64) error {
 	return nil
 }
 
-// deleteJournalLive reports whether a decoded journal belongs to the store's
-// current header: the delete's before state (nothing or part of it
-// applied) or its after state (all entries written, though after a power
-// failure not necessarily all kept). Anything else is stale.
-func (s *Store) deleteJournalLive(j deleteIntent, valid bool) bool {
-	if !valid || j.version != journalVersion(s.lay) || j.before != s.tail {
+// deleteLogLive reports whether a decoded delete log belongs to the store's
+// current header: the state its first record starts from (nothing applied
+// to the table yet, or part of it) or the state its last record ends in
+// (all entries written, though after a power failure not necessarily all
+// kept). Anything else is stale.
+func (s *Store) deleteLogLive(log []deleteIntent) bool {
+	if len(log) == 0 || log[0].version != journalVersion(s.lay) || log[0].before != s.tail {
 		return false
 	}
 	n := s.length.Load()
-	return n == j.beforeLen || n == j.afterLen
+	return n == log[0].beforeLen || n == log[len(log)-1].afterLen
 }
 
-// replayDeleteJournal finishes an interrupted Delete (writable Open): the
-// writes are idempotent, so a live journal is simply applied again.
+// replayDeleteJournal finishes the Deletes of a live delete log (writable
+// Open): the writes are idempotent, so the log is simply applied again.
 func (s *Store) replayDeleteJournal() error {
 	raw, ok, err := s.readWhole(deleteJournal)
 	if err != nil || !ok {
 		return err
 	}
-	if j, valid := decodeDeleteIntent(raw); s.deleteJournalLive(j, valid) {
-		if err := s.applyDelete(j); err != nil {
+	if log := decodeDeleteLog(raw); s.deleteLogLive(log) {
+		if err := s.applyDelete(log); err != nil {
 			return err
 		}
-		s.length.Store(j.afterLen)
+		s.length.Store(log[len(log)-1].afterLen)
 		if err := s.syncLocked(); err != nil {
 			return err
 		}
 	}
 	return s.removeFile(deleteJournal)
+}
+
+// loadDeleteLog gives a read-only handle the Deletes of a live delete log:
+// a writer logged them and has not written them into the table yet, so the
+// handle takes the moved entries from memory, as the writer does.
+func (s *Store) loadDeleteLog() error {
+	raw, ok, err := s.readWhole(deleteJournal)
+	if err != nil || !ok {
+		return err
+	}
+	log := decodeDeleteLog(raw)
+	if !s.deleteLogLive(log) {
+		return nil
+	}
+	w := deleteLogWrites(log)
+	recs := make(map[int64]pinned, len(w))
+	for i, e := range w {
+		recs[i] = pinned{e: e}
+	}
+	s.overlay.Store(&overlay{recs: recs})
+	s.length.Store(log[len(log)-1].afterLen)
+	return nil
 }
 
 // tornBetween reports whether every byte of cur is the byte of a or of b at
@@ -204,9 +227,10 @@ func (s *Store) replayCompactJournal() error {
 	return s.removeFile(compactJrnl)
 }
 
-// checkNoPendingJournal refuses a read-only Open while an interrupted Delete
-// or Compact is unfinished: only a writable Open can repair the table, and
-// reading it before then could return wrong records.
+// checkNoPendingJournal refuses a read-only Open while an interrupted
+// Compact is unfinished: only a writable Open can repair the table, and
+// reading it before then could return wrong records. Deletes in a live
+// delete log are taken into the handle's view instead (loadDeleteLog).
 func (s *Store) checkNoPendingJournal() error {
 	if raw, ok, err := s.readWhole(compactJrnl); err != nil {
 		return err
@@ -221,12 +245,5 @@ func (s *Store) checkNoPendingJournal() error {
 			}
 		}
 	}
-	if raw, ok, err := s.readWhole(deleteJournal); err != nil {
-		return err
-	} else if ok {
-		if j, valid := decodeDeleteIntent(raw); s.deleteJournalLive(j, valid) {
-			return errf(ErrCorrupt, "%s: interrupted delete, open the store writable once to recover", s.path(deleteJournal))
-		}
-	}
-	return nil
+	return s.loadDeleteLog()
 }

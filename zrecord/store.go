@@ -49,6 +49,9 @@ type Store struct {
 	logical   int64 // sum of logic lengths of live records
 	dirDirty  bool  // files were created or removed since the last Sync
 	metaDirty bool
+	// pend holds the Deletes logged but not yet written into the table;
+	// nil when there are none.
+	pend *pendingDelete
 
 	// length is the published record count. Readers load it first and use
 	// only entries below it; Append stores it last.
@@ -258,7 +261,8 @@ func (s *Store) pin(recs map[int64]pinned) {
 // Sync makes everything appended, deleted or compacted so far durable: it
 // fsyncs the chunk files written since the last Sync, then the record-table
 // segments, then the directory (if files were created or removed), then
-// meta.zr.
+// meta.zr. Deletes not yet in the table are written into it first (see
+// Durability in the package documentation).
 func (s *Store) Sync() (err error) {
 	defer recoverTo(&err, "sync")
 	s.mu.RLock()
@@ -268,6 +272,15 @@ func (s *Store) Sync() (err error) {
 	}
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
+	return s.syncAll()
+}
+
+// syncAll implements Sync: pending Deletes go into the table, then
+// everything is synced. The caller holds appendMu or mu exclusively.
+func (s *Store) syncAll() error {
+	if err := s.settleDeletes(); err != nil {
+		return err
+	}
 	return s.syncLocked()
 }
 
@@ -341,7 +354,7 @@ func (s *Store) Close() (err error) {
 	}
 	s.closed = true
 	if !s.readOnly {
-		err = s.syncLocked()
+		err = s.syncAll()
 	}
 	if rerr := s.release(); err == nil {
 		err = rerr
@@ -378,6 +391,10 @@ func (s *Store) release() error {
 	}
 	if s.dec != nil {
 		s.dec.Close()
+	}
+	if s.pend != nil {
+		keep(s.pend.f.Close())
+		s.pend = nil
 	}
 	if s.meta != nil {
 		keep(s.meta.Close())

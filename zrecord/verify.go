@@ -77,6 +77,12 @@ func (s *Store) Verify() (r Report, err error) {
 	}
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
+	if !s.readOnly && s.broken.Load() == nil {
+		// The scan reads the files: pending Deletes go into them first.
+		if err := s.settleDeletes(); err != nil {
+			return Report{}, err
+		}
+	}
 	return verifyDir(s.fsys, s.dir)
 }
 
