@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"io"
 	"os"
-	"slices"
 )
 
 // readWhole reads a small file of the store. It reports ok=false when the
@@ -221,7 +220,9 @@ func deleteLogWrites(log []deleteIntent) map[int64]entry {
 	return w
 }
 
-// compact.journal describes one group of moves:
+// A compact.journal of version 1 or 2 (magic "ZCMP") is what the in-place
+// compaction of earlier releases wrote; a writable Open still finishes one
+// (replayCompactJournal). It describes one group of moves:
 //
 //	0   "ZCMP"
 //	4   version (u8), 3 zero bytes
@@ -241,61 +242,6 @@ const compactHeadSize = 16
 
 // compactMoveSize is the size of a move in a journal of version v.
 func compactMoveSize(v uint8) int { return 16 + 2*journalEntrySize(v) }
-
-// encodeCompactJournal returns the journal of group in b's memory, reading
-// the copies of held records from their (still intact) old places.
-func (s *Store) encodeCompactJournal(b []byte, group []move, chunks []*chunk) ([]byte, error) {
-	return appendCompactJournal(b[:0], journalVersion(s.lay), group, func(m move, dst []byte) error {
-		if err := s.readStored(chunks[m.from.chunk], m.from, dst); err != nil {
-			return wrapf(err, "compact %s: read record %d", s.dir, m.idx)
-		}
-		return nil
-	})
-}
-
-// appendCompactJournal appends the journal of group to b; copy fills in the
-// stored bytes of each held record.
-func appendCompactJournal(b []byte, v uint8, group []move, copy func(m move, dst []byte) error) ([]byte, error) {
-	var held uint64
-	for _, m := range group {
-		if m.held {
-			held += uint64(m.from.phys)
-		}
-	}
-	ms, es := compactMoveSize(v), journalEntrySize(v)
-	size := compactHeadSize + len(group)*ms + int(held)
-	start := len(b)
-	b = slices.Grow(b, size+4)[:start+compactHeadSize]
-	h := b[start:]
-	h[0], h[1], h[2], h[3] = compactMagic[0], compactMagic[1], compactMagic[2], compactMagic[3]
-	h[4], h[5], h[6], h[7] = v, 0, 0, 0
-	binary.LittleEndian.PutUint32(h[8:], uint32(len(group)))
-	binary.LittleEndian.PutUint32(h[12:], uint32(held))
-	var buf [56]byte
-	mb := buf[:ms]
-	for _, m := range group {
-		binary.LittleEndian.PutUint64(mb[0:], uint64(m.idx))
-		putJournalEntry(mb[8:], v, m.from)
-		putJournalEntry(mb[8+es:], v, m.to)
-		flags := uint32(0)
-		if m.held {
-			flags = 1
-		}
-		binary.LittleEndian.PutUint32(mb[8+2*es:], flags)
-		b = append(b, mb...)
-	}
-	for _, m := range group {
-		if !m.held {
-			continue
-		}
-		n := len(b)
-		b = b[:n+int(m.from.phys)]
-		if err := copy(m, b[n:]); err != nil {
-			return nil, err
-		}
-	}
-	return sealed(b), nil
-}
 
 type compactJournal struct {
 	version uint8
@@ -342,20 +288,4 @@ func decodeCompactJournal(raw []byte) (compactJournal, bool) {
 		return compactJournal{}, false
 	}
 	return j, true
-}
-
-// heldBytes returns the journal's copy of record idx of the group, in a
-// journal of version v.
-func heldBytes(journal []byte, v uint8, group []move, idx int64) []byte {
-	at := compactHeadSize + len(group)*compactMoveSize(v)
-	for _, m := range group {
-		if !m.held {
-			continue
-		}
-		if m.idx == idx {
-			return journal[at : at+int(m.from.phys)]
-		}
-		at += int(m.from.phys)
-	}
-	return nil
 }

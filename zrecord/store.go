@@ -52,6 +52,9 @@ type Store struct {
 	// pend holds the Deletes logged but not yet written into the table;
 	// nil when there are none.
 	pend *pendingDelete
+	// cleanup is what the last Compact left for the next sync: the old
+	// copies of the records it moved, and its journal.
+	cleanup *compactCleanup
 
 	// length is the published record count. Readers load it first and use
 	// only entries below it; Append stores it last.
@@ -303,7 +306,8 @@ func (s *Store) syncLocked() error {
 		}
 		s.metaDirty = false
 	}
-	return nil
+	// The compacted store is durable: the old copies can go.
+	return s.runCleanup()
 }
 
 // syncChunks fsyncs the chunk files written since their last sync.

@@ -78,8 +78,9 @@ func (s *Store) Verify() (r Report, err error) {
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
 	if !s.readOnly && s.broken.Load() == nil {
-		// The scan reads the files: pending Deletes go into them first.
-		if err := s.settleDeletes(); err != nil {
+		// The scan reads the files: pending Deletes go into them first,
+		// and a compaction's old copies go.
+		if err := s.syncAll(); err != nil {
 			return Report{}, err
 		}
 	}
