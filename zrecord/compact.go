@@ -221,10 +221,8 @@ func (s *Store) compact() error {
 	// 3. The table and the header. Until they are written the old entries
 	// still point at intact old copies, so the handle reads correctly at
 	// every step.
-	for _, m := range moves {
-		if err := s.writeEntry(m.idx, m.to); err != nil {
-			return err
-		}
+	if err := s.writeMovedEntries(moves); err != nil {
+		return err
 	}
 	if err := s.writeHeader(newTail, length); err != nil {
 		return err
@@ -262,6 +260,34 @@ func (s *Store) compact() error {
 	s.chunks.Store(&list)
 	s.tail = newTail
 	s.cleanup = cl
+	return nil
+}
+
+// writeMovedEntries writes the new entries of moves into the table, one
+// write per run of consecutive indices within a segment.
+func (s *Store) writeMovedEntries(moves []move) error {
+	order := slices.Clone(moves)
+	slices.SortFunc(order, func(a, b move) int { return cmp.Compare(a.idx, b.idx) })
+	l := s.lay
+	segs := *s.segs.Load()
+	var buf []byte
+	for k := 0; k < len(order); {
+		first := order[k].idx
+		j := k + 1
+		for j < len(order) && order[j].idx == order[j-1].idx+1 && order[j].idx>>l.shift == first>>l.shift && j-k < 1<<16 {
+			j++
+		}
+		buf = slices.Grow(buf[:0], (j-k)*int(l.entSize))[:(j-k)*int(l.entSize)]
+		for x := k; x < j; x++ {
+			l.putEntry(buf[int64(x-k)*l.entSize:int64(x-k+1)*l.entSize], order[x].idx, order[x].to)
+		}
+		g := segs[first>>l.shift]
+		if err := writeFull(g.f, buf, l.segOff(first)); err != nil {
+			return wrapf(err, "compact: write %s", s.path(l.segName(g.id)))
+		}
+		g.dirty = true
+		k = j
+	}
 	return nil
 }
 

@@ -89,4 +89,3 @@ func appendCompactJournal(b []byte, v uint8, group []move, copy func(m move, dst
 	}
 	return sealed(b), nil
 }
-

@@ -67,10 +67,12 @@ type Store struct {
 	// broken is set when a write failed at a point the handle cannot
 	// undo; the handle then refuses writes until the store is reopened.
 	broken atomic.Pointer[brokenState]
-	// overlay, set only together with broken, holds the records whose
-	// table entries (or bytes) on disk may be torn by the failed write:
-	// readers take them from here, so the handle keeps showing a
-	// consistent state. It is never changed once set.
+	// overlay holds entries readers must take from memory instead of the
+	// table: the entry writes of pending Deletes (see settleDeletes), and,
+	// once a write failed midway (broken), the records whose table
+	// entries (or bytes) on disk may be torn. A published overlay is never
+	// changed while readers may use it: Delete, which runs alone, is the
+	// only writer that changes its map in place.
 	overlay atomic.Pointer[overlay]
 }
 
