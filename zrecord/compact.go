@@ -47,9 +47,6 @@ func (s *Store) Compact() (err error) {
 	if err := s.upgradeLocked(); err != nil {
 		return err
 	}
-	if err := s.settleDeletes(); err != nil {
-		return err
-	}
 	if err := s.compact(); err != nil {
 		s.breakHandle(err)
 		return err
@@ -65,6 +62,9 @@ type compactCleanup struct {
 	truncate []uint32
 	remove   []uint32
 	journal  bool
+	// deleteLog: the compaction wrote pending Deletes into the table; their
+	// log goes with the journal, which refers to it.
+	deleteLog bool
 }
 
 // runCleanup carries out a compaction's cleanup once a sync has made the
@@ -106,6 +106,12 @@ func (s *Store) runCleanup() error {
 		if err := s.removeFile(compactJrnl); err != nil {
 			return err
 		}
+		c.journal = false
+	}
+	if c.deleteLog {
+		if err := s.removeFile(deleteJournal); err != nil {
+			return err
+		}
 	}
 	s.cleanup = nil
 	return nil
@@ -115,8 +121,18 @@ func (s *Store) compact() error {
 	length := s.length.Load()
 	segs := *s.segs.Load()
 	chunks := *s.chunks.Load()
+	// Pending Deletes are read through: their entry writes go into the
+	// table with the compaction's own.
+	var pending map[int64]pinned
+	if s.pend != nil {
+		pending = s.overlay.Load().recs
+	}
 	live := make([]indexedEntry, 0, length)
 	for i := int64(0); i < length; i++ {
+		if p, ok := pending[i]; ok {
+			live = append(live, indexedEntry{i, p.e})
+			continue
+		}
 		e, err := s.readEntry(segs, i)
 		if err != nil {
 			return fmt.Errorf("zrecord: compact %s: %w", s.dir, err)
@@ -149,6 +165,15 @@ func (s *Store) compact() error {
 		}
 	}
 	relocate := live[k:]
+	if len(relocate) == 0 && s.pend != nil {
+		// Only the frontier moves: the pending Deletes go into the table
+		// the ordinary way first, since the new header must not get ahead
+		// of them.
+		if err := s.settleDeletes(); err != nil {
+			return err
+		}
+		pending = nil
+	}
 	holding := make(map[uint32]bool) // chunks past the hole with live records
 	for _, it := range relocate {
 		holding[it.e.chunk] = true
@@ -197,6 +222,17 @@ func (s *Store) compact() error {
 
 	// 1. The copies, into files no live record uses.
 	if len(moves) > 0 {
+		if s.pend != nil {
+			// The log of the pending Deletes is durable before the journal
+			// that builds on it (the table they both rewrite is then
+			// written in place), with what was written before it.
+			if err := s.syncLocked(); err != nil {
+				return err
+			}
+			if err := s.pend.f.Sync(); err != nil {
+				return wrapf(err, "compact: sync %s", s.path(deleteJournal))
+			}
+		}
 		if err := s.growChunks(newTail.chunk); err != nil {
 			return err
 		}
@@ -204,6 +240,7 @@ func (s *Store) compact() error {
 		if err := s.copyMoves(moves, chunks); err != nil {
 			return err
 		}
+
 		// 2. The journal, synced: from here on the table is rewritten in
 		// place, and only the journal knows both places of every moved
 		// record.
@@ -221,15 +258,40 @@ func (s *Store) compact() error {
 	// 3. The table and the header. Until they are written the old entries
 	// still point at intact old copies, so the handle reads correctly at
 	// every step.
+	cl := &compactCleanup{journal: len(moves) > 0}
+	if s.pend != nil {
+		// The pending Deletes' writes of records that stay in place.
+		var stay []move
+		moved := make(map[int64]bool, len(moves))
+		for _, m := range moves {
+			moved[m.idx] = true
+		}
+		for i, p := range pending {
+			if !moved[i] {
+				stay = append(stay, move{idx: i, to: p.e})
+			}
+		}
+		if err := s.writeMovedEntries(stay); err != nil {
+			return err
+		}
+		cl.deleteLog = true
+	}
 	if err := s.writeMovedEntries(moves); err != nil {
 		return err
 	}
 	if err := s.writeHeader(newTail, length); err != nil {
 		return err
 	}
+	if p := s.pend; p != nil {
+		// The table holds the Deletes; their log stays until the sync.
+		s.pend = nil
+		if s.broken.Load() == nil {
+			s.overlay.Store(nil)
+		}
+		p.f.Close()
+	}
 
 	// 4. The handle follows; the old copies wait for the next sync.
-	cl := &compactCleanup{journal: len(moves) > 0}
 	isDest := make(map[uint32]bool, len(dests))
 	for _, d := range dests {
 		isDest[d] = true

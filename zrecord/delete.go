@@ -119,8 +119,17 @@ func (s *Store) Delete(indices []int64) (err error) {
 	s.length.Store(n)
 	s.live -= live
 	s.logical -= logical
+	if s.pend.off >= deleteLogLimit {
+		// A long run of Deletes without a sync: the table takes them now,
+		// so that the log and the entries held in memory stay bounded.
+		return s.settleDeletes()
+	}
 	return nil
 }
+
+// deleteLogLimit is the size of delete.intent past which a Delete writes
+// the pending Deletes into the table itself.
+const deleteLogLimit = 64 << 20
 
 // pendingDelete is the state of the Deletes not yet written into the table:
 // their log, open, and the state on disk they start from. Their cumulative
@@ -140,6 +149,13 @@ type pendingDelete struct {
 func (s *Store) logDelete(j deleteIntent) error {
 	p := s.pend
 	if p == nil {
+		if c := s.cleanup; c != nil && c.deleteLog {
+			// The last Compact's journal builds on the log of the Deletes
+			// it took in: a new log may not replace it before the sync.
+			if err := s.syncLocked(); err != nil {
+				return err
+			}
+		}
 		path := s.path(deleteJournal)
 		f, err := s.fsys.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 		if err != nil {

@@ -189,3 +189,57 @@ func TestDeleteSyncsNothing(t *testing.T) {
 	ztExpect(t, r, want)
 	r.Close()
 }
+
+// A power cut during a Compact that takes in a Delete still pending (made
+// after the last sync), or right after it returned: the store reopens to
+// the state of the last sync, after the Delete, or after the Compact
+// (which holds the same records).
+func TestPowerCutCompactAfterPendingDelete(t *testing.T) {
+	rng, seed := seeded(t)
+	for ci, c := range faultCases {
+		if c.pre == nil || c.op(newRand(0), make(model, 64)).kind != "compact" {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			f := newFaultFixture(t, c, seed+int64(ci))
+			synced := f.before
+			for k := len(f.pre) - 1; k >= 0; k-- {
+				if f.pre[k].kind != "delete" {
+					t.Skip("the pre operations are not all deletes")
+				}
+			}
+			// The model before the pre operations: rebuild it from setup.
+			synced = nil
+			srng := newRand(seed + int64(ci))
+			for _, op := range c.setup(srng) {
+				synced = op.model(synced)
+			}
+			for k := 1; k <= f.opWrites+1; k++ {
+				for trial := range 3 {
+					dir := filepath.Join(t.TempDir(), "s")
+					copyTree(t, f.tmpl, dir)
+					fs := faultfs.New(zrecord.OSFS)
+					fs.TrackDurability(true)
+					s := f.open(t, dir, fs)
+					fs.KeepLog(true)
+					fs.Arm(k, faultfs.Crash)
+					err := f.op.apply(s)
+					keepSeed := rng.Uint64()
+					if perr := fs.PowerCut(func(path string, i int) bool {
+						if trial == 0 {
+							return i%2 == 0
+						}
+						return newRand(int64(keepSeed^uint64(i)*0x9e3779b97f4a7c15^uint64(len(path)))).IntN(2) == 0
+					}); perr != nil {
+						t.Fatal(perr)
+					}
+					f.reopenAndContinue(t, dir, rng, fmt.Sprintf("%s after a pending delete, power cut at write %d (call returned %v)", f.op, k, err),
+						synced, f.before, f.after)
+					if t.Failed() {
+						t.Fatalf("seed %d, writes: %v", seed, fs.Log())
+					}
+				}
+			}
+		})
+	}
+}

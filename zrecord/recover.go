@@ -267,6 +267,29 @@ func (s *Store) relocationState(j relocation) ([]int, bool, error) {
 // power failure took part of the new copies) the table goes back to the old
 // places, which nothing overwrote, and the new copies are cut off.
 func (s *Store) replayRelocation(j relocation) error {
+	// A compaction that took in pending Deletes built on their log: their
+	// writes go into the table first, then the journal is judged against
+	// the table they produce.
+	chained := false
+	if raw, ok, err := s.readWhole(deleteJournal); err != nil {
+		return err
+	} else if ok {
+		log := decodeDeleteLog(raw)
+		if len(log) > 0 && log[0].version == journalVersion(s.lay) && log[0].before == j.oldTail && log[len(log)-1].afterLen == j.length {
+			// Idempotent: the entries the compaction moved are judged
+			// (and rewritten) below; the others end up as the log says.
+			if s.tail == j.oldTail && s.length.Load() == log[0].beforeLen {
+				s.length.Store(j.length)
+			}
+			w := deleteLogWrites(log)
+			for i, e := range w {
+				if err := s.writeEntry(i, e); err != nil {
+					return err
+				}
+			}
+			chained = true
+		}
+	}
 	st, live, err := s.relocationState(j)
 	if err != nil {
 		return err
@@ -371,6 +394,11 @@ func (s *Store) replayRelocation(j relocation) error {
 			s.chunks.Store(&list)
 		}
 		if err := s.syncLocked(); err != nil {
+			return err
+		}
+	}
+	if chained {
+		if err := s.removeFile(deleteJournal); err != nil {
 			return err
 		}
 	}
