@@ -32,21 +32,6 @@ func (s *Store) readWhole(name string) (b []byte, ok bool, err error) {
 	return b, true, nil
 }
 
-// writeDurable replaces the content of a small file of the store and makes
-// it durable, directory entry included.
-func (s *Store) writeDurable(name string, b []byte) error {
-	p := s.path(name)
-	f, err := s.fsys.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return wrapf(err, "create %s", p)
-	}
-	s.dirDirty = true
-	if err := writeSyncClose(f, p, b); err != nil {
-		return err
-	}
-	return s.syncDirNow()
-}
-
 // indexedEntry is a table entry and the index it belongs at.
 type indexedEntry struct {
 	idx int64

@@ -202,14 +202,13 @@ func TestPowerCutCompactAfterPendingDelete(t *testing.T) {
 		}
 		t.Run(c.name, func(t *testing.T) {
 			f := newFaultFixture(t, c, seed+int64(ci))
-			synced := f.before
 			for k := len(f.pre) - 1; k >= 0; k-- {
 				if f.pre[k].kind != "delete" {
 					t.Skip("the pre operations are not all deletes")
 				}
 			}
 			// The model before the pre operations: rebuild it from setup.
-			synced = nil
+			var synced model
 			srng := newRand(seed + int64(ci))
 			for _, op := range c.setup(srng) {
 				synced = op.model(synced)

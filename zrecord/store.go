@@ -68,18 +68,17 @@ type Store struct {
 	// undo; the handle then refuses writes until the store is reopened.
 	broken atomic.Pointer[brokenState]
 	// overlay holds entries readers must take from memory instead of the
-	// table: the entry writes of pending Deletes (see settleDeletes), and,
-	// once a write failed midway (broken), the records whose table
-	// entries (or bytes) on disk may be torn. A published overlay is never
-	// changed while readers may use it: Delete, which runs alone, is the
-	// only writer that changes its map in place.
+	// table: the entry writes of pending Deletes (see settleDeletes). A
+	// published overlay is never changed while readers may use it: Delete,
+	// which runs alone, is the only writer that changes its map in place.
 	overlay atomic.Pointer[overlay]
 }
 
 type brokenState struct{ err error }
 
-// overlay maps indices to the entry (and, where the stored bytes in the
-// chunk may be damaged, a copy of those bytes) readers must use.
+// overlay maps indices to the entry readers must use (and, if data is set,
+// a copy of the stored bytes to serve instead of the chunk's; the writers
+// of this release set entries only).
 type overlay struct {
 	recs map[int64]pinned
 }
@@ -248,19 +247,6 @@ func (s *Store) checkWrite(op string) error {
 // a state that only a reopen (with its recovery) settles.
 func (s *Store) breakHandle(err error) {
 	s.broken.CompareAndSwap(nil, &brokenState{err: err})
-}
-
-// pin publishes records readers must take from memory from now on. The
-// caller holds mu exclusively and breaks the handle.
-func (s *Store) pin(recs map[int64]pinned) {
-	if old := s.overlay.Load(); old != nil {
-		for i, p := range old.recs {
-			if _, ok := recs[i]; !ok {
-				recs[i] = p
-			}
-		}
-	}
-	s.overlay.Store(&overlay{recs: recs})
 }
 
 // Sync makes everything appended, deleted or compacted so far durable: it
