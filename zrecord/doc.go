@@ -169,21 +169,21 @@
 //
 // Delete overwrites nothing. It works out the entry writes that fill its
 // holes (reading through the Deletes still pending), appends them as one
-// CRC-sealed record to delete.intent (created by the first Delete after
-// the table was last brought up to date), and publishes them to readers
-// from memory, with the new length. Killed afterwards, or after a power
-// failure that kept the record, the store reopens with the Delete; a power
-// failure that lost the record (or tore it) leaves the store as before it,
-// since the table and the header were not touched. The table takes the
-// pending Deletes at the next Sync or Close, or before the next Append
-// (whose entries go where the last records were), Compact or Verify: the
-// store is synced, then the log, which is the one fsync a Delete costs and
-// which it defers to that point, then the entries and the header with the
-// new length are written and synced, and the log is removed. A writable
-// Open that finds the log while the header shows the length before its
-// first record or after its last applies it again (the writes are
-// idempotent), syncs, and removes it. A read-only Open takes a live log's
-// entries into its view, as the writer does.
+// CRC-sealed record to delete.intent (created by the first Delete after the
+// table was last brought up to date), and publishes them to readers from
+// memory, with the new length. Killed afterwards, or after a power failure
+// that kept the record, the store reopens with the Delete; a power failure
+// that lost the record (or tore it) leaves the store as before it, since the
+// table and the header were not touched. The table takes the pending Deletes
+// at the next Sync or Close, before the next Append (whose entries go where
+// the last records were) or Verify, in the next Compact (below), or once the
+// log passes 64 MiB: the store is synced, then the log, which is the one
+// fsync a Delete costs and which it defers to that point, then the entries
+// and the header with the new length are written and synced, and the log is
+// removed. A writable Open that finds the log while the header shows the
+// length before its first record or after its last applies it again (the
+// writes are idempotent), syncs, and removes it. A read-only Open takes a
+// live log's entries into its view, as the writer does.
 //
 // Compact overwrites no live byte. It keeps the records before the first
 // hole (in physical order) in place and copies every live record after it
@@ -204,9 +204,18 @@
 // switch (entries, header) and cuts off the old copies; if a power failure
 // lost some, it switches the entries and the header back to the old
 // copies, which nothing overwrote, and cuts off the new ones. Until that
-// sync, compacting needs the disk space of the moved records twice. Pending
-// Deletes are written into the table before a Compact starts, which is
-// where the fsyncs of a Compact after a Delete come from.
+// sync, compacting needs the disk space of the moved records twice.
+//
+// A Compact that finds Deletes pending takes them in: it syncs the store
+// and their log (before the copies, so the copies stay unsynced), writes
+// their entry writes into the table with its own, and leaves the log with
+// the journal for the next sync; the journal builds on the log (its
+// frontier and length are the log's end state), and a writable Open that
+// finds both applies the log's writes before it judges the journal. A
+// Delete made before that sync syncs first, so that the log is not
+// replaced while the journal refers to it. A Compact that has nothing to
+// move but the frontier writes pending Deletes into the table the ordinary
+// way first.
 //
 // Upgrade writes the new table's .tab segments (and the raw copies of
 // oversized version-3 frames, past the frontier), syncs them, then switches
