@@ -278,7 +278,7 @@ class _StoreView(StoreHandle):
         return st
 
     def sync(self) -> None:
-        """Make every append so far durable."""
+        """Make every append, delete and compaction so far durable."""
         _native.store_sync(self._writer("sync"))
 
     def upgrade(self) -> None:

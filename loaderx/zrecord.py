@@ -157,7 +157,8 @@ class Zrecord(StoreHandle):
         return compact_handle(self._writable("compact"), self._path, progress)
 
     def sync(self) -> None:
-        """Make every append so far durable (data, table, then header)."""
+        """Make every append, delete and compaction so far durable (data,
+        table, then header); a compaction's old copies are freed here."""
         _native.store_sync(self._h)
 
     def upgrade(self) -> None:

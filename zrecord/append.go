@@ -101,6 +101,18 @@ func (s *Store) Append(records [][]byte) (first int64, err error) {
 	if err := s.checkWrite("append"); err != nil {
 		return 0, err
 	}
+	// The batch's entries go where pending Deletes moved records from.
+	if err := s.settleDeletes(); err != nil {
+		return 0, err
+	}
+	if c := s.cleanup; c != nil && len(c.remove) > 0 {
+		// Chunk files past the frontier still hold the old copies of
+		// records a Compact moved: the batch may not reuse them before
+		// the moved records are durable.
+		if err := s.syncLocked(); err != nil {
+			return 0, err
+		}
+	}
 	return s.commit(records, a)
 }
 

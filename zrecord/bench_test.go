@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/loaderx/loaderx/zrecord"
+	"github.com/loaderx/loaderx/zrecord/internal/faultfs"
 )
 
 // Benchmarks measure the warm gather path against its physical ceiling: a
@@ -413,4 +414,126 @@ func BenchmarkGatherStore(b *testing.B) {
 		}
 		s.Close()
 	}
+}
+
+// maintCase is the maintenance benchmarks' store: 64 MiB of 256 KiB
+// records (mildly compressible, stored with zstd), of which 10 % are
+// deleted, at random, before the compaction.
+const (
+	maintRecords = 256
+	maintSize    = 256 << 10
+)
+
+// maintMaster writes the benchmarks' store once into dir and returns the
+// indices to delete.
+func maintMaster(b *testing.B, dir string) []int64 {
+	b.Helper()
+	s, err := zrecord.Create(dir, zrecord.WithCodec(zrecord.Zstd))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := s.Append(benchRecords(maintRecords, maintSize)); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	perm := rng.Perm(maintRecords)[:maintRecords/10]
+	idx := make([]int64, len(perm))
+	for k, p := range perm {
+		idx[k] = int64(p)
+	}
+	return idx
+}
+
+// maintCounts sums what a file system log holds: bytes written and fsyncs.
+func maintCounts(log []faultfs.Op) (written int64, syncs int) {
+	for _, op := range log {
+		switch op.Kind {
+		case "write":
+			written += int64(op.N)
+		case "sync":
+			syncs++
+		}
+	}
+	return written, syncs
+}
+
+// benchMaint runs op on a fresh copy of the master store per iteration,
+// timing op alone (before runs untimed on the same handle first). It
+// reports the bytes op writes and the fsyncs it makes, and the same for
+// the Close that follows (which syncs what op left unsynced).
+func benchMaint(b *testing.B, before, op func(s *zrecord.Store, idx []int64) error) {
+	root := b.TempDir()
+	master := filepath.Join(root, "master")
+	idx := maintMaster(b, master)
+	var opBytes, closeBytes int64
+	var opSyncs, closeSyncs int
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		dir := filepath.Join(root, fmt.Sprint("s", i))
+		copyTree(b, master, dir)
+		fs := faultfs.New(zrecord.OSFS)
+		s, err := zrecord.Open(dir, zrecord.WithFS(fs))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if before != nil {
+			if err := before(s, idx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		fs.KeepLog(true)
+		b.StartTimer()
+		if err := op(s, idx); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		w, n := maintCounts(fs.Log())
+		opBytes, opSyncs = opBytes+w, opSyncs+n
+		fs.KeepLog(true)
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+		w, n = maintCounts(fs.Log())
+		closeBytes, closeSyncs = closeBytes+w, closeSyncs+n
+		os.RemoveAll(dir)
+		b.StartTimer()
+	}
+	b.StopTimer()
+	n := float64(b.N)
+	b.ReportMetric(float64(opBytes)/n/(1<<20), "MiB-written/op")
+	b.ReportMetric(float64(opSyncs)/n, "fsyncs/op")
+	b.ReportMetric(float64(closeBytes)/n/(1<<20), "close-MiB-written/op")
+	b.ReportMetric(float64(closeSyncs)/n, "close-fsyncs/op")
+}
+
+// BenchmarkDelete deletes 10 % of a 64 MiB store (25 records at random)
+// and reports the time, bytes written and fsyncs of the Delete alone and
+// of the Close after it.
+//
+//	go test -run XXX -bench 'Delete|Compact' -benchtime 20x ./zrecord/
+func BenchmarkDelete(b *testing.B) {
+	benchMaint(b, nil, func(s *zrecord.Store, idx []int64) error { return s.Delete(idx) })
+}
+
+// BenchmarkCompact compacts the 64 MiB store after that delete (made in
+// the same handle, untimed): "compact" times Compact alone, "compact+sync"
+// Compact and a Sync, which makes the moved records durable and frees the
+// old copies.
+func BenchmarkCompact(b *testing.B) {
+	del := func(s *zrecord.Store, idx []int64) error { return s.Delete(idx) }
+	b.Run("compact", func(b *testing.B) {
+		benchMaint(b, del, func(s *zrecord.Store, _ []int64) error { return s.Compact() })
+	})
+	b.Run("compact+sync", func(b *testing.B) {
+		benchMaint(b, del, func(s *zrecord.Store, _ []int64) error {
+			if err := s.Compact(); err != nil {
+				return err
+			}
+			return s.Sync()
+		})
+	})
 }

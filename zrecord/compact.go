@@ -2,41 +2,39 @@ package zrecord
 
 import (
 	"cmp"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"os"
 	"slices"
-	"sort"
 )
 
-// A compaction runs in groups of moves. compactGroupMoves and
-// compactGroupBytes bound a group (a larger record forms a group alone).
-const (
-	compactGroupMoves = 4096
-	compactGroupBytes = 64 << 20
-)
-
-// move relocates record idx from one place to a lower one.
+// move relocates record idx from one place to another.
 type move struct {
 	idx      int64
 	from, to entry
-	// held: a later move of the same group (or this one) writes over the
-	// record's old bytes, so the journal keeps a copy of them.
+	// held: in a journal of the earlier in-place compaction, a copy of the
+	// record's old bytes is kept (see decodeCompactJournal).
 	held bool
 }
 
-// Compact reclaims the space of deleted records by repacking the live ones
-// densely from the start of chunk 0, in their physical order (chunk, then
-// offset). Records already in place are skipped, so a store with little
-// garbage near its end is cheap to compact. It waits for running Gathers
-// and Appends and runs alone; record indices do not change.
+// Compact reclaims the space of deleted records. The records before the
+// first hole (in physical order: chunk, then offset) stay where they are;
+// every live record after it is copied, once, into fresh chunk files (or
+// chunk files left empty by an earlier compaction) right after the chunk
+// that holds the hole, packed in the same order. A store with little
+// garbage near its end is therefore cheap to compact, and compacting a
+// compact store changes nothing. It waits for running Gathers and Appends
+// and runs alone; record indices do not change.
 //
-// A record never moves to a higher address, so it only lands on bytes no
-// live record needs, and the store is consistent after every step: a
-// Compact cut short is simply run again. Moves run in groups journalled in
-// compact.journal, so whether the process dies or the power fails, the
-// next writable Open finishes the group that was cut short; see Durability
-// in the package documentation for the protocol. At the end the chunk files
-// shrink to the packed size.
+// No live byte is overwritten: the old copies stay on disk until the next
+// Sync or Close has made the new ones durable, which then cuts the chunk
+// that held the first hole back to it and removes or empties the chunk
+// files that only held old copies. The table is switched over to the new
+// places under a journal (compact.journal), the one file Compact syncs, so
+// that whether the process dies or the power fails, the next writable Open
+// completes the switch or, if the new copies did not all reach the disk,
+// undoes it; see Durability in the package documentation.
 func (s *Store) Compact() (err error) {
 	defer recoverTo(&err, "compact")
 	old := guardFaults()
@@ -56,17 +54,85 @@ func (s *Store) Compact() (err error) {
 	return nil
 }
 
-func (s *Store) compact() error {
-	// The moves rewrite records that exist on disk; start from a durable
-	// state so that the journal describes what the disk holds.
-	if err := s.syncLocked(); err != nil {
-		return err
+// compactCleanup is what a compaction leaves for the next sync: chunk files
+// to cut back to their published end (the chunk of the first hole, and the
+// chunks that only held old copies), chunk files past the new frontier to
+// remove, and whether compact.journal is to be removed.
+type compactCleanup struct {
+	truncate []uint32
+	remove   []uint32
+	journal  bool
+	// deleteLog: the compaction wrote pending Deletes into the table; their
+	// log goes with the journal, which refers to it.
+	deleteLog bool
+}
+
+// runCleanup carries out a compaction's cleanup once a sync has made the
+// compacted store durable. The caller holds appendMu or mu exclusively.
+// Readers never touch bytes at or past a chunk's published end, so cutting
+// them off under them is safe.
+func (s *Store) runCleanup() error {
+	c := s.cleanup
+	if c == nil {
+		return nil
 	}
+	chunks := *s.chunks.Load()
+	for _, id := range c.truncate {
+		if int64(id) >= int64(len(chunks)) {
+			continue
+		}
+		ch := chunks[id]
+		end := ch.end.Load()
+		if id == s.tail.chunk {
+			end = int64(s.tail.off)
+		}
+		if ch.size > end {
+			if err := ch.f.Truncate(end); err != nil {
+				return wrapf(err, "compact: truncate %s", s.path(chunkName(id)))
+			}
+			ch.size = end
+			ch.dirty = true
+		}
+	}
+	for _, id := range c.remove {
+		if id > s.tail.chunk {
+			if err := s.removeFile(chunkName(id)); err != nil {
+				return err
+			}
+		}
+	}
+	c.truncate, c.remove = nil, nil
+	if c.journal {
+		if err := s.removeFile(compactJrnl); err != nil {
+			return err
+		}
+		c.journal = false
+	}
+	if c.deleteLog {
+		if err := s.removeFile(deleteJournal); err != nil {
+			return err
+		}
+	}
+	s.cleanup = nil
+	return nil
+}
+
+func (s *Store) compact() error {
 	length := s.length.Load()
 	segs := *s.segs.Load()
 	chunks := *s.chunks.Load()
+	// Pending Deletes are read through: their entry writes go into the
+	// table with the compaction's own.
+	var pending map[int64]pinned
+	if s.pend != nil {
+		pending = s.overlay.Load().recs
+	}
 	live := make([]indexedEntry, 0, length)
 	for i := int64(0); i < length; i++ {
+		if p, ok := pending[i]; ok {
+			live = append(live, indexedEntry{i, p.e})
+			continue
+		}
 		e, err := s.readEntry(segs, i)
 		if err != nil {
 			return fmt.Errorf("zrecord: compact %s: %w", s.dir, err)
@@ -86,174 +152,289 @@ func (s *Store) compact() error {
 		return cmp.Compare(a.idx, b.idx)
 	})
 
-	// Plan every move. The cursor never passes the record it places: it
-	// only rolls to the next chunk when the record lives in a later chunk,
-	// and within the record's own chunk it stays at or below the record.
-	capacity := uint64(s.opts.capacity)
-	packed := make([]int64, len(chunks)) // where each chunk's live bytes end
-	var cur position
-	var moves []move
-	for _, it := range live {
-		e := it.e
-		if cur.off > 0 && e.chunk != cur.chunk && uint64(cur.off)+uint64(e.phys) > capacity {
-			cur = position{cur.chunk + 1, 0}
+	hole, k, found := firstHole(live, chunks, s.tail.chunk)
+	if !found {
+		return nil
+	}
+	// A compaction whose old copies are still on disk is finished first:
+	// its journal must not be overwritten before the store it describes
+	// is durable.
+	if s.cleanup != nil {
+		if err := s.syncLocked(); err != nil {
+			return err
 		}
-		to := entry{off: cur.off, phys: e.phys, logic: e.logic, chunk: cur.chunk, sum: e.sum}
-		cur.off += e.phys
-		packed[cur.chunk] = int64(cur.off)
-		if to != e {
+	}
+	relocate := live[k:]
+	if len(relocate) == 0 && s.pend != nil {
+		// Only the frontier moves: the pending Deletes go into the table
+		// the ordinary way first, since the new header must not get ahead
+		// of them.
+		if err := s.settleDeletes(); err != nil {
+			return err
+		}
+		pending = nil
+	}
+	holding := make(map[uint32]bool) // chunks past the hole with live records
+	for _, it := range relocate {
+		holding[it.e.chunk] = true
+	}
+	oldTail := s.tail
+
+	// Plan: destinations are chunk ids after the hole's chunk that hold
+	// nothing (empty files, or new ones past the frontier).
+	next := func(after uint32) (uint32, error) {
+		for id := after + 1; ; id++ {
+			if id > oldTail.chunk || (!holding[id] && chunks[id].size == 0) {
+				return id, nil
+			}
+			if id == math.MaxUint32 {
+				return 0, errf(ErrInvalidArgument, "compact %s: out of chunk ids", s.dir)
+			}
+		}
+	}
+	capacity := uint64(s.opts.capacity)
+	newTail := hole
+	var dests []uint32
+	moves := make([]move, 0, len(relocate))
+	if len(relocate) > 0 {
+		d, err := next(hole.chunk)
+		if err != nil {
+			return err
+		}
+		dests = append(dests, d)
+		var off uint32
+		for _, it := range relocate {
+			e := it.e
+			if off > 0 && uint64(off)+uint64(e.phys) > capacity {
+				if d, err = next(d); err != nil {
+					return err
+				}
+				dests = append(dests, d)
+				off = 0
+			}
+			to := entry{off: off, phys: e.phys, logic: e.logic, chunk: d, sum: e.sum}
+			off += e.phys
 			moves = append(moves, move{idx: it.idx, from: e, to: to})
 		}
+		newTail = position{d, off}
 	}
 	live = nil
 
+	// 1. The copies, into files no live record uses.
 	if len(moves) > 0 {
-		if err := s.runMoves(moves, chunks); err != nil {
+		if s.pend != nil {
+			// The log of the pending Deletes is durable before the journal
+			// that builds on it (the table they both rewrite is then
+			// written in place), with what was written before it.
+			if err := s.syncLocked(); err != nil {
+				return err
+			}
+			if err := s.pend.f.Sync(); err != nil {
+				return wrapf(err, "compact: sync %s", s.path(deleteJournal))
+			}
+		}
+		if err := s.growChunks(newTail.chunk); err != nil {
+			return err
+		}
+		chunks = *s.chunks.Load()
+		if err := s.copyMoves(moves, chunks); err != nil {
+			return err
+		}
+
+		// 2. The journal, synced: from here on the table is rewritten in
+		// place, and only the journal knows both places of every moved
+		// record.
+		j := relocation{length: length, oldTail: oldTail, newTail: newTail, hole: hole, dests: dests, moves: moves}
+		p := s.path(compactJrnl)
+		f, err := s.fsys.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			return wrapf(err, "compact: create %s", p)
+		}
+		s.dirDirty = true
+		if err := writeSyncClose(f, p, j.encode()); err != nil {
 			return err
 		}
 	}
-	if err := s.finishCompact(cur, packed); err != nil {
+	// 3. The table and the header. Until they are written the old entries
+	// still point at intact old copies, so the handle reads correctly at
+	// every step.
+	cl := &compactCleanup{journal: len(moves) > 0}
+	if s.pend != nil {
+		// The pending Deletes' writes of records that stay in place.
+		var stay []move
+		moved := make(map[int64]bool, len(moves))
+		for _, m := range moves {
+			moved[m.idx] = true
+		}
+		for i, p := range pending {
+			if !moved[i] {
+				stay = append(stay, move{idx: i, to: p.e})
+			}
+		}
+		if err := s.writeMovedEntries(stay); err != nil {
+			return err
+		}
+		cl.deleteLog = true
+	}
+	if err := s.writeMovedEntries(moves); err != nil {
 		return err
 	}
-	if len(moves) > 0 {
-		// Every move is durable; the journal must be gone before anything
-		// else changes the table.
-		if err := s.removeFile(compactJrnl); err != nil {
-			return err
+	if err := s.writeHeader(newTail, length); err != nil {
+		return err
+	}
+	if p := s.pend; p != nil {
+		// The table holds the Deletes; their log stays until the sync.
+		s.pend = nil
+		if s.broken.Load() == nil {
+			s.overlay.Store(nil)
 		}
-		if err := s.syncDirNow(); err != nil {
-			return err
+		p.f.Close()
+	}
+
+	// 4. The handle follows; the old copies wait for the next sync.
+	isDest := make(map[uint32]bool, len(dests))
+	for _, d := range dests {
+		isDest[d] = true
+	}
+	ends := make(map[uint32]int64, len(dests))
+	for _, m := range moves {
+		ends[m.to.chunk] = max(ends[m.to.chunk], int64(m.to.end()))
+	}
+	for id := hole.chunk; id <= newTail.chunk && int64(id) < int64(len(chunks)); id++ {
+		c := chunks[id]
+		switch {
+		case id == hole.chunk:
+			c.end.Store(int64(hole.off))
+			cl.truncate = append(cl.truncate, id)
+		case isDest[id]:
+			c.end.Store(ends[id])
+		default:
+			c.end.Store(0)
+			cl.truncate = append(cl.truncate, id)
 		}
+	}
+	list := slices.Clone(chunks[:newTail.chunk+1])
+	for _, c := range chunks[newTail.chunk+1:] {
+		c.unmap()
+		c.f.Close()
+		cl.remove = append(cl.remove, c.id)
+	}
+	s.chunks.Store(&list)
+	s.tail = newTail
+	s.cleanup = cl
+	return nil
+}
+
+// writeMovedEntries writes the new entries of moves into the table, one
+// write per run of consecutive indices within a segment.
+func (s *Store) writeMovedEntries(moves []move) error {
+	order := slices.Clone(moves)
+	slices.SortFunc(order, func(a, b move) int { return cmp.Compare(a.idx, b.idx) })
+	l := s.lay
+	segs := *s.segs.Load()
+	var buf []byte
+	for k := 0; k < len(order); {
+		first := order[k].idx
+		j := k + 1
+		for j < len(order) && order[j].idx == order[j-1].idx+1 && order[j].idx>>l.shift == first>>l.shift && j-k < 1<<16 {
+			j++
+		}
+		buf = slices.Grow(buf[:0], (j-k)*int(l.entSize))[:(j-k)*int(l.entSize)]
+		for x := k; x < j; x++ {
+			l.putEntry(buf[int64(x-k)*l.entSize:int64(x-k+1)*l.entSize], order[x].idx, order[x].to)
+		}
+		g := segs[first>>l.shift]
+		if err := writeFull(g.f, buf, l.segOff(first)); err != nil {
+			return wrapf(err, "compact: write %s", s.path(l.segName(g.id)))
+		}
+		g.dirty = true
+		k = j
 	}
 	return nil
 }
 
-// groupEnd returns where the group starting at moves[start] ends, and marks
-// the moves of the group whose old bytes the group overwrites.
-func groupEnd(moves []move, start int) int {
-	end, bytes := start, int64(0)
-	for end < len(moves) && end-start < compactGroupMoves {
-		bytes += int64(moves[end].from.phys)
-		if end > start && bytes > compactGroupBytes {
-			break
+// firstHole finds the first place, in physical order, where the live
+// records (sorted by place) do not follow on densely: the start of a gap
+// between two records, or of garbage at the end of a chunk (a chunk's end
+// is its published end; the tail chunk's is the frontier). It returns that
+// place and the position in live of the first record at or after it.
+func firstHole(live []indexedEntry, chunks []*chunk, tail uint32) (position, int, bool) {
+	var cur position
+	k := 0
+	for {
+		// The live records of chunk cur.chunk from k on.
+		for k < len(live) && live[k].e.chunk == cur.chunk {
+			e := live[k].e
+			if e.off != cur.off {
+				return cur, k, true
+			}
+			cur.off += e.phys
+			k++
 		}
-		end++
-	}
-	// Destinations rise with the index, so for each move the first later
-	// destination reaching past its start is the only one that can overlap.
-	g := moves[start:end]
-	for j := range g {
-		from := g[j].from
-		if from.phys == 0 {
-			continue
+		if chunks[cur.chunk].end.Load() > int64(cur.off) {
+			return cur, k, true
 		}
-		k := j + sort.Search(len(g)-j, func(x int) bool {
-			to := g[j+x].to
-			return to.chunk > from.chunk || (to.chunk == from.chunk && to.end() > uint64(from.off))
-		})
-		g[j].held = k < len(g) && g[k].to.chunk == from.chunk && uint64(g[k].to.off) < from.end()
+		if cur.chunk >= tail {
+			return position{}, 0, false
+		}
+		cur = position{cur.chunk + 1, 0}
 	}
-	return end
 }
 
-// runMoves performs the planned moves group by group (see Compact). If it
-// fails, records whose bytes on disk may be damaged are pinned in memory as
-// they were, so the handle keeps reading them correctly.
-func (s *Store) runMoves(moves []move, chunks []*chunk) error {
-	p := s.path(compactJrnl)
-	jf, err := s.fsys.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return wrapf(err, "compact: create %s", p)
+// copyMoves writes the stored bytes of every move at its new place: one
+// vectored write per run of moves into the same chunk, taking the bytes
+// straight from the mappings of their old chunks.
+func (s *Store) copyMoves(moves []move, chunks []*chunk) error {
+	const batch = 64 << 20
+	var iov [][]byte
+	flush := func(to *chunk, start, end int64) error {
+		if len(iov) == 0 {
+			return nil
+		}
+		if err := to.cover(to.f, end); err != nil {
+			return wrapf(err, "compact: map %s", s.path(chunkName(to.id)))
+		}
+		if err := writeVec(to.f, iov, start); err != nil {
+			return wrapf(err, "compact: write %s", s.path(chunkName(to.id)))
+		}
+		to.dirty = true
+		to.size = max(to.size, end)
+		clear(iov)
+		iov = iov[:0]
+		return nil
 	}
-	defer jf.Close()
-	if err := s.syncDirNow(); err != nil {
-		return err
-	}
-	var journal, buf []byte
-	for start := 0; start < len(moves); {
-		end := groupEnd(moves, start)
-		group := moves[start:end]
-		start = end
-
-		// 1. The journal, with copies of the records the group overwrites.
-		journal, err = s.encodeCompactJournal(journal[:0], group, chunks)
-		if err != nil {
-			return err
-		}
-		if err := writeFull(jf, journal, 0); err != nil {
-			return wrapf(err, "compact: write %s", p)
-		}
-		if err := jf.Sync(); err != nil {
-			return wrapf(err, "compact: sync %s", p)
-		}
-
-		// 2. The records at their new places.
-		fail := func(err error) error {
-			recs := map[int64]pinned{}
-			at := compactHeadSize + len(group)*compactMoveSize(journalVersion(s.lay))
-			for _, m := range group {
-				if m.held {
-					recs[m.idx] = pinned{e: m.from, data: slices.Clone(journal[at : at+int(m.from.phys)])}
-					at += int(m.from.phys)
-				}
-			}
-			if len(recs) > 0 {
-				s.pin(recs)
-			}
-			return err
-		}
-		for _, m := range group {
+	for k := 0; k < len(moves); {
+		to := chunks[moves[k].to.chunk]
+		start, end := int64(moves[k].to.off), int64(moves[k].to.off)
+		var prev entry
+		for ; k < len(moves) && moves[k].to.chunk == to.id && end-start < batch; k++ {
+			m := moves[k]
+			end = int64(m.to.end())
 			if m.from.phys == 0 {
 				continue
 			}
-			from, to := chunks[m.from.chunk], chunks[m.to.chunk]
-			var data []byte
-			switch {
-			case m.held:
-				// The old bytes may already be overwritten by an earlier
-				// move of this group: copy from the journal.
-				data = heldBytes(journal, journalVersion(s.lay), group, m.idx)
-			case from.bytes() != nil:
-				data = from.bytes()[m.from.off:m.from.end()]
-			default:
-				buf = slices.Grow(buf[:0], int(m.from.phys))[:m.from.phys]
-				data = buf
-				if err := readFull(from.f, data, int64(m.from.off)); err != nil {
-					return fail(wrapf(err, "compact %s: read record %d", s.dir, m.idx))
+			from := chunks[m.from.chunk]
+			if d := from.bytes(); d != nil {
+				b := d[m.from.off:m.from.end()]
+				// A record that follows the previous one in the same old
+				// chunk extends the previous buffer.
+				if n := len(iov); n > 0 && prev.chunk == m.from.chunk && prev.end() == uint64(m.from.off) && cap(iov[n-1]) >= len(iov[n-1])+len(b) {
+					iov[n-1] = iov[n-1][:len(iov[n-1])+len(b)]
+				} else {
+					iov = append(iov, b)
 				}
-			}
-			if err := to.cover(to.f, int64(m.to.end())); err != nil {
-				return fail(wrapf(err, "compact: map %s", s.path(chunkName(to.id))))
-			}
-			if err := writeFull(to.f, data, int64(m.to.off)); err != nil {
-				return fail(wrapf(err, "compact: write %s", s.path(chunkName(to.id))))
-			}
-			to.dirty = true
-			to.size = max(to.size, int64(m.to.end()))
-		}
-		if err := s.syncChunks(); err != nil {
-			return fail(err)
-		}
-
-		// 3. The table entries.
-		for k, m := range group {
-			if err := s.writeEntry(m.idx, m.to); err != nil {
-				// The bytes at the new places are complete; this entry
-				// may be torn and the later ones are still old.
-				recs := map[int64]pinned{}
-				for _, m := range group[k:] {
-					recs[m.idx] = pinned{e: m.to}
+			} else {
+				b := make([]byte, m.from.phys)
+				if err := readFull(from.f, b, int64(m.from.off)); err != nil {
+					return wrapf(err, "compact %s: read record %d", s.dir, m.idx)
 				}
-				s.pin(recs)
-				return err
+				iov = append(iov, b)
 			}
+			prev = m.from
 		}
-		if err := s.syncSegments(); err != nil {
+		if err := flush(to, start, end); err != nil {
 			return err
 		}
-	}
-	if err := jf.Close(); err != nil {
-		return wrapf(err, "compact: close %s", p)
 	}
 	return nil
 }
@@ -267,45 +448,97 @@ func (s *Store) readStored(c *chunk, e entry, b []byte) error {
 	return readFull(c.f, b, int64(e.off))
 }
 
-// finishCompact moves the frontier down to tail, cuts every remaining chunk
-// to its packed size and removes the chunks past the frontier.
-func (s *Store) finishCompact(tail position, packed []int64) error {
-	if tail != s.tail {
-		// Durable before any file shrinks: a frontier on disk past the end
-		// of a cut chunk would make the store unreadable.
-		if err := s.writeHeader(tail, s.length.Load()); err != nil {
-			return err
-		}
-		if err := s.meta.Sync(); err != nil {
-			return wrapf(err, "compact: sync %s", s.path(metaName))
-		}
-		s.metaDirty = false
+// relocation is the content of a compact.journal of version 3 or 4 (magic
+// "ZCMR"): one compaction, which copied the live records after the first
+// hole to chunks that held nothing and switches the table over to them.
+//
+//	0   "ZCMR"
+//	4   version (u8) 4, 3 zero bytes
+//	8   length (u64)
+//	16  frontier before: chunk (u32), offset (u32)
+//	24  frontier after: chunk (u32), offset (u32)
+//	32  the first hole: chunk (u32), offset (u32)
+//	40  number of destination chunks (u32), 44 number of moves (u32)
+//	48  destination chunk ids (u32 each)
+//	..  moves: index (u64), entry before, entry after (20 bytes each, as
+//	    in a delete.intent of version 2)
+//	end CRC-32C of everything before it
+//
+// A compaction runs on a store of format 4 only (it upgrades an older one
+// first), so there is one version.
+type relocation struct {
+	length           int64
+	oldTail, newTail position
+	hole             position
+	dests            []uint32
+	moves            []move
+}
+
+var relocMagic = [4]byte{'Z', 'C', 'M', 'R'}
+
+const (
+	relocHeadSize = 48
+	relocVersion  = 4
+)
+
+func (j relocation) encode() []byte {
+	const ev = 2
+	es := journalEntrySize(ev)
+	b := make([]byte, relocHeadSize, relocHeadSize+4*len(j.dests)+len(j.moves)*(8+2*es)+4)
+	copy(b, relocMagic[:])
+	b[4] = relocVersion
+	binary.LittleEndian.PutUint64(b[8:], uint64(j.length))
+	for k, p := range []position{j.oldTail, j.newTail, j.hole} {
+		binary.LittleEndian.PutUint32(b[16+8*k:], p.chunk)
+		binary.LittleEndian.PutUint32(b[20+8*k:], p.off)
 	}
-	chunks := *s.chunks.Load()
-	s.tail = tail
-	list := slices.Clone(chunks[:tail.chunk+1])
-	s.chunks.Store(&list)
-	var first error
-	for _, c := range chunks[tail.chunk+1:] {
-		c.unmap()
-		c.f.Close()
-		if err := s.removeFile(chunkName(c.id)); err != nil && first == nil {
-			first = err // the next writable Open removes it
-		}
+	binary.LittleEndian.PutUint32(b[40:], uint32(len(j.dests)))
+	binary.LittleEndian.PutUint32(b[44:], uint32(len(j.moves)))
+	for _, d := range j.dests {
+		b = binary.LittleEndian.AppendUint32(b, d)
 	}
-	for _, c := range list {
-		end := packed[c.id]
-		c.end.Store(end)
-		if c.size > end {
-			if err := c.f.Truncate(end); err != nil {
-				if first == nil {
-					first = wrapf(err, "compact: truncate %s", s.path(chunkName(c.id)))
-				}
-				continue
-			}
-			c.size = end
-			c.dirty = true
-		}
+	var eb [20]byte
+	for _, m := range j.moves {
+		b = binary.LittleEndian.AppendUint64(b, uint64(m.idx))
+		putJournalEntry(eb[:], ev, m.from)
+		b = append(b, eb[:es]...)
+		putJournalEntry(eb[:], ev, m.to)
+		b = append(b, eb[:es]...)
 	}
-	return first
+	return sealed(b)
+}
+
+func decodeRelocation(raw []byte) (relocation, bool) {
+	b, ok := unseal(raw)
+	if !ok || len(b) < relocHeadSize || [4]byte(b[0:4]) != relocMagic || b[4] != relocVersion || b[5] != 0 || b[6] != 0 || b[7] != 0 {
+		return relocation{}, false
+	}
+	j := relocation{length: int64(binary.LittleEndian.Uint64(b[8:]))}
+	ps := make([]position, 3)
+	for k := range ps {
+		ps[k] = position{binary.LittleEndian.Uint32(b[16+8*k:]), binary.LittleEndian.Uint32(b[20+8*k:])}
+	}
+	j.oldTail, j.newTail, j.hole = ps[0], ps[1], ps[2]
+	nd, nm := uint64(binary.LittleEndian.Uint32(b[40:])), uint64(binary.LittleEndian.Uint32(b[44:]))
+	const ev = 2
+	es := uint64(journalEntrySize(ev))
+	if uint64(len(b)) != relocHeadSize+4*nd+nm*(8+2*es) || j.length < 0 || nm == 0 || nd == 0 {
+		return relocation{}, false
+	}
+	at := uint64(relocHeadSize)
+	for range nd {
+		j.dests = append(j.dests, binary.LittleEndian.Uint32(b[at:]))
+		at += 4
+	}
+	j.moves = make([]move, nm)
+	for k := range j.moves {
+		p := b[at:]
+		m := move{idx: int64(binary.LittleEndian.Uint64(p)), from: getJournalEntry(p[8:], ev), to: getJournalEntry(p[8+es:], ev)}
+		if m.idx < 0 || m.idx >= j.length || m.from.phys != m.to.phys || m.from.logic != m.to.logic || m.from.sum != m.to.sum {
+			return relocation{}, false
+		}
+		j.moves[k] = m
+		at += 8 + 2*es
+	}
+	return j, true
 }

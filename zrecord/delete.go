@@ -3,6 +3,7 @@ package zrecord
 import (
 	"cmp"
 	"fmt"
+	"os"
 	"slices"
 )
 
@@ -13,10 +14,10 @@ import (
 // returns ErrIndexOutOfRange or ErrDuplicateIndex naming the index and
 // changes nothing. It waits for running Gathers and Appends and runs alone.
 //
-// Delete rewrites table entries of records that may already be durable, so
-// it journals them first (delete.intent) and is safe against the death of
-// the process and power failure; see Durability in the package
-// documentation for the protocol.
+// Delete writes one record to a log (delete.intent) and nothing else: the
+// table entries it changes are served from memory until the next Sync,
+// Close, Append or Compact writes them into the table. It syncs nothing,
+// like Append; see Durability in the package documentation.
 func (s *Store) Delete(indices []int64) (err error) {
 	defer recoverTo(&err, "delete")
 	old := guardFaults()
@@ -48,14 +49,22 @@ func (s *Store) Delete(indices []int64) (err error) {
 		return err
 	}
 
-	// Work out the final table in memory, highest index first: the last
-	// record moves into each hole. A slot filled earlier can itself become
-	// the last one, so moves read through the overlay.
+	// Work out the entry writes, highest index first: the last record moves
+	// into each hole. A slot filled earlier (by this call or by a Delete
+	// still pending) can itself become the last one, so entries are read
+	// through both.
 	segs := *s.segs.Load()
-	overlay := make(map[int64]entry, len(order))
+	var pending map[int64]pinned
+	if s.pend != nil {
+		pending = s.overlay.Load().recs
+	}
+	writes := make(map[int64]entry, len(order))
 	get := func(i int64) (entry, error) {
-		if e, ok := overlay[i]; ok {
+		if e, ok := writes[i]; ok {
 			return e, nil
+		}
+		if p, ok := pending[i]; ok {
+			return p.e, nil
 		}
 		e, err := s.readEntry(segs, i)
 		if err != nil {
@@ -79,75 +88,166 @@ func (s *Store) Delete(indices []int64) (err error) {
 			if err != nil {
 				return err
 			}
-			overlay[i] = e
+			writes[i] = e
 		}
-		delete(overlay, last)
+		delete(writes, last)
 		n--
 	}
-	writes := make([]indexedEntry, 0, len(overlay))
-	for i, e := range overlay {
-		writes = append(writes, indexedEntry{i, e})
+	list := make([]indexedEntry, 0, len(writes))
+	for i, e := range writes {
+		list = append(list, indexedEntry{i, e})
 	}
-	slices.SortFunc(writes, func(a, b indexedEntry) int { return cmp.Compare(a.idx, b.idx) })
+	slices.SortFunc(list, func(a, b indexedEntry) int { return cmp.Compare(a.idx, b.idx) })
 
-	// The journal describes the disk only if the disk holds the state it
-	// starts from.
-	if err := s.syncLocked(); err != nil {
+	j := deleteIntent{version: journalVersion(s.lay), before: s.tail, beforeLen: length, afterLen: n, writes: list}
+	if err := s.logDelete(j); err != nil {
 		return err
 	}
-	j := deleteIntent{version: journalVersion(s.lay), before: s.tail, beforeLen: length, afterLen: n, writes: writes}
-	if err := s.writeDurable(deleteJournal, j.encode()); err != nil {
-		// Nothing was applied. A journal that cannot even be removed
-		// could be taken for a pending one later, so then the handle stops
-		// writing (the next Open sorts it out).
-		if rerr := s.removeFile(deleteJournal); rerr != nil {
-			s.breakHandle(err)
-		}
-		return err
+
+	// Published: readers take the moved entries from memory. They are
+	// excluded while this runs, so the map is changed in place.
+	if pending == nil {
+		pending = make(map[int64]pinned, len(list))
+		s.overlay.Store(&overlay{recs: pending})
 	}
-	err = s.applyDelete(j)
-	if err == nil {
-		err = s.syncLocked()
+	for _, w := range list {
+		pending[w.idx] = pinned{e: w.e}
 	}
-	if err != nil {
-		// The table on disk may be half rewritten (an entry even torn);
-		// the journal finishes it at the next writable Open. Until then
-		// this handle shows the finished delete from memory.
-		recs := make(map[int64]pinned, len(writes))
-		for _, w := range writes {
-			recs[w.idx] = pinned{e: w.e}
-		}
-		s.pin(recs)
-		s.breakHandle(err)
+	for i := n; i < length; i++ {
+		delete(pending, i)
 	}
 	s.length.Store(n)
 	s.live -= live
 	s.logical -= logical
-	if err != nil {
-		return err
-	}
-	if err := s.removeFile(deleteJournal); err != nil {
-		// The delete took effect, and Open would apply the journal again
-		// harmlessly; but a handle that keeps writing could make it stale,
-		// so this one stops.
-		s.breakHandle(err)
-		return err
-	}
-	if err := s.syncDirNow(); err != nil {
-		s.breakHandle(err)
-		return err
+	if s.pend.off >= deleteLogLimit {
+		// A long run of Deletes without a sync: the table takes them now,
+		// so that the log and the entries held in memory stay bounded.
+		return s.settleDeletes()
 	}
 	return nil
 }
 
-// applyDelete writes the journal's entries and then the header with the new
-// length. Applying a journal twice is harmless. It does not change the
-// in-memory length.
-func (s *Store) applyDelete(j deleteIntent) error {
-	for _, w := range j.writes {
-		if err := s.writeEntry(w.idx, w.e); err != nil {
+// deleteLogLimit is the size of delete.intent past which a Delete writes
+// the pending Deletes into the table itself.
+const deleteLogLimit = 64 << 20
+
+// pendingDelete is the state of the Deletes not yet written into the table:
+// their log, open, and the state on disk they start from. Their cumulative
+// entry writes are the records of the overlay. It is guarded by appendMu or
+// mu held exclusively.
+type pendingDelete struct {
+	f         File
+	off       int64 // where the next record goes
+	records   int   // records written completely
+	before    position
+	beforeLen int64
+	afterLen  int64
+}
+
+// logDelete appends j to delete.intent, creating the log for the first
+// Delete since the table was last brought up to date. It syncs nothing.
+func (s *Store) logDelete(j deleteIntent) error {
+	p := s.pend
+	if p == nil {
+		if c := s.cleanup; c != nil && c.deleteLog {
+			// The last Compact's journal builds on the log of the Deletes
+			// it took in: a new log may not replace it before the sync.
+			if err := s.syncLocked(); err != nil {
+				return err
+			}
+		}
+		path := s.path(deleteJournal)
+		f, err := s.fsys.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			return wrapf(err, "delete: create %s", path)
+		}
+		s.dirDirty = true
+		p = &pendingDelete{f: f, before: j.before, beforeLen: j.beforeLen}
+		s.pend = p
+	}
+	b := j.encode()
+	if err := writeFull(p.f, b, p.off); err != nil {
+		// A torn record ends the log: the next one is written over it.
+		return wrapf(err, "delete: write %s", s.path(deleteJournal))
+	}
+	p.off += int64(len(b))
+	p.records++
+	p.afterLen = j.afterLen
+	return nil
+}
+
+// settleDeletes writes the pending Deletes into the table. Their log is
+// made durable first, together with everything written before it (the
+// entries it overwrites are the last durable copies of the records it
+// moved); then the entries and the header with the new length are written
+// and synced, and the log is removed. A failure leaves the log, which the
+// next call, or the next writable Open, applies again (the writes are
+// idempotent). The caller holds appendMu or mu exclusively; readers keep
+// taking the moved entries from the overlay until the table holds them.
+func (s *Store) settleDeletes() error {
+	p := s.pend
+	if p == nil {
+		return nil
+	}
+	if p.records > 0 {
+		if err := s.syncLocked(); err != nil {
+			return err
+		}
+		if err := p.f.Sync(); err != nil {
+			return wrapf(err, "sync %s", s.path(deleteJournal))
+		}
+		recs := s.overlay.Load().recs
+		idx := make([]int64, 0, len(recs))
+		for i := range recs {
+			idx = append(idx, i)
+		}
+		slices.Sort(idx)
+		for _, i := range idx {
+			if err := s.writeEntry(i, recs[i].e); err != nil {
+				return err
+			}
+		}
+		if err := s.writeHeader(s.tail, p.afterLen); err != nil {
+			return err
+		}
+		if err := s.syncSegments(); err != nil {
+			return err
+		}
+		if err := s.meta.Sync(); err != nil {
+			return wrapf(err, "sync %s", s.path(metaName))
+		}
+		s.metaDirty = false
+	}
+	s.pend = nil
+	if s.broken.Load() == nil {
+		s.overlay.Store(nil)
+	}
+	cerr := p.f.Close()
+	// The table holds the deletes durably: the log only repeats them (a
+	// log left behind is applied again harmlessly, or found stale).
+	if err := s.removeFile(deleteJournal); err != nil {
+		return err
+	}
+	if cerr != nil {
+		return wrapf(cerr, "close %s", s.path(deleteJournal))
+	}
+	return nil
+}
+
+// applyDelete writes the entries of a recovered delete log and then the
+// header with the final length. Applying a log twice is harmless. It does
+// not change the in-memory length.
+func (s *Store) applyDelete(log []deleteIntent) error {
+	w := deleteLogWrites(log)
+	idx := make([]int64, 0, len(w))
+	for i := range w {
+		idx = append(idx, i)
+	}
+	slices.Sort(idx)
+	for _, i := range idx {
+		if err := s.writeEntry(i, w[i]); err != nil {
 			return err
 		}
 	}
-	return s.writeHeader(s.tail, j.afterLen)
+	return s.writeHeader(s.tail, log[len(log)-1].afterLen)
 }

@@ -82,11 +82,14 @@
 // frame that is not smaller than its record becomes a raw record then,
 // since version 4 reads phys_length == logic_length as raw.
 //
-// Two more files exist only while an operation runs: delete.intent (the
-// entry writes of a Delete) and compact.journal (the moves of one group of
-// a Compact, with copies of the records they overwrite). Both carry a
-// CRC-32C; a torn one is ignored. Their entries carry the data checksum
-// (journal version 2) in a version-4 store.
+// Two more files exist only between an operation and the next sync:
+// delete.intent (a log of the entry writes of the Deletes not yet written
+// into the table) and compact.journal (the moves of the last Compact: each
+// moved record's entry before and after). Each record of either carries a
+// CRC-32C; a torn one is ignored. Their entries carry the data checksum in
+// a version-4 store. Journals of the earlier in-place compaction (version
+// 1 and 2, magic "ZCMP", with copies of the records a group overwrote) are
+// still finished by a writable Open.
 //
 // # Concurrency
 //
@@ -135,6 +138,21 @@
 //
 // This section is the one full description of how the store survives the
 // death of the process and the loss of power; the methods refer to it.
+// There is one policy for every operation:
+//
+//   - If the process dies at any point (SIGKILL included), the store
+//     reopens with every operation that returned, and the one that was
+//     running either whole or absent; never a torn or duplicated record.
+//     This needs no fsync: what a process wrote is in the page cache.
+//   - If the power fails, the store reopens to a state at or after the last
+//     Sync (or Close) that returned: what followed it may be lost, but the
+//     records the Sync made durable are not, and the store is consistent
+//     (the checksums catch torn data; where an Append's header reached the
+//     disk before its records, Open reports ErrCorrupt naming them).
+//   - Append, Delete and Compact sync nothing unless they are about to
+//     overwrite the last durable copy of something; Sync and Close make
+//     everything durable. The exceptions are listed below: the log of
+//     pending Deletes before the table takes them, and compact.journal.
 //
 // Create writes the dictionary, the first chunk and table segment and the
 // WithFile files, each fsynced, then the header of meta.zr, fsynced, then
@@ -146,11 +164,60 @@
 // prefix of its batches, never a torn record: a writable Open cuts the tail
 // chunk back to the frontier recorded in meta.zr (raising the frontier to
 // the end of the last record if the header was torn below it) and removes
-// chunk files past it. Appended records survive a power failure once Sync
-// (or Close) has returned. Sync fsyncs the chunk files written since the
-// last Sync, then the table segments, then the directory if files were
-// created or removed, then meta.zr, so the header that makes records
-// visible reaches the disk after the records.
+// chunk files past it. Sync fsyncs the chunk files written since the last
+// Sync, then the table segments, then the directory if files were created
+// or removed, then meta.zr, so the header that makes records visible
+// reaches the disk after the records.
+//
+// Delete overwrites nothing. It works out the entry writes that fill its
+// holes (reading through the Deletes still pending), appends them as one
+// CRC-sealed record to delete.intent (created by the first Delete after the
+// table was last brought up to date), and publishes them to readers from
+// memory, with the new length. Killed afterwards, or after a power failure
+// that kept the record, the store reopens with the Delete; a power failure
+// that lost the record (or tore it) leaves the store as before it, since the
+// table and the header were not touched. The table takes the pending Deletes
+// at the next Sync or Close, before the next Append (whose entries go where
+// the last records were) or Verify, in the next Compact (below), or once the
+// log passes 64 MiB: the store is synced, then the log, which is the one
+// fsync a Delete costs and which it defers to that point, then the entries
+// and the header with the new length are written and synced, and the log is
+// removed. A writable Open that finds the log while the header shows the
+// length before its first record or after its last applies it again (the
+// writes are idempotent), syncs, and removes it. A read-only Open takes a
+// live log's entries into its view, as the writer does.
+//
+// Compact overwrites no live byte. It keeps the records before the first
+// hole (in physical order) in place and copies every live record after it
+// into chunks that hold nothing: chunk files left empty by an earlier
+// compaction, or new ones past the frontier. Then it writes
+// compact.journal, with every moved record's entry before and after, and
+// fsyncs it: the table entries are about to be overwritten, and the
+// journal is then the only record of the old ones. Then it writes the
+// entries and the header with the new frontier. The old copies (the rest
+// of the hole's chunk, and chunks that held only moved records) stay on
+// disk until the next Sync or Close: after it has synced the new copies,
+// the table and the header, it cuts the hole's chunk back to the hole,
+// empties or removes the chunks that held only old copies, and removes the
+// journal. An Append that would reuse such a chunk file past the new
+// frontier syncs first. A writable Open that finds the journal while the
+// moved entries are each old, new or torn between the two checks the new
+// copies against their checksums: if all are intact it completes the
+// switch (entries, header) and cuts off the old copies; if a power failure
+// lost some, it switches the entries and the header back to the old
+// copies, which nothing overwrote, and cuts off the new ones. Until that
+// sync, compacting needs the disk space of the moved records twice.
+//
+// A Compact that finds Deletes pending takes them in: it syncs the store
+// and their log (before the copies, so the copies stay unsynced), writes
+// their entry writes into the table with its own, and leaves the log with
+// the journal for the next sync; the journal builds on the log (its
+// frontier and length are the log's end state), and a writable Open that
+// finds both applies the log's writes before it judges the journal. A
+// Delete made before that sync syncs first, so that the log is not
+// replaced while the journal refers to it. A Compact that has nothing to
+// move but the frontier writes pending Deletes into the table the ordinary
+// way first.
 //
 // Upgrade writes the new table's .tab segments (and the raw copies of
 // oversized version-3 frames, past the frontier), syncs them, then switches
@@ -159,43 +226,13 @@
 // writable Open removes the unused .tab files, and one after it the new
 // store, whose writable Open removes leftover .loc files.
 //
-// Delete and Compact rewrite the places of records that may already be
-// durable, so they make themselves safe against power failure as well as
-// against the death of the process; each costs a few fsyncs. Both first
-// sync the store, so that what they journal describes what the disk holds.
-// Their journals carry a CRC-32C; a torn journal is ignored, and so is a
-// stale one that does not match the store it sits in.
+// The power-failure reasoning assumes what journaling file systems (ext4,
+// XFS) provide: a file's unsynced writes may reach the disk in any subset,
+// while directory changes (a file created, renamed or removed) reach it in
+// the order they were made.
 //
-// Delete works out the final table in memory, then writes delete.intent:
-// the frontier and length before, the length after, and every table entry
-// it will write. It fsyncs the journal and the directory, writes the
-// entries and the header with the new length, syncs the store, removes the
-// journal and fsyncs the directory. A writable Open that finds the journal
-// while the header still shows its before or its after length applies it
-// again (the writes are idempotent), syncs, and removes it.
-//
-// Compact moves records, never to a higher address, in groups of at most
-// 4096 moves or 64 MiB. For each group it overwrites compact.journal with
-// the group's moves (index, old entry, new entry) and a copy of every record
-// whose old bytes the group overwrites (one moved down by less than its
-// length, or onto the old place of a record moved just before it), and
-// fsyncs it; then writes the group's bytes at their new places and fsyncs
-// the chunks; then writes the group's table entries and fsyncs the
-// segments. A writable Open that finds the journal checks that every entry
-// of the group is still its old or its new value, or a write between the
-// two cut short (otherwise the journal is stale and ignored); it rewrites
-// from the journal's copies the records whose entries are not yet new and
-// whose old bytes may be lost, completes torn entries, and syncs before it
-// removes the journal. After the last group the frontier moves down in
-// meta.zr, fsynced before any chunk shrinks; then each chunk is cut to its
-// packed size, chunk files past the frontier are removed, and the journal
-// is removed and the directory fsynced. Compact cut short anywhere leaves a
-// consistent store, and running it again finishes the job.
-//
-// So either operation leaves the store as it was before or as it is after,
-// never in between. A read-only Open does no repair: it refuses a store
-// whose journal shows an interrupted Delete or Compact (ErrCorrupt; open it
-// writable once).
+// A read-only Open does no repair: it refuses a store whose compact.journal
+// shows an interrupted Compact (ErrCorrupt; open it writable once).
 //
 // # Errors
 //

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"io"
 	"os"
-	"slices"
 )
 
 // readWhole reads a small file of the store. It reports ok=false when the
@@ -31,21 +30,6 @@ func (s *Store) readWhole(name string) (b []byte, ok bool, err error) {
 		return nil, false, wrapf(err, "read %s", p)
 	}
 	return b, true, nil
-}
-
-// writeDurable replaces the content of a small file of the store and makes
-// it durable, directory entry included.
-func (s *Store) writeDurable(name string, b []byte) error {
-	p := s.path(name)
-	f, err := s.fsys.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return wrapf(err, "create %s", p)
-	}
-	s.dirDirty = true
-	if err := writeSyncClose(f, p, b); err != nil {
-		return err
-	}
-	return s.syncDirNow()
 }
 
 // indexedEntry is a table entry and the index it belongs at.
@@ -165,7 +149,65 @@ func decodeDeleteIntent(raw []byte) (deleteIntent, bool) {
 	return j, true
 }
 
-// compact.journal describes one group of moves:
+// decodeDeleteLog parses delete.intent as a log: the records of the Deletes
+// made since the table on disk was last brought up to date, back to back,
+// each laid out as above. Each record starts from the state the one before
+// it left (same version and frontier, its length before equal to the other's
+// length after). Parsing stops at the first record that is torn, damaged or
+// does not follow on, so what is returned is the longest valid prefix: a
+// Delete cut short by the death of the process, or whose record a power cut
+// lost, is simply absent. A journal of an earlier release holds one record.
+func decodeDeleteLog(raw []byte) []deleteIntent {
+	var out []deleteIntent
+	for off := 0; len(raw)-off >= deleteHeadSize+4; {
+		b := raw[off:]
+		v := b[4]
+		if v != 1 && v != 2 {
+			break
+		}
+		ws := uint64(8 + journalEntrySize(v))
+		count := binary.LittleEndian.Uint64(b[32:])
+		if count > uint64(len(b))/ws {
+			break
+		}
+		size := deleteHeadSize + count*ws + 4
+		if size > uint64(len(b)) {
+			break
+		}
+		j, ok := decodeDeleteIntent(b[:size])
+		if !ok {
+			break
+		}
+		if n := len(out); n > 0 && (j.version != out[0].version || j.before != out[0].before || j.beforeLen != out[n-1].afterLen) {
+			break
+		}
+		out = append(out, j)
+		off += int(size)
+	}
+	return out
+}
+
+// deleteLogWrites folds the records of a delete log into the entry each
+// index below the final length ends up with.
+func deleteLogWrites(log []deleteIntent) map[int64]entry {
+	final := log[len(log)-1].afterLen
+	w := make(map[int64]entry)
+	for _, j := range log {
+		for _, x := range j.writes {
+			w[x.idx] = x.e
+		}
+	}
+	for i := range w {
+		if i >= final {
+			delete(w, i)
+		}
+	}
+	return w
+}
+
+// A compact.journal of version 1 or 2 (magic "ZCMP") is what the in-place
+// compaction of earlier releases wrote; a writable Open still finishes one
+// (replayCompactJournal). It describes one group of moves:
 //
 //	0   "ZCMP"
 //	4   version (u8), 3 zero bytes
@@ -185,61 +227,6 @@ const compactHeadSize = 16
 
 // compactMoveSize is the size of a move in a journal of version v.
 func compactMoveSize(v uint8) int { return 16 + 2*journalEntrySize(v) }
-
-// encodeCompactJournal returns the journal of group in b's memory, reading
-// the copies of held records from their (still intact) old places.
-func (s *Store) encodeCompactJournal(b []byte, group []move, chunks []*chunk) ([]byte, error) {
-	return appendCompactJournal(b[:0], journalVersion(s.lay), group, func(m move, dst []byte) error {
-		if err := s.readStored(chunks[m.from.chunk], m.from, dst); err != nil {
-			return wrapf(err, "compact %s: read record %d", s.dir, m.idx)
-		}
-		return nil
-	})
-}
-
-// appendCompactJournal appends the journal of group to b; copy fills in the
-// stored bytes of each held record.
-func appendCompactJournal(b []byte, v uint8, group []move, copy func(m move, dst []byte) error) ([]byte, error) {
-	var held uint64
-	for _, m := range group {
-		if m.held {
-			held += uint64(m.from.phys)
-		}
-	}
-	ms, es := compactMoveSize(v), journalEntrySize(v)
-	size := compactHeadSize + len(group)*ms + int(held)
-	start := len(b)
-	b = slices.Grow(b, size+4)[:start+compactHeadSize]
-	h := b[start:]
-	h[0], h[1], h[2], h[3] = compactMagic[0], compactMagic[1], compactMagic[2], compactMagic[3]
-	h[4], h[5], h[6], h[7] = v, 0, 0, 0
-	binary.LittleEndian.PutUint32(h[8:], uint32(len(group)))
-	binary.LittleEndian.PutUint32(h[12:], uint32(held))
-	var buf [56]byte
-	mb := buf[:ms]
-	for _, m := range group {
-		binary.LittleEndian.PutUint64(mb[0:], uint64(m.idx))
-		putJournalEntry(mb[8:], v, m.from)
-		putJournalEntry(mb[8+es:], v, m.to)
-		flags := uint32(0)
-		if m.held {
-			flags = 1
-		}
-		binary.LittleEndian.PutUint32(mb[8+2*es:], flags)
-		b = append(b, mb...)
-	}
-	for _, m := range group {
-		if !m.held {
-			continue
-		}
-		n := len(b)
-		b = b[:n+int(m.from.phys)]
-		if err := copy(m, b[n:]); err != nil {
-			return nil, err
-		}
-	}
-	return sealed(b), nil
-}
 
 type compactJournal struct {
 	version uint8
@@ -286,20 +273,4 @@ func decodeCompactJournal(raw []byte) (compactJournal, bool) {
 		return compactJournal{}, false
 	}
 	return j, true
-}
-
-// heldBytes returns the journal's copy of record idx of the group, in a
-// journal of version v.
-func heldBytes(journal []byte, v uint8, group []move, idx int64) []byte {
-	at := compactHeadSize + len(group)*compactMoveSize(v)
-	for _, m := range group {
-		if !m.held {
-			continue
-		}
-		if m.idx == idx {
-			return journal[at : at+int(m.from.phys)]
-		}
-		at += int(m.from.phys)
-	}
-	return nil
 }

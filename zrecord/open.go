@@ -133,6 +133,9 @@ func (s *Store) loadFiles() (err error) {
 		if err := s.replayDeleteJournal(); err != nil {
 			return err
 		}
+		if (*s.chunks.Load())[s.tail.chunk].size < int64(s.tail.off) {
+			return s.shortTailError()
+		}
 		// A replayed move may have extended a chunk file.
 		for _, c := range *s.chunks.Load() {
 			if err := c.cover(c.f, c.size); err != nil {
@@ -212,8 +215,11 @@ func (s *Store) openChunks() error {
 		}
 		c.end.Store(min(c.size, chunkSpan))
 		if id == s.tail.chunk {
-			if c.size < int64(s.tail.off) {
-				return errf(ErrCorrupt, "%s: %d bytes, shorter than the tail offset %d", p, c.size, s.tail.off)
+			// A writable Open checks this after recovery: an interrupted
+			// compaction may have moved the frontier to a chunk whose new
+			// bytes a power failure lost, and undoing it moves it back.
+			if c.size < int64(s.tail.off) && s.readOnly {
+				return s.shortTailError()
 			}
 			if s.readOnly {
 				c.end.Store(int64(s.tail.off))
@@ -223,6 +229,12 @@ func (s *Store) openChunks() error {
 			return nil
 		}
 	}
+}
+
+// shortTailError reports a tail chunk shorter than the frontier.
+func (s *Store) shortTailError() error {
+	c := (*s.chunks.Load())[s.tail.chunk]
+	return errf(ErrCorrupt, "%s: %d bytes, shorter than the tail offset %d", s.path(chunkName(c.id)), c.size, s.tail.off)
 }
 
 // openSegments opens and maps the table segments that length entries need.
@@ -296,6 +308,7 @@ func (s *Store) validate() (int64, error) {
 	l := s.lay
 	var live, logical int64
 	var buf []byte
+	ov := s.overlay.Load()
 	const block = 1 << 16
 	for i := int64(0); i < n; {
 		g := segs[i>>l.shift]
@@ -316,6 +329,12 @@ func (s *Store) validate() (int64, error) {
 		}
 		for k := int64(0); k < cnt; k++ {
 			e, bad := l.getEntryAt(b[k*l.entSize:(k+1)*l.entSize], i+k)
+			if ov != nil {
+				// A read-only handle over a writer's pending deletes.
+				if p, ok := ov.recs[i+k]; ok {
+					e, bad = p.e, nil
+				}
+			}
 			if bad != nil {
 				return 0, s.entryError(i+k, bad)
 			}

@@ -1,5 +1,7 @@
 package zrecord
 
+import "slices"
+
 // recoverFrontier finishes a writable Open: it settles the write frontier
 // and cuts off whatever an interrupted Append or Compact left past it (the
 // end of the tail chunk and chunk files past the tail chunk). tailEnd is
@@ -47,35 +49,58 @@ func (s *Store) recoverFrontier(tailEnd int64) error {
 	return nil
 }
 
-// deleteJournalLive reports whether a decoded journal belongs to the store's
-// current header: the delete's before state (nothing or part of it
-// applied) or its after state (all entries written, though after a power
-// failure not necessarily all kept). Anything else is stale.
-func (s *Store) deleteJournalLive(j deleteIntent, valid bool) bool {
-	if !valid || j.version != journalVersion(s.lay) || j.before != s.tail {
+// deleteLogLive reports whether a decoded delete log belongs to the store's
+// current header: the state its first record starts from (nothing applied
+// to the table yet, or part of it) or the state its last record ends in
+// (all entries written, though after a power failure not necessarily all
+// kept). Anything else is stale.
+func (s *Store) deleteLogLive(log []deleteIntent) bool {
+	if len(log) == 0 || log[0].version != journalVersion(s.lay) || log[0].before != s.tail {
 		return false
 	}
 	n := s.length.Load()
-	return n == j.beforeLen || n == j.afterLen
+	return n == log[0].beforeLen || n == log[len(log)-1].afterLen
 }
 
-// replayDeleteJournal finishes an interrupted Delete (writable Open): the
-// writes are idempotent, so a live journal is simply applied again.
+// replayDeleteJournal finishes the Deletes of a live delete log (writable
+// Open): the writes are idempotent, so the log is simply applied again.
 func (s *Store) replayDeleteJournal() error {
 	raw, ok, err := s.readWhole(deleteJournal)
 	if err != nil || !ok {
 		return err
 	}
-	if j, valid := decodeDeleteIntent(raw); s.deleteJournalLive(j, valid) {
-		if err := s.applyDelete(j); err != nil {
+	if log := decodeDeleteLog(raw); s.deleteLogLive(log) {
+		if err := s.applyDelete(log); err != nil {
 			return err
 		}
-		s.length.Store(j.afterLen)
+		s.length.Store(log[len(log)-1].afterLen)
 		if err := s.syncLocked(); err != nil {
 			return err
 		}
 	}
 	return s.removeFile(deleteJournal)
+}
+
+// loadDeleteLog gives a read-only handle the Deletes of a live delete log:
+// a writer logged them and has not written them into the table yet, so the
+// handle takes the moved entries from memory, as the writer does.
+func (s *Store) loadDeleteLog() error {
+	raw, ok, err := s.readWhole(deleteJournal)
+	if err != nil || !ok {
+		return err
+	}
+	log := decodeDeleteLog(raw)
+	if !s.deleteLogLive(log) {
+		return nil
+	}
+	w := deleteLogWrites(log)
+	recs := make(map[int64]pinned, len(w))
+	for i, e := range w {
+		recs[i] = pinned{e: e}
+	}
+	s.overlay.Store(&overlay{recs: recs})
+	s.length.Store(log[len(log)-1].afterLen)
+	return nil
 }
 
 // tornBetween reports whether every byte of cur is the byte of a or of b at
@@ -161,14 +186,19 @@ func (s *Store) planCompactRepair(j compactJournal) ([]compactRepair, error) {
 	return plan, nil
 }
 
-// replayCompactJournal finishes a group of moves cut short by the death of
-// the process or a power failure (writable Open).
+// replayCompactJournal finishes a compaction cut short by the death of the
+// process or a power failure (writable Open): a relocation (this release),
+// or a group of in-place moves (earlier releases).
 func (s *Store) replayCompactJournal() error {
 	raw, ok, err := s.readWhole(compactJrnl)
 	if err != nil || !ok {
 		return err
 	}
-	if j, valid := decodeCompactJournal(raw); valid {
+	if j, valid := decodeRelocation(raw); valid {
+		if err := s.replayRelocation(j); err != nil {
+			return err
+		}
+	} else if j, valid := decodeCompactJournal(raw); valid {
 		plan, err := s.planCompactRepair(j)
 		if err != nil {
 			return err
@@ -204,14 +234,198 @@ func (s *Store) replayCompactJournal() error {
 	return s.removeFile(compactJrnl)
 }
 
-// checkNoPendingJournal refuses a read-only Open while an interrupted Delete
-// or Compact is unfinished: only a writable Open can repair the table, and
-// reading it before then could return wrong records.
+// relocationState classifies the table against a relocation journal: for
+// each move, 0 if its entry is the old one, 1 the new one, 2 a write
+// between them cut short. It reports false when an entry is none of these,
+// or lies past the length: the journal is stale.
+func (s *Store) relocationState(j relocation) ([]int, bool, error) {
+	if !s.lay.checksummed() {
+		return nil, false, nil
+	}
+	length := s.length.Load()
+	segs := *s.segs.Load()
+	st := make([]int, len(j.moves))
+	for k, m := range j.moves {
+		if m.idx >= length {
+			return nil, false, nil
+		}
+		v, err := s.entryState(segs, m.idx, m.from, m.to)
+		if err != nil {
+			return nil, false, err
+		}
+		if v < 0 {
+			return nil, false, nil
+		}
+		st[k] = v
+	}
+	return st, true, nil
+}
+
+// replayRelocation finishes or undoes an interrupted compaction. If every
+// moved record's new copy is intact (its checksum matches), the table is
+// switched to the new places and the old copies are cut off; otherwise (a
+// power failure took part of the new copies) the table goes back to the old
+// places, which nothing overwrote, and the new copies are cut off.
+func (s *Store) replayRelocation(j relocation) error {
+	// A compaction that took in pending Deletes built on their log: their
+	// writes go into the table first, then the journal is judged against
+	// the table they produce.
+	chained := false
+	if raw, ok, err := s.readWhole(deleteJournal); err != nil {
+		return err
+	} else if ok {
+		log := decodeDeleteLog(raw)
+		if len(log) > 0 && log[0].version == journalVersion(s.lay) && log[0].before == j.oldTail && log[len(log)-1].afterLen == j.length {
+			// Idempotent: the entries the compaction moved are judged
+			// (and rewritten) below; the others end up as the log says.
+			if s.tail == j.oldTail && s.length.Load() == log[0].beforeLen {
+				s.length.Store(j.length)
+			}
+			w := deleteLogWrites(log)
+			for i, e := range w {
+				if err := s.writeEntry(i, e); err != nil {
+					return err
+				}
+			}
+			chained = true
+		}
+	}
+	st, live, err := s.relocationState(j)
+	if err != nil {
+		return err
+	}
+	if live {
+		if err := s.growChunks(max(j.newTail.chunk, s.tail.chunk)); err != nil {
+			return err
+		}
+		chunks := *s.chunks.Load()
+		forward := true
+		var buf []byte
+		for _, m := range j.moves {
+			c := chunks[m.to.chunk]
+			if int64(m.to.end()) > c.size {
+				forward = false
+				break
+			}
+			buf = slices.Grow(buf[:0], int(m.to.phys))[:m.to.phys]
+			if err := readFull(c.f, buf, int64(m.to.off)); err != nil {
+				return wrapf(err, "read %s", s.path(chunkName(c.id)))
+			}
+			if dataSum(buf) != m.to.sum {
+				forward = false
+				break
+			}
+		}
+		isDest := map[uint32]bool{}
+		for _, d := range j.dests {
+			isDest[d] = true
+		}
+		cut := func(id uint32, size int64) error {
+			if int64(id) >= int64(len(chunks)) || chunks[id].size <= size {
+				return nil
+			}
+			c := chunks[id]
+			if err := c.f.Truncate(size); err != nil {
+				return wrapf(err, "truncate %s", s.path(chunkName(id)))
+			}
+			c.size, c.dirty = size, true
+			return nil
+		}
+		if forward {
+			for k, m := range j.moves {
+				if st[k] != 1 {
+					if err := s.writeEntry(m.idx, m.to); err != nil {
+						return err
+					}
+				}
+			}
+			if s.tail == j.oldTail && s.length.Load() == j.length {
+				// The switch of the header did not reach the disk.
+				s.tail = j.newTail
+				if err := s.writeHeader(s.tail, j.length); err != nil {
+					return err
+				}
+			}
+			if err := s.syncLocked(); err != nil {
+				return err
+			}
+			if err := cut(j.hole.chunk, int64(j.hole.off)); err != nil {
+				return err
+			}
+			for id := j.hole.chunk + 1; id < j.newTail.chunk; id++ {
+				if !isDest[id] {
+					if err := cut(id, 0); err != nil {
+						return err
+					}
+				}
+			}
+		} else {
+			for k, m := range j.moves {
+				if st[k] != 0 {
+					if err := s.writeEntry(m.idx, m.from); err != nil {
+						return err
+					}
+				}
+			}
+			s.tail = j.oldTail
+			s.length.Store(j.length)
+			if err := s.writeHeader(s.tail, j.length); err != nil {
+				return err
+			}
+			if err := s.syncLocked(); err != nil {
+				return err
+			}
+			// Destinations at or below the old frontier were empty.
+			for _, d := range j.dests {
+				if d <= j.oldTail.chunk {
+					if err := cut(d, 0); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		// Chunk files past the frontier are removed by recoverFrontier.
+		if keep := int(s.tail.chunk) + 1; keep < len(chunks) {
+			for _, c := range chunks[keep:] {
+				c.unmap()
+				c.f.Close()
+			}
+			list := slices.Clone(chunks[:keep])
+			s.chunks.Store(&list)
+		}
+		if err := s.syncLocked(); err != nil {
+			return err
+		}
+	}
+	if chained {
+		if err := s.removeFile(deleteJournal); err != nil {
+			return err
+		}
+	}
+	return s.removeFile(compactJrnl)
+}
+
+// checkNoPendingJournal refuses a read-only Open while an interrupted
+// Compact is unfinished: only a writable Open can repair the table, and
+// reading it before then could return wrong records. Deletes in a live
+// delete log are taken into the handle's view instead (loadDeleteLog).
 func (s *Store) checkNoPendingJournal() error {
 	if raw, ok, err := s.readWhole(compactJrnl); err != nil {
 		return err
 	} else if ok {
-		if j, valid := decodeCompactJournal(raw); valid {
+		if j, valid := decodeRelocation(raw); valid {
+			st, live, err := s.relocationState(j)
+			if err != nil {
+				return err
+			}
+			done := live && s.tail != j.oldTail
+			for _, v := range st {
+				done = done && v == 1
+			}
+			if live && !done {
+				return errf(ErrCorrupt, "%s: interrupted compaction, open the store writable once to recover", s.path(compactJrnl))
+			}
+		} else if j, valid := decodeCompactJournal(raw); valid {
 			plan, err := s.planCompactRepair(j)
 			if err != nil {
 				return err
@@ -221,12 +435,5 @@ func (s *Store) checkNoPendingJournal() error {
 			}
 		}
 	}
-	if raw, ok, err := s.readWhole(deleteJournal); err != nil {
-		return err
-	} else if ok {
-		if j, valid := decodeDeleteIntent(raw); s.deleteJournalLive(j, valid) {
-			return errf(ErrCorrupt, "%s: interrupted delete, open the store writable once to recover", s.path(deleteJournal))
-		}
-	}
-	return nil
+	return s.loadDeleteLog()
 }

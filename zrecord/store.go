@@ -49,6 +49,12 @@ type Store struct {
 	logical   int64 // sum of logic lengths of live records
 	dirDirty  bool  // files were created or removed since the last Sync
 	metaDirty bool
+	// pend holds the Deletes logged but not yet written into the table;
+	// nil when there are none.
+	pend *pendingDelete
+	// cleanup is what the last Compact left for the next sync: the old
+	// copies of the records it moved, and its journal.
+	cleanup *compactCleanup
 
 	// length is the published record count. Readers load it first and use
 	// only entries below it; Append stores it last.
@@ -61,17 +67,18 @@ type Store struct {
 	// broken is set when a write failed at a point the handle cannot
 	// undo; the handle then refuses writes until the store is reopened.
 	broken atomic.Pointer[brokenState]
-	// overlay, set only together with broken, holds the records whose
-	// table entries (or bytes) on disk may be torn by the failed write:
-	// readers take them from here, so the handle keeps showing a
-	// consistent state. It is never changed once set.
+	// overlay holds entries readers must take from memory instead of the
+	// table: the entry writes of pending Deletes (see settleDeletes). A
+	// published overlay is never changed while readers may use it: Delete,
+	// which runs alone, is the only writer that changes its map in place.
 	overlay atomic.Pointer[overlay]
 }
 
 type brokenState struct{ err error }
 
-// overlay maps indices to the entry (and, where the stored bytes in the
-// chunk may be damaged, a copy of those bytes) readers must use.
+// overlay maps indices to the entry readers must use (and, if data is set,
+// a copy of the stored bytes to serve instead of the chunk's; the writers
+// of this release set entries only).
 type overlay struct {
 	recs map[int64]pinned
 }
@@ -242,23 +249,11 @@ func (s *Store) breakHandle(err error) {
 	s.broken.CompareAndSwap(nil, &brokenState{err: err})
 }
 
-// pin publishes records readers must take from memory from now on. The
-// caller holds mu exclusively and breaks the handle.
-func (s *Store) pin(recs map[int64]pinned) {
-	if old := s.overlay.Load(); old != nil {
-		for i, p := range old.recs {
-			if _, ok := recs[i]; !ok {
-				recs[i] = p
-			}
-		}
-	}
-	s.overlay.Store(&overlay{recs: recs})
-}
-
 // Sync makes everything appended, deleted or compacted so far durable: it
 // fsyncs the chunk files written since the last Sync, then the record-table
 // segments, then the directory (if files were created or removed), then
-// meta.zr.
+// meta.zr. Deletes not yet in the table are written into it first (see
+// Durability in the package documentation).
 func (s *Store) Sync() (err error) {
 	defer recoverTo(&err, "sync")
 	s.mu.RLock()
@@ -268,6 +263,15 @@ func (s *Store) Sync() (err error) {
 	}
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
+	return s.syncAll()
+}
+
+// syncAll implements Sync: pending Deletes go into the table, then
+// everything is synced. The caller holds appendMu or mu exclusively.
+func (s *Store) syncAll() error {
+	if err := s.settleDeletes(); err != nil {
+		return err
+	}
 	return s.syncLocked()
 }
 
@@ -290,7 +294,8 @@ func (s *Store) syncLocked() error {
 		}
 		s.metaDirty = false
 	}
-	return nil
+	// The compacted store is durable: the old copies can go.
+	return s.runCleanup()
 }
 
 // syncChunks fsyncs the chunk files written since their last sync.
@@ -341,7 +346,7 @@ func (s *Store) Close() (err error) {
 	}
 	s.closed = true
 	if !s.readOnly {
-		err = s.syncLocked()
+		err = s.syncAll()
 	}
 	if rerr := s.release(); err == nil {
 		err = rerr
@@ -378,6 +383,10 @@ func (s *Store) release() error {
 	}
 	if s.dec != nil {
 		s.dec.Close()
+	}
+	if s.pend != nil {
+		keep(s.pend.f.Close())
+		s.pend = nil
 	}
 	if s.meta != nil {
 		keep(s.meta.Close())

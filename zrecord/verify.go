@@ -51,9 +51,11 @@ type Report struct {
 	Faults []Fault `json:"faults"`
 	// MoreFaults counts the faults found past those listed.
 	MoreFaults int64 `json:"more_faults"`
-	// Pending lists the journals of an interrupted Delete or Compact that
-	// the next writable Open will settle: until then the table may show
-	// the operation half done.
+	// Pending lists the journals of Deletes or a Compact not yet settled
+	// by a sync: a writer still open, or one that was interrupted, whose
+	// next writable Open settles them. Until then the table may show the
+	// operations half done. Verify on a writable handle syncs first, so it
+	// lists none.
 	Pending []string `json:"pending"`
 }
 
@@ -77,6 +79,13 @@ func (s *Store) Verify() (r Report, err error) {
 	}
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
+	if !s.readOnly && s.broken.Load() == nil {
+		// The scan reads the files: pending Deletes go into them first,
+		// and a compaction's old copies go.
+		if err := s.syncAll(); err != nil {
+			return Report{}, err
+		}
+	}
 	return verifyDir(s.fsys, s.dir)
 }
 
