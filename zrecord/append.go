@@ -72,10 +72,10 @@ func (a *appendScratch) release() {
 // MaxRecordSize bytes (else ErrRecordTooLarge, and nothing is written).
 //
 // Compression runs in parallel across Threads() goroutines for large
-// batches. A large compressed batch is compressed and written in parts of
-// about pipeStep() bytes, the next part compressing while the previous one
-// is written (see appendPipelined); a small one is compressed before the
-// append lock is taken. Either way all the record bytes are written first,
+// batches. A large batch is compressed (or, raw, checksummed) and written
+// in parts of about pipeStep() bytes, the next part compressing while the
+// previous one is written (see appendPipelined); a small one is compressed
+// before the append lock is taken. Either way all the record bytes are written first,
 // then the table entries, then the header; only then does Len include the
 // batch. Concurrent Gathers never see part of a batch.
 func (s *Store) Append(records [][]byte) (first int64, err error) {
@@ -100,7 +100,7 @@ func (s *Store) Append(records [][]byte) (first int64, err error) {
 	if len(records) == 0 {
 		return s.length.Load(), nil
 	}
-	if s.codec != Raw && total >= 2*pipeStep() {
+	if total >= 2*pipeStep() {
 		return s.appendPipelined(records, total)
 	}
 	a := appendPool.Get().(*appendScratch)
