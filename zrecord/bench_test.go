@@ -371,15 +371,15 @@ func BenchmarkAppendPieces(b *testing.B) {
 		}
 		for _, codec := range []zrecord.Codec{zrecord.Raw, zrecord.Zstd, zrecord.ZstdDict} {
 			var opts []zrecord.Option
-			if codec == zrecord.ZstdDict {
-				d, err := zrecord.TrainDict(recs[:min(n, 2048)], zrecord.TierBalanced, 0)
-				if err != nil {
-					b.Fatal(err)
-				}
-				opts = append(opts, zrecord.WithDict(d), zrecord.WithDictTier(zrecord.TierBalanced))
-			}
 			for _, mode := range []string{"whole", "pipelined"} {
 				b.Run(fmt.Sprintf("%s/%dKiB/%s", codec, size>>10, mode), func(b *testing.B) {
+					if codec == zrecord.ZstdDict && opts == nil { // trained once, for the runs selected
+						d, err := zrecord.TrainDict(recs[:min(n, 2048)], zrecord.TierBalanced, 0)
+						if err != nil {
+							b.Fatal(err)
+						}
+						opts = []zrecord.Option{zrecord.WithDict(d), zrecord.WithDictTier(zrecord.TierBalanced)}
+					}
 					step := int64(1 << 62) // larger than any batch: the pipeline is off
 					if mode == "pipelined" {
 						step = 0
