@@ -206,6 +206,21 @@ func lx_store_close(h C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
 	})
 }
 
+// lx_store_close_unsynced closes the store behind h without syncing it
+// first (zrecord's CloseUnsynced) and retires the handle. Closing a handle
+// that is already closed does nothing.
+//
+//export lx_store_close_unsynced
+func lx_store_close_unsynced(h C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
+	return call("lx_store_close_unsynced", errBuf, errLen, func() error {
+		s, err := release(int64(h))
+		if err != nil || s == nil {
+			return err
+		}
+		return s.CloseUnsynced()
+	})
+}
+
 // lx_store_len writes the number of records to *length.
 //
 //export lx_store_len

@@ -81,6 +81,7 @@ __all__ = [
     "store_create",
     "store_open",
     "store_close",
+    "store_close_unsynced",
     "store_len",
     "store_codec",
     "store_append_packed",
@@ -597,6 +598,13 @@ def store_open(path: str | os.PathLike[str], *, readonly: bool = False) -> int:
 def store_close(h: int) -> None:
     """Close a store handle. Closing a closed handle does nothing."""
     _call(lib.lx_store_close, h)
+
+
+def store_close_unsynced(h: int) -> None:
+    """Close a store handle without syncing it first: what was appended stays
+    readable, but a power cut before the system writes it back may lose what
+    followed the last :func:`store_sync`. Closing a closed handle does nothing."""
+    _call(lib.lx_store_close_unsynced, h)
 
 
 def store_len(h: int) -> int:

@@ -98,6 +98,11 @@ def _check_options(
     return size, piece
 
 
+def _check_sync(sync: Any) -> None:
+    if not isinstance(sync, bool):
+        raise TypeError(f"sync must be True or False, got {sync!r}")
+
+
 def _prepare_path(path: str, overwrite: bool) -> None:
     """Refuse to write over anything but an empty directory or, with
     ``overwrite=True``, a directory; whether that holds a previous store
@@ -211,16 +216,16 @@ class _Output:
         """The open handle (after :meth:`create` returned)."""
         return self._done[0][1]
 
-    def finish(self, failed: bool) -> None:
-        """Sync and close the store; with ``failed`` (an exception is
-        propagating) never raise anything but a new interrupt. A
-        KeyboardInterrupt during the cleanup does not stop it: the cleanup
-        starts over (every step may run twice) and the interrupt is raised
-        once it is done."""
+    def finish(self, failed: bool, sync: bool = True) -> None:
+        """Close the store, syncing it first when ``sync``; with ``failed``
+        (an exception is propagating) never raise anything but a new
+        interrupt. A KeyboardInterrupt during the cleanup does not stop it:
+        the cleanup starts over (every step may run twice) and the interrupt
+        is raised once it is done."""
         interrupt: KeyboardInterrupt | None = None
         while True:
             try:
-                self._finish(failed)
+                self._finish(failed, sync)
                 break
             except KeyboardInterrupt as e:
                 interrupt = e
@@ -228,7 +233,7 @@ class _Output:
         if interrupt is not None:
             raise interrupt
 
-    def _finish(self, failed: bool) -> None:
+    def _finish(self, failed: bool, sync: bool) -> None:
         t = self._thread
         if t is not None and not self._finished.is_set():  # interrupted while creating
             self._cancel.set()
@@ -242,10 +247,12 @@ class _Output:
             self._closed = True
             return
         handle = self._done[0][1]
-        if failed:
+        if not sync:
+            _native.store_close_unsynced(handle)  # closing twice is harmless
+        elif failed:
             with contextlib.suppress(Exception):
                 _native.store_sync(handle)
-            _native.store_close(handle)  # closing twice is harmless
+            _native.store_close(handle)
         else:
             try:
                 _native.store_sync(handle)
@@ -288,6 +295,7 @@ def from_numpy(
     chunk_bytes: int = 64 << 20,
     progress: bool | None = None,
     overwrite: bool = False,
+    sync: bool = False,
 ) -> None:
     """Write ``array`` to a new dense store at ``path``, one record per slice
     along axis 0 (a 1-D array becomes a dataset of scalars).
@@ -330,6 +338,11 @@ def from_numpy(
         overwrite: replace a previous loaderx store at ``path``. Only a
             directory that holds a ``meta.zr`` and nothing but store files is
             ever removed.
+        sync: make the store durable (fsync) before returning. By default,
+            as ``np.save`` does, the store is complete and readable by any
+            process when this returns, but a power cut before the system
+            writes it back to disk may lose it; pass True when the source
+            will not be kept.
 
     Raises:
         TypeError: unsupported dtype (object, str, void, structured, ...).
@@ -347,6 +360,7 @@ def from_numpy(
     dict_size_n, chunk = _check_options(
         codec, dict_tier, dict_size, chunk_bytes, "chunk_bytes", progress
     )
+    _check_sync(sync)
     ready_dict = _check_dict_bytes(dict_bytes, codec, dict_size)
     if not isinstance(array, np.ndarray):
         array = np.asarray(array)
@@ -428,7 +442,7 @@ def from_numpy(
         try:
             bar.close()
         finally:
-            out.finish(failed)
+            out.finish(failed, sync)
 
 
 def from_iterator(
@@ -442,6 +456,7 @@ def from_iterator(
     group_bytes: int = 16 << 20,
     progress: bool | None = None,
     overwrite: bool = False,
+    sync: bool = False,
 ) -> None:
     """Write a stream of arrays to a new ragged store at ``path``, one record
     per array.
@@ -467,6 +482,7 @@ def from_iterator(
         group_bytes: the size of each append group.
         progress: see :func:`from_numpy`.
         overwrite: see :func:`from_numpy`.
+        sync: see :func:`from_numpy`.
 
     Raises:
         TypeError: an unsupported dtype, or an array whose dtype differs from
@@ -484,6 +500,7 @@ def from_iterator(
     dict_size_n, group = _check_options(
         codec, dict_tier, dict_size, group_bytes, "group_bytes", progress
     )
+    _check_sync(sync)
     ready_dict = _check_dict_bytes(dict_bytes, codec, dict_size)
     _prepare_path(path, overwrite)
     try:
@@ -596,7 +613,7 @@ def from_iterator(
         try:
             bar.close()
         finally:
-            out.finish(failed)
+            out.finish(failed, sync)
 
 
 _END = object()

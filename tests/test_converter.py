@@ -526,3 +526,72 @@ def test_from_iterator_existing_path(tmp_path):
         from_iterator(tmp_path / "r", [np.zeros(2)])
     from_iterator(tmp_path / "r", [np.ones(3)], overwrite=True)
     np.testing.assert_array_equal(RaggedDataset(tmp_path / "r")[0], [1, 1, 1])
+
+
+# ---------------------------------------------------------------------------
+# pipelined pieces and the final sync
+
+
+def _pipelined_source() -> np.ndarray:
+    """12 MiB of 4 KiB records, a third of them incompressible, in pieces large
+    enough for the store to compress and write each in several parts."""
+    rng = np.random.default_rng(5)
+    ramp = (np.arange(4096) // 16).astype(np.uint8)
+    src = np.empty((3072, 4096), dtype=np.uint8)
+    src[:] = ramp
+    src += rng.integers(0, 4, src.shape, dtype=np.uint8)
+    src[::3] = rng.integers(0, 256, (1024, 4096), dtype=np.uint8)
+    return src.reshape(3072, 64, 64)
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd", "zstd_dict"])
+@pytest.mark.parametrize("sync", [False, True])
+def test_round_trip_pipelined_pieces(tmp_path, monkeypatch, codec, sync):
+    import loaderx
+    from loaderx import _native
+
+    calls: list[str] = []
+    for name in ("store_sync", "store_close", "store_close_unsynced"):
+        real = getattr(_native, name)
+        monkeypatch.setattr(_native, name, lambda h, _real=real, _name=name: (calls.append(_name), _real(h))[1])
+    src = _pipelined_source()
+    threads = loaderx.get_num_threads()
+    loaderx.set_num_threads(2)  # parts of 2 MiB: every piece of 4 MiB or more is pipelined
+    try:
+        from_numpy(tmp_path / "s", src, codec=codec, dict_tier="fast", sync=sync)
+    finally:
+        loaderx.set_num_threads(threads)
+    if sync:
+        assert calls == ["store_sync", "store_close"]
+    else:
+        assert calls == ["store_close_unsynced"]
+    with DenseDataset(tmp_path / "s") as ds:
+        assert ds.codec == codec
+        assert_same_bytes(ds[:], src)
+        assert_same_bytes(ds[[3071, 0, 1500]], src[[3071, 0, 1500]])
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, None, np.bool_(True)])
+def test_sync_must_be_a_bool(tmp_path, bad):
+    with pytest.raises(TypeError, match=f"sync must be True or False, got {bad!r}"):
+        from_numpy(tmp_path / "a", np.zeros((4, 2)), sync=bad)
+    with pytest.raises(TypeError, match=f"sync must be True or False, got {bad!r}"):
+        from_iterator(tmp_path / "b", [np.zeros(3)], sync=bad)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_from_iterator_sync(tmp_path, monkeypatch):
+    from loaderx import _native
+
+    calls: list[str] = []
+    for name in ("store_sync", "store_close_unsynced"):
+        real = getattr(_native, name)
+        monkeypatch.setattr(_native, name, lambda h, _real=real, _name=name: (calls.append(_name), _real(h))[1])
+    recs = [np.arange(n, dtype=np.int32) for n in (3, 0, 7)]
+    from_iterator(tmp_path / "u", recs)
+    from_iterator(tmp_path / "s", recs, sync=True)
+    assert calls == ["store_close_unsynced", "store_sync"]
+    for name in ("u", "s"):
+        with RaggedDataset(tmp_path / name) as ds:
+            for i, r in enumerate(recs):
+                assert_same_bytes(ds[i], r)

@@ -737,3 +737,20 @@ def test_gather_while_appending(native: ModuleType, raw_store: int) -> None:
     assert errors == []
     assert native.store_len(raw_store) == 15000
     assert min(checked) >= 20
+
+
+def test_close_unsynced(native: ModuleType, store_path: Path) -> None:
+    h = native.store_create(store_path, "zstd")
+    native.store_append(h, records_of(range(40)))
+    native.store_close_unsynced(h)
+    native.store_close_unsynced(h)  # idempotent, as store_close
+    native.store_close(h)
+    with pytest.raises(ClosedError, match=f"handle {h} is closed"):
+        native.store_append(h, [b"x"])
+    with pytest.raises(ValueError, match="-5 is not a store handle"):
+        native.store_close_unsynced(-5)
+    r = native.store_open(store_path, readonly=True)
+    try:
+        assert native.store_len(r) == 40
+    finally:
+        native.store_close(r)

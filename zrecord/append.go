@@ -40,6 +40,18 @@ func (a *appendScratch) reset(n, workers int, entSize int) {
 	}
 }
 
+// resetEntries sizes only the entries and the table, for n records.
+func (a *appendScratch) resetEntries(n int, entSize int) {
+	if cap(a.entries) < n {
+		a.entries = make([]entry, n)
+	}
+	a.entries = a.entries[:n]
+	if cap(a.table) < n*entSize {
+		a.table = make([]byte, n*entSize)
+	}
+	a.table = a.table[:n*entSize]
+}
+
 // release drops references to caller memory so the pool does not pin it.
 func (a *appendScratch) release() {
 	clear(a.phys)
@@ -59,10 +71,13 @@ func (a *appendScratch) release() {
 // is a no-op that returns Len(). A record may be empty and at most
 // MaxRecordSize bytes (else ErrRecordTooLarge, and nothing is written).
 //
-// Compression runs before the append lock is taken, in parallel across
-// Threads() goroutines for large batches. The record bytes are written
-// first, then the table entries, then the header; only then does Len
-// include the batch. Concurrent Gathers never see part of a batch.
+// Compression runs in parallel across Threads() goroutines for large
+// batches. A large batch is compressed (or, raw, checksummed) and written
+// in parts of about pipeStep() bytes, the next part compressing while the
+// previous one is written (see appendPipelined); a small one is compressed
+// before the append lock is taken. Either way all the record bytes are written first,
+// then the table entries, then the header; only then does Len include the
+// batch. Concurrent Gathers never see part of a batch.
 func (s *Store) Append(records [][]byte) (first int64, err error) {
 	defer recoverTo(&err, "append")
 	if len(records) > 0 {
@@ -84,6 +99,9 @@ func (s *Store) Append(records [][]byte) (first int64, err error) {
 	}
 	if len(records) == 0 {
 		return s.length.Load(), nil
+	}
+	if total >= 2*pipeStep() {
+		return s.appendPipelined(records, total)
 	}
 	a := appendPool.Get().(*appendScratch)
 	defer a.release()
@@ -191,74 +209,126 @@ const compressBlockBytes = 256 << 10
 // commit places, writes and publishes a compressed batch. The caller holds
 // appendMu.
 func (s *Store) commit(records [][]byte, a *appendScratch) (int64, error) {
+	w, err := s.newBatch(len(records), a.entries[:0])
+	if err != nil {
+		return 0, err
+	}
+	if err := w.write(records, a.phys, a.sums, &a.iov); err != nil {
+		return 0, err
+	}
+	return w.publish(a.table)
+}
+
+// batchWriter places and writes the record bytes of one batch, in one step
+// or in several consecutive parts, and then publishes the whole batch at
+// once: table entries, then the header. Nothing of the batch is visible
+// before publish. Its methods run under appendMu.
+type batchWriter struct {
+	s       *Store
+	length  int64   // Len() before the batch
+	n       int64   // records in the batch
+	entries []entry // entries of the records written so far; cap n
+	pos     position
+	live    int64
+	logical int64
+}
+
+// newBatch starts a batch of n records after the current tail, with
+// entries (length 0, capacity n) to collect their table entries in.
+func (s *Store) newBatch(n int, entries []entry) (*batchWriter, error) {
 	length := s.length.Load()
-	n := int64(len(records))
+	if err := s.growSegments(length + int64(n)); err != nil {
+		return nil, err
+	}
+	return &batchWriter{s: s, length: length, n: int64(n), entries: entries, pos: s.tail}, nil
+}
+
+// write places the next records of the batch after those written so far
+// and writes their stored forms phys (with checksums sums). iov is scratch.
+func (w *batchWriter) write(records, phys [][]byte, sums []uint32, iov *[][]byte) error {
+	s := w.s
 	capacity := uint64(s.opts.capacity)
+	first := len(w.entries)
+	if first+len(phys) > int(w.n) {
+		return errf(ErrInvalidArgument, "append to %s: a part of %d records past the batch of %d", s.dir, len(phys), w.n)
+	}
 
 	// Place every record. A record never straddles chunks: one that does
 	// not fit the rest of the chunk starts the next chunk, unless the chunk
 	// is still empty (a record larger than the capacity gets a chunk alone).
-	pos := s.tail
-	var live, logical int64
-	for k, p := range a.phys {
+	pos := w.pos
+	for k, p := range phys {
 		size := uint64(len(p))
 		if pos.off > 0 && uint64(pos.off)+size > capacity {
 			if pos.chunk == math.MaxUint32 {
-				return 0, errf(ErrInvalidArgument, "append to %s: out of chunk ids", s.dir)
+				return errf(ErrInvalidArgument, "append to %s: out of chunk ids", s.dir)
 			}
 			pos = position{pos.chunk + 1, 0}
 		}
-		a.entries[k] = entry{off: pos.off, phys: uint32(size), logic: uint32(len(records[k])), chunk: pos.chunk, sum: a.sums[k]}
+		w.entries = append(w.entries, entry{off: pos.off, phys: uint32(size), logic: uint32(len(records[k])), chunk: pos.chunk, sum: sums[k]})
 		pos.off += uint32(size)
-		live += int64(size)
-		logical += int64(len(records[k]))
+		w.live += int64(size)
+		w.logical += int64(len(records[k]))
 	}
+	w.pos = pos
 	if err := s.growChunks(pos.chunk); err != nil {
-		return 0, err
-	}
-	if err := s.growSegments(length + n); err != nil {
-		return 0, err
+		return err
 	}
 	chunks := *s.chunks.Load()
+	ents := w.entries[first:]
 
 	// Data: one vectored write per run of records in the same chunk.
-	for k := 0; k < len(a.phys); {
-		c := chunks[a.entries[k].chunk]
-		start := int64(a.entries[k].off)
-		a.iov = a.iov[:0]
+	for k := 0; k < len(phys); {
+		c := chunks[ents[k].chunk]
+		start := int64(ents[k].off)
+		*iov = (*iov)[:0]
 		j := k
-		for ; j < len(a.phys) && a.entries[j].chunk == c.id; j++ {
-			if len(a.phys[j]) > 0 {
-				a.iov = append(a.iov, a.phys[j])
+		for ; j < len(phys) && ents[j].chunk == c.id; j++ {
+			if len(phys[j]) > 0 {
+				*iov = append(*iov, phys[j])
 			}
 		}
-		last := a.entries[j-1]
+		last := ents[j-1]
 		// Mapped far enough before the bytes exist, and so before the
 		// length that publishes them (see mmap.go).
 		if err := c.cover(c.f, int64(last.end())); err != nil {
-			return 0, wrapf(err, "append: map %s", s.path(chunkName(c.id)))
+			return wrapf(err, "append: map %s", s.path(chunkName(c.id)))
 		}
-		if len(a.iov) > 0 {
-			if err := writeVec(c.f, a.iov, start); err != nil {
-				return 0, wrapf(err, "append: write %s", s.path(chunkName(c.id)))
+		if len(*iov) > 0 {
+			if err := writeVec(c.f, *iov, start); err != nil {
+				return wrapf(err, "append: write %s", s.path(chunkName(c.id)))
 			}
 			c.dirty = true
 		}
 		c.size = max(c.size, int64(last.end()))
 		k = j
 	}
+	return nil
+}
+
+// publish writes the table entries of the whole batch (table is scratch of
+// at least n entries), cuts off what a failed earlier append left in the
+// chunks the batch moved past, and writes the header; then the batch is
+// visible. Every record of the batch must have been written.
+func (w *batchWriter) publish(table []byte) (int64, error) {
+	s := w.s
+	if int64(len(w.entries)) != w.n {
+		return 0, errf(ErrInvalidArgument, "append to %s: %d of a batch of %d records written", s.dir, len(w.entries), w.n)
+	}
+	length, n, pos := w.length, w.n, w.pos
+	chunks := *s.chunks.Load()
 
 	// Table entries, one write per segment.
 	l := s.lay
 	es := l.entSize
-	for k := range a.entries {
-		l.putEntry(a.table[int64(k)*es:int64(k+1)*es], length+int64(k), a.entries[k])
+	for k := range w.entries {
+		l.putEntry(table[int64(k)*es:int64(k+1)*es], length+int64(k), w.entries[k])
 	}
 	segs := *s.segs.Load()
 	for i := length; i < length+n; {
 		g := segs[i>>l.shift]
 		cnt := min(length+n-i, l.segEntries()-(i&l.segMask()))
-		b := a.table[(i-length)*es : (i-length+cnt)*es]
+		b := table[(i-length)*es : (i-length+cnt)*es]
 		if err := g.cover(g.f, l.segOff(i)+cnt*es); err != nil {
 			return 0, wrapf(err, "append: map %s", s.path(l.segName(g.id)))
 		}
@@ -273,7 +343,7 @@ func (s *Store) commit(records [][]byte, a *appendScratch) (int64, error) {
 	// anything a failed earlier append left behind in them.
 	for id := s.tail.chunk; id < pos.chunk; id++ {
 		c := chunks[id]
-		end := sealedEnd(c, id, s.tail, a.entries)
+		end := sealedEnd(c, id, s.tail, w.entries)
 		if c.size > end {
 			if err := c.f.Truncate(end); err != nil {
 				return 0, wrapf(err, "append: truncate %s", s.path(chunkName(id)))
@@ -291,12 +361,12 @@ func (s *Store) commit(records [][]byte, a *appendScratch) (int64, error) {
 		return 0, err
 	}
 	for id := s.tail.chunk; id < pos.chunk; id++ {
-		chunks[id].end.Store(sealedEnd(chunks[id], id, s.tail, a.entries))
+		chunks[id].end.Store(sealedEnd(chunks[id], id, s.tail, w.entries))
 	}
 	chunks[pos.chunk].end.Store(int64(pos.off))
 	s.tail = pos
-	s.live += live
-	s.logical += logical
+	s.live += w.live
+	s.logical += w.logical
 	s.length.Store(length + n)
 	return length, nil
 }

@@ -27,6 +27,10 @@ type crashOp struct {
 	kind string // "append", "delete", "compact", "sync", "upgrade"
 	recs [][]byte
 	idx  []int64
+	// pipeStep, when set, is the part size per thread an append of a
+	// compressed store is pipelined at (zrecord.SetPipeStepPerThread), so
+	// that a small batch is written in several parts.
+	pipeStep int64
 }
 
 func (op crashOp) String() string {
@@ -42,6 +46,9 @@ func (op crashOp) String() string {
 func (op crashOp) apply(s *zrecord.Store) error {
 	switch op.kind {
 	case "append":
+		if op.pipeStep > 0 {
+			defer zrecord.SetPipeStepPerThread(zrecord.SetPipeStepPerThread(op.pipeStep))
+		}
 		_, err := s.Append(op.recs)
 		return err
 	case "delete":
@@ -108,8 +115,14 @@ func buildCrashPlan(role string, seed int64) *crashPlan {
 	switch role {
 	case "append":
 		p.capacity = 256 << 10
+		// Odd seeds write compressed batches in pipelined parts of about
+		// 16 KiB per thread, several parts per batch.
+		var step int64
+		if seed%2 != 0 {
+			step = 16 << 10
+		}
 		for range 40 {
-			add(crashOp{kind: "append", recs: genBatch(rng, 1+rng.IntN(8), 48<<10)})
+			add(crashOp{kind: "append", recs: genBatch(rng, 1+rng.IntN(8), 48<<10), pipeStep: step})
 		}
 	case "delete":
 		p.capacity = 256 << 10

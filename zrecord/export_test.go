@@ -85,3 +85,16 @@ func MappedSpans(s *Store) (chunks, segs []int64, retired int) {
 
 // MinSpan is the smallest span a file is mapped at.
 const MinSpan = minSpan
+
+// SetPipeStepPerThread sets the logical bytes of a pipelined append's part
+// per compressing goroutine (n ≤ 0 restores the default) and returns the
+// previous value. A step larger than any batch turns the pipeline off.
+func SetPipeStepPerThread(n int64) int64 {
+	if n <= 0 {
+		n = 1 << 20
+	}
+	return pipeStepPerThread.Swap(n)
+}
+
+// PipelinedAppends is how many appends have been pipelined so far.
+func PipelinedAppends() int64 { return pipelinedAppends.Load() }

@@ -339,13 +339,31 @@ func (s *Store) syncDirNow() error {
 // other method of a closed handle returns ErrClosed.
 func (s *Store) Close() (err error) {
 	defer recoverTo(&err, "close")
+	return s.close(true)
+}
+
+// CloseUnsynced closes the handle as Close does, except that it does not
+// sync first. Nothing that was appended is lost to another process or a
+// later handle (the bytes are in the operating system's cache), but a
+// power cut before the system writes them back may lose what followed the
+// last Sync. Deletes the table has not taken yet stay in their log, which
+// the next writable Open applies, and a compaction's old copies stay until
+// the next Sync. It suits a writer that can redo its work, such as a
+// conversion from a source that is kept, and saves the final fsync of
+// everything written.
+func (s *Store) CloseUnsynced() (err error) {
+	defer recoverTo(&err, "close")
+	return s.close(false)
+}
+
+func (s *Store) close(sync bool) (err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil
 	}
 	s.closed = true
-	if !s.readOnly {
+	if sync && !s.readOnly {
 		err = s.syncAll()
 	}
 	if rerr := s.release(); err == nil {
