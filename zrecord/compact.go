@@ -123,14 +123,14 @@ func (s *Store) compact() error {
 	chunks := *s.chunks.Load()
 	// Pending Deletes are read through: their entry writes go into the
 	// table with the compaction's own.
-	var pending map[int64]pinned
+	var pending map[int64]entry
 	if s.pend != nil {
 		pending = s.overlay.Load().recs
 	}
 	live := make([]indexedEntry, 0, length)
 	for i := int64(0); i < length; i++ {
-		if p, ok := pending[i]; ok {
-			live = append(live, indexedEntry{i, p.e})
+		if pe, ok := pending[i]; ok {
+			live = append(live, indexedEntry{i, pe})
 			continue
 		}
 		e, err := s.readEntry(segs, i)
@@ -266,9 +266,9 @@ func (s *Store) compact() error {
 		for _, m := range moves {
 			moved[m.idx] = true
 		}
-		for i, p := range pending {
+		for i, pe := range pending {
 			if !moved[i] {
-				stay = append(stay, move{idx: i, to: p.e})
+				stay = append(stay, move{idx: i, to: pe})
 			}
 		}
 		if err := s.writeMovedEntries(stay); err != nil {

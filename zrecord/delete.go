@@ -54,7 +54,7 @@ func (s *Store) Delete(indices []int64) (err error) {
 	// still pending) can itself become the last one, so entries are read
 	// through both.
 	segs := *s.segs.Load()
-	var pending map[int64]pinned
+	var pending map[int64]entry
 	if s.pend != nil {
 		pending = s.overlay.Load().recs
 	}
@@ -63,8 +63,8 @@ func (s *Store) Delete(indices []int64) (err error) {
 		if e, ok := writes[i]; ok {
 			return e, nil
 		}
-		if p, ok := pending[i]; ok {
-			return p.e, nil
+		if pe, ok := pending[i]; ok {
+			return pe, nil
 		}
 		e, err := s.readEntry(segs, i)
 		if err != nil {
@@ -107,11 +107,11 @@ func (s *Store) Delete(indices []int64) (err error) {
 	// Published: readers take the moved entries from memory. They are
 	// excluded while this runs, so the map is changed in place.
 	if pending == nil {
-		pending = make(map[int64]pinned, len(list))
+		pending = make(map[int64]entry, len(list))
 		s.overlay.Store(&overlay{recs: pending})
 	}
 	for _, w := range list {
-		pending[w.idx] = pinned{e: w.e}
+		pending[w.idx] = w.e
 	}
 	for i := n; i < length; i++ {
 		delete(pending, i)
@@ -203,7 +203,7 @@ func (s *Store) settleDeletes() error {
 		}
 		slices.Sort(idx)
 		for _, i := range idx {
-			if err := s.writeEntry(i, recs[i].e); err != nil {
+			if err := s.writeEntry(i, recs[i]); err != nil {
 				return err
 			}
 		}

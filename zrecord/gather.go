@@ -12,7 +12,6 @@ import (
 // gatherScratch is the per-call working memory of Gather, reused across calls.
 type gatherScratch struct {
 	locs []entry
-	pins [][]byte // bytes pinned in memory by a failed write, per record; nil if none
 	raw  [][]byte // per-worker staging for files that cannot be mapped
 	// touched sums the bytes loaded ahead of use by touchEntries and
 	// touchRecords, so the loads are kept.
@@ -27,7 +26,6 @@ func getGatherScratch(n int) *gatherScratch {
 		g.locs = make([]entry, n)
 	}
 	g.locs = g.locs[:n]
-	g.pins = nil
 	return g
 }
 
@@ -76,7 +74,7 @@ func (s *Store) Gather(indices []int64, dst []byte, stride int) (err error) {
 	workers := workersFor(s.gatherCost(g.locs, int64(n)*int64(stride)), n, fanOutBytes)
 	blocks := gatherBlocks(workers, n)
 	g.prepare(blocks)
-	plain := s.plainCopies(g)
+	plain := s.plainCopies()
 	return parallelBlocks(workers, blocks, "gather", func(w int) error {
 		lo, hi := n*w/blocks, n*(w+1)/blocks
 		// Records are filled in ascending order, and a slot's capacity runs
@@ -103,11 +101,10 @@ func (s *Store) Gather(indices []int64, dst []byte, stride int) (err error) {
 	})
 }
 
-// plainCopies reports whether raw records of this call may be copied
-// straight from their mapping: none is pinned by a failed write and raw
-// records are not checked after the copy.
-func (s *Store) plainCopies(g *gatherScratch) bool {
-	return g.pins == nil && !(s.lay.checksummed() && s.verifyRaw.Load())
+// plainCopies reports whether raw records may be copied straight from
+// their mapping: they are not checked after the copy.
+func (s *Store) plainCopies() bool {
+	return !(s.lay.checksummed() && s.verifyRaw.Load())
 }
 
 // GatherPacked copies the records at indices into dst back to back: record
@@ -259,14 +256,8 @@ func (s *Store) locate(op string, indices []int64, g *gatherScratch) ([]*chunk, 
 	locs := g.locs
 	for k, i := range indices {
 		if ov != nil {
-			if p, ok := ov.recs[i]; ok {
-				locs[k] = p.e
-				if p.data != nil {
-					if g.pins == nil {
-						g.pins = make([][]byte, len(indices))
-					}
-					g.pins[k] = p.data
-				}
+			if e, ok := ov.recs[i]; ok {
+				locs[k] = e
 				continue
 			}
 		}
@@ -299,12 +290,8 @@ func (g *gatherScratch) touchEntries(l layout, segs []*segment, indices []int64)
 
 // touchRecords does the same for the first byte of each record at locs in
 // a mapped chunk, so that the copies or checks that follow find them on
-// their way into the cache. Records pinned by a failed write are not read
-// from their chunk, and are skipped.
+// their way into the cache.
 func (g *gatherScratch) touchRecords(chunks []*chunk) {
-	if g.pins != nil {
-		return
-	}
 	var t byte
 	for _, e := range g.locs {
 		if d := chunks[e.chunk].bytes(); d != nil && e.phys > 0 {
@@ -346,9 +333,7 @@ func (s *Store) fill(g *gatherScratch, w, k int, chunks []*chunk, idx int64, out
 	c := chunks[e.chunk]
 	frame := s.isFrame(e)
 	var src []byte
-	if g.pins != nil && g.pins[k] != nil {
-		src = g.pins[k]
-	} else if d := c.bytes(); d != nil {
+	if d := c.bytes(); d != nil {
 		src = d[e.off:e.end():e.end()]
 	} else if !frame {
 		if err := readFull(c.f, out, int64(e.off)); err != nil {

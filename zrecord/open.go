@@ -331,8 +331,8 @@ func (s *Store) validate() (int64, error) {
 			e, bad := l.getEntryAt(b[k*l.entSize:(k+1)*l.entSize], i+k)
 			if ov != nil {
 				// A read-only handle over a writer's pending deletes.
-				if p, ok := ov.recs[i+k]; ok {
-					e, bad = p.e, nil
+				if pe, ok := ov.recs[i+k]; ok {
+					e, bad = pe, nil
 				}
 			}
 			if bad != nil {

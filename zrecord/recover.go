@@ -94,9 +94,9 @@ func (s *Store) loadDeleteLog() error {
 		return nil
 	}
 	w := deleteLogWrites(log)
-	recs := make(map[int64]pinned, len(w))
+	recs := make(map[int64]entry, len(w))
 	for i, e := range w {
-		recs[i] = pinned{e: e}
+		recs[i] = e
 	}
 	s.overlay.Store(&overlay{recs: recs})
 	s.length.Store(log[len(log)-1].afterLen)

@@ -76,16 +76,10 @@ type Store struct {
 
 type brokenState struct{ err error }
 
-// overlay maps indices to the entry readers must use (and, if data is set,
-// a copy of the stored bytes to serve instead of the chunk's; the writers
-// of this release set entries only).
+// overlay maps indices to the entry readers must use instead of the
+// table's: the entries of deletes the table has not taken yet.
 type overlay struct {
-	recs map[int64]pinned
-}
-
-type pinned struct {
-	e    entry
-	data []byte // the record's stored bytes, or nil to read them from e's place
+	recs map[int64]entry
 }
 
 // position is a place in the chunk files: the write frontier, or where a
