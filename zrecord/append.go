@@ -116,22 +116,28 @@ func (s *Store) Append(records [][]byte) (first int64, err error) {
 
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
-	if err := s.checkWrite("append"); err != nil {
+	if err := s.beginAppend(); err != nil {
 		return 0, err
-	}
-	// The batch's entries go where pending Deletes moved records from.
-	if err := s.settleDeletes(); err != nil {
-		return 0, err
-	}
-	if c := s.cleanup; c != nil && len(c.remove) > 0 {
-		// Chunk files past the frontier still hold the old copies of
-		// records a Compact moved: the batch may not reuse them before
-		// the moved records are durable.
-		if err := s.syncLocked(); err != nil {
-			return 0, err
-		}
 	}
 	return s.commit(records, a)
+}
+
+// beginAppend readies the store for a batch, whole or pipelined; the caller
+// holds appendMu. The batch's entries go where pending Deletes moved records
+// from, so those go into the table first; and chunk files past the frontier
+// that still hold the old copies of records a Compact moved may not be
+// reused before the moved records are durable.
+func (s *Store) beginAppend() error {
+	if err := s.checkWrite("append"); err != nil {
+		return err
+	}
+	if err := s.settleDeletes(); err != nil {
+		return err
+	}
+	if c := s.cleanup; c != nil && len(c.remove) > 0 {
+		return s.syncLocked()
+	}
+	return nil
 }
 
 // compress fills a.phys with what each record is stored as: its zstd frame

@@ -126,7 +126,7 @@ func (s *Store) appendPipelined(records [][]byte, total int64) (first int64, err
 	}
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
-	if err := s.checkWrite("append"); err != nil {
+	if err := s.beginAppend(); err != nil {
 		return 0, err
 	}
 	w, err := s.newBatch(len(records), batch.entries[:0])

@@ -195,3 +195,48 @@ func TestAppendPipelinedReadersSeeWholeBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A pipelined append takes pending Deletes into the table first, as a whole
+// one does: the batch's entries land where the Deletes moved records from,
+// and the header written when the Deletes settle does not fall back to the
+// length before the batch.
+func TestAppendPipelinedAfterDelete(t *testing.T) {
+	defer zrecord.SetPipeStepPerThread(zrecord.SetPipeStepPerThread(4 << 10))
+	rng, _ := seeded(t)
+	for _, c := range codecCases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "s")
+			s, err := zrecord.Create(dir, createOpts(t, c, 32<<10)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := genBatch(rng, 10, 1<<10)
+			if _, err := s.Append(want); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Delete([]int64{2}); err != nil {
+				t.Fatal(err)
+			}
+			want[2] = want[9] // the last record moves into the hole
+			want = want[:9]
+			batch := pipelineBatch(rng)
+			if _, err := s.Append(batch); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, batch...)
+			for range 2 { // before and after a reopen
+				ztExpect(t, s, want)
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
+				if s, err = zrecord.Open(dir); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.Close()
+		})
+	}
+}
