@@ -254,6 +254,11 @@ func (s *Store) compact() error {
 		if err := writeSyncClose(f, p, j.encode()); err != nil {
 			return err
 		}
+		// The journal must be found after a power cut before any entry
+		// is overwritten in place: its directory entry is synced too.
+		if err := s.syncDirNow(); err != nil {
+			return err
+		}
 	}
 	// 3. The table and the header. Until they are written the old entries
 	// still point at intact old copies, so the handle reads correctly at

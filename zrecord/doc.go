@@ -192,8 +192,8 @@
 // into chunks that hold nothing: chunk files left empty by an earlier
 // compaction, or new ones past the frontier. Then it writes
 // compact.journal, with every moved record's entry before and after, and
-// fsyncs it: the table entries are about to be overwritten, and the
-// journal is then the only record of the old ones. Then it writes the
+// fsyncs it and the directory: the table entries are about to be
+// overwritten, and the journal is then the only record of the old ones. Then it writes the
 // entries and the header with the new frontier. The old copies (the rest
 // of the hole's chunk, and chunks that held only moved records) stay on
 // disk until the next Sync or Close: after it has synced the new copies,

@@ -93,12 +93,7 @@ func (s *Store) loadDeleteLog() error {
 	if !s.deleteLogLive(log) {
 		return nil
 	}
-	w := deleteLogWrites(log)
-	recs := make(map[int64]entry, len(w))
-	for i, e := range w {
-		recs[i] = e
-	}
-	s.overlay.Store(&overlay{recs: recs})
+	s.overlay.Store(&overlay{recs: deleteLogWrites(log)})
 	s.length.Store(log[len(log)-1].afterLen)
 	return nil
 }
@@ -270,24 +265,20 @@ func (s *Store) replayRelocation(j relocation) error {
 	// A compaction that took in pending Deletes built on their log: their
 	// writes go into the table first, then the journal is judged against
 	// the table they produce.
-	chained := false
-	if raw, ok, err := s.readWhole(deleteJournal); err != nil {
+	log, chained, err := s.chainedDeleteLog(j)
+	if err != nil {
 		return err
-	} else if ok {
-		log := decodeDeleteLog(raw)
-		if len(log) > 0 && log[0].version == journalVersion(s.lay) && log[0].before == j.oldTail && log[len(log)-1].afterLen == j.length {
-			// Idempotent: the entries the compaction moved are judged
-			// (and rewritten) below; the others end up as the log says.
-			if s.tail == j.oldTail && s.length.Load() == log[0].beforeLen {
-				s.length.Store(j.length)
+	}
+	if chained {
+		// Idempotent: the entries the compaction moved are judged (and
+		// rewritten) below; the others end up as the log says.
+		if s.tail == j.oldTail && s.length.Load() == log[0].beforeLen {
+			s.length.Store(j.length)
+		}
+		for i, e := range deleteLogWrites(log) {
+			if err := s.writeEntry(i, e); err != nil {
+				return err
 			}
-			w := deleteLogWrites(log)
-			for i, e := range w {
-				if err := s.writeEntry(i, e); err != nil {
-					return err
-				}
-			}
-			chained = true
 		}
 	}
 	st, live, err := s.relocationState(j)
@@ -405,6 +396,19 @@ func (s *Store) replayRelocation(j relocation) error {
 	return s.removeFile(compactJrnl)
 }
 
+// chainedDeleteLog returns the delete log a compaction with journal j took
+// in (its pending Deletes, which the compaction built on), if there is one.
+func (s *Store) chainedDeleteLog(j relocation) ([]deleteIntent, bool, error) {
+	raw, ok, err := s.readWhole(deleteJournal)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	log := decodeDeleteLog(raw)
+	chained := len(log) > 0 && log[0].version == journalVersion(s.lay) &&
+		log[0].before == j.oldTail && log[len(log)-1].afterLen == j.length
+	return log, chained, nil
+}
+
 // checkNoPendingJournal refuses a read-only Open while an interrupted
 // Compact is unfinished: only a writable Open can repair the table, and
 // reading it before then could return wrong records. Deletes in a live
@@ -424,6 +428,24 @@ func (s *Store) checkNoPendingJournal() error {
 			}
 			if live && !done {
 				return errf(ErrCorrupt, "%s: interrupted compaction, open the store writable once to recover", s.path(compactJrnl))
+			}
+			if live {
+				// The entries of the Deletes the compaction took in were
+				// written unsynced: read them from their log, except
+				// those of the records the compaction moved, which the
+				// table holds (done says so).
+				log, chained, err := s.chainedDeleteLog(j)
+				if err != nil {
+					return err
+				}
+				if chained {
+					recs := deleteLogWrites(log)
+					for _, m := range j.moves {
+						delete(recs, m.idx)
+					}
+					s.overlay.Store(&overlay{recs: recs})
+					return nil
+				}
 			}
 		} else if j, valid := decodeCompactJournal(raw); valid {
 			plan, err := s.planCompactRepair(j)
