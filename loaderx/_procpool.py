@@ -175,6 +175,8 @@ def _memmap_source(array: np.ndarray) -> _ArraySource | None:
     path = getattr(array, "filename", None)
     if mm is None or path is None or not array.flags.c_contiguous:
         return None
+    if getattr(array, "mode", None) == "c":  # copy-on-write: its edits are not in the file
+        return None
     # a slice of a memmap keeps its parent's .offset: locate the data instead
     mapped = np.frombuffer(mm, dtype=np.uint8)
     start = int(getattr(array, "offset", 0))
@@ -587,6 +589,9 @@ class ProcessPool:
             for w in self._workers:
                 if w is not None:
                     self._send(w, ("cancel", self._gen))
+        for item in self._results.values():  # made but never handed out: reusable now
+            if not isinstance(item, _Failure):
+                self._free.append(item[0])
         self._results.clear()
         self._redo.clear()
         self.next_out = self._claim = start_step

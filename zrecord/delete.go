@@ -132,16 +132,14 @@ func (s *Store) Delete(indices []int64) (err error) {
 const deleteLogLimit = 64 << 20
 
 // pendingDelete is the state of the Deletes not yet written into the table:
-// their log, open, and the state on disk they start from. Their cumulative
+// their log, open, and the length they leave. Their cumulative
 // entry writes are the records of the overlay. It is guarded by appendMu or
 // mu held exclusively.
 type pendingDelete struct {
-	f         File
-	off       int64 // where the next record goes
-	records   int   // records written completely
-	before    position
-	beforeLen int64
-	afterLen  int64
+	f        File
+	off      int64 // where the next record goes
+	records  int   // records written completely
+	afterLen int64
 }
 
 // logDelete appends j to delete.intent, creating the log for the first
@@ -162,7 +160,7 @@ func (s *Store) logDelete(j deleteIntent) error {
 			return wrapf(err, "delete: create %s", path)
 		}
 		s.dirDirty = true
-		p = &pendingDelete{f: f, before: j.before, beforeLen: j.beforeLen}
+		p = &pendingDelete{f: f}
 		s.pend = p
 	}
 	b := j.encode()
