@@ -197,12 +197,18 @@ func lx_store_open(path *C.char, readonly C.int, handle *C.int64_t, errBuf *C.ch
 //
 //export lx_store_close
 func lx_store_close(h C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
-	return call("lx_store_close", errBuf, errLen, func() error {
+	return closeWith("lx_store_close", h, errBuf, errLen, (*zrecord.Store).Close)
+}
+
+// closeWith retires handle h and closes its store with close; a handle
+// that is already closed does nothing.
+func closeWith(name string, h C.int64_t, errBuf *C.char, errLen C.int64_t, close func(*zrecord.Store) error) C.int {
+	return call(name, errBuf, errLen, func() error {
 		s, err := release(int64(h))
 		if err != nil || s == nil {
 			return err
 		}
-		return s.Close()
+		return close(s)
 	})
 }
 
@@ -212,13 +218,7 @@ func lx_store_close(h C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
 //
 //export lx_store_close_unsynced
 func lx_store_close_unsynced(h C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
-	return call("lx_store_close_unsynced", errBuf, errLen, func() error {
-		s, err := release(int64(h))
-		if err != nil || s == nil {
-			return err
-		}
-		return s.CloseUnsynced()
-	})
+	return closeWith("lx_store_close_unsynced", h, errBuf, errLen, (*zrecord.Store).CloseUnsynced)
 }
 
 // lx_store_len writes the number of records to *length.

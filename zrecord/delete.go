@@ -194,16 +194,8 @@ func (s *Store) settleDeletes() error {
 		if err := p.f.Sync(); err != nil {
 			return wrapf(err, "sync %s", s.path(deleteJournal))
 		}
-		recs := s.overlay.Load().recs
-		idx := make([]int64, 0, len(recs))
-		for i := range recs {
-			idx = append(idx, i)
-		}
-		slices.Sort(idx)
-		for _, i := range idx {
-			if err := s.writeEntry(i, recs[i]); err != nil {
-				return err
-			}
+		if err := s.writeEntries(s.overlay.Load().recs); err != nil {
+			return err
 		}
 		if err := s.writeHeader(s.tail, p.afterLen); err != nil {
 			return err
@@ -236,7 +228,14 @@ func (s *Store) settleDeletes() error {
 // header with the final length. Applying a log twice is harmless. It does
 // not change the in-memory length.
 func (s *Store) applyDelete(log []deleteIntent) error {
-	w := deleteLogWrites(log)
+	if err := s.writeEntries(deleteLogWrites(log)); err != nil {
+		return err
+	}
+	return s.writeHeader(s.tail, log[len(log)-1].afterLen)
+}
+
+// writeEntries writes the table entries w, in index order.
+func (s *Store) writeEntries(w map[int64]entry) error {
 	idx := make([]int64, 0, len(w))
 	for i := range w {
 		idx = append(idx, i)
@@ -247,5 +246,5 @@ func (s *Store) applyDelete(log []deleteIntent) error {
 			return err
 		}
 	}
-	return s.writeHeader(s.tail, log[len(log)-1].afterLen)
+	return nil
 }

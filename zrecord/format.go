@@ -136,6 +136,18 @@ func (h header) encode() [headerSize]byte {
 	return b
 }
 
+// headerFields reads the fields of a header of at least headerSize bytes,
+// without checking them.
+func headerFields(b []byte) header {
+	return header{
+		version:    b[4],
+		codec:      Codec(b[5]),
+		tailChunk:  binary.LittleEndian.Uint32(b[6:10]),
+		tailOffset: binary.LittleEndian.Uint32(b[10:14]),
+		length:     binary.LittleEndian.Uint64(b[14:22]),
+	}
+}
+
 // decodeHeader parses meta.zr's bytes. path names the file in errors.
 func decodeHeader(b []byte, path string) (header, error) {
 	if len(b) < len(magic) || [4]byte(b[0:4]) != magic {
@@ -147,13 +159,7 @@ func decodeHeader(b []byte, path string) (header, error) {
 	if _, ok := layoutOf(b[4]); !ok {
 		return header{}, errf(ErrVersion, "%s: version %d (this package reads %d, %d and %d)", path, b[4], versionV1, versionV3, formatVersion)
 	}
-	h := header{
-		version:    b[4],
-		codec:      Codec(b[5]),
-		tailChunk:  binary.LittleEndian.Uint32(b[6:10]),
-		tailOffset: binary.LittleEndian.Uint32(b[10:14]),
-		length:     binary.LittleEndian.Uint64(b[14:22]),
-	}
+	h := headerFields(b)
 	reserved := 22
 	if h.version >= formatVersion {
 		stored, sum := binary.LittleEndian.Uint32(b[22:26]), headerSum(b)

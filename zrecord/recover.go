@@ -275,10 +275,8 @@ func (s *Store) replayRelocation(j relocation) error {
 		if s.tail == j.oldTail && s.length.Load() == log[0].beforeLen {
 			s.length.Store(j.length)
 		}
-		for i, e := range deleteLogWrites(log) {
-			if err := s.writeEntry(i, e); err != nil {
-				return err
-			}
+		if err := s.writeEntries(deleteLogWrites(log)); err != nil {
+			return err
 		}
 	}
 	st, live, err := s.relocationState(j)

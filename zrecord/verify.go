@@ -216,13 +216,7 @@ func (v *verifier) header() (bool, error) {
 	v.lay = lay
 	v.r.Version = int(lay.version)
 	v.r.Checksummed = lay.checksummed()
-	h := header{
-		version:    b[4],
-		codec:      Codec(b[5]),
-		tailChunk:  binary.LittleEndian.Uint32(b[6:10]),
-		tailOffset: binary.LittleEndian.Uint32(b[10:14]),
-		length:     binary.LittleEndian.Uint64(b[14:22]),
-	}
+	h := headerFields(b)
 	reserved := 22
 	if lay.checksummed() {
 		if stored, sum := binary.LittleEndian.Uint32(b[22:26]), headerSum(b); stored != sum {
