@@ -152,8 +152,8 @@ def _create_store(
             raise
         raise ValueError(
             f"codec 'zstd_dict' could not train a dictionary on {len(samples or ())} sampled "
-            f"records ({e}); records that share no content gain nothing from one, so use "
-            "codec='zstd'"
+            f"records ({e}); with this little data, or records that share no content, a "
+            "dictionary gains nothing, so use codec='zstd'"
         ) from e
 
 
@@ -684,8 +684,9 @@ def train_dict(
         The dictionary, a zstd dictionary that any zstd tool also reads.
 
     Raises:
-        ValueError: a bad tier, too few usable samples, or samples that share
-            too little content to build a dictionary from.
+        ValueError: a bad tier, too few usable samples, or too few sample
+            bytes to build a dictionary from (the content is at most a
+            tenth of them).
 
     Example::
 

@@ -118,10 +118,23 @@ def test_zstd_dict_size_cap(tmp_path):
         assert_same_bytes(ds[:], src)
 
 
-def test_zstd_dict_on_unrelated_records_explains_itself(tmp_path):
+def test_zstd_dict_on_too_little_data_explains_itself(tmp_path):
+    # 12 records of 32 bytes: too few bytes to choose dictionary content
+    # from (at most a tenth of them), and nothing is created.
+    small = make_array("int16", (12, 4, 4))
+    with pytest.raises(ValueError, match="could not train a dictionary.*too few.*use codec='zstd'"):
+        from_numpy(tmp_path / "d", small, codec="zstd_dict")
+    assert not (tmp_path / "d").exists()
+
+
+def test_zstd_dict_on_unrelated_records_still_round_trips(tmp_path):
+    # Noise shares nothing between records: the dictionary gains nothing,
+    # but the store it makes reads back exactly.
     noise = make_array("int16", (300, 8, 8))
-    with pytest.raises(ValueError, match="could not train a dictionary.*use codec='zstd'"):
-        from_numpy(tmp_path / "d", noise, codec="zstd_dict")
+    from_numpy(tmp_path / "d", noise, codec="zstd_dict")
+    with DenseDataset(tmp_path / "d") as ds:
+        assert ds.codec == "zstd_dict"
+        assert_same_bytes(ds[:], noise)
 
 
 def test_one_dimensional_array_is_a_dataset_of_scalars(tmp_path):

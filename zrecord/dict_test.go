@@ -3,10 +3,12 @@ package zrecord_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/loaderx/loaderx/zrecord"
 )
 
@@ -144,5 +146,57 @@ func TestTrainDictIsDeterministic(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// The size cap holds for the whole dictionary (header, entropy tables and
+// content), and the chosen content pays: on records that share short
+// strings at varying places (log lines, which a per-record compressor sees
+// only once each), the dictionary must shrink them well below plain zstd.
+func TestTrainDictCapAndGain(t *testing.T) {
+	var recs [][]byte
+	users := []string{"ada", "grace", "linus", "ken", "barbara", "edsger"}
+	events := []string{"click", "view", "purchase", "scroll", "login", "logout"}
+	for i := range 4000 {
+		recs = append(recs, []byte(fmt.Sprintf(`{"user":"%s%03d","event":"%s","ts":%d,"page":"/p/%d","ms":%d,"ok":%t}`,
+			users[i*7%6], i*31%997, events[i*5%6], 1700000000+i*37/10, i*13%500, i*101%5000, i%3 == 0)))
+	}
+	for _, tier := range []zrecord.DictTier{zrecord.TierFast, zrecord.TierBalanced} {
+		for _, limit := range []int{0, 2000, 9000} {
+			d, err := zrecord.TrainDict(recs, tier, limit)
+			if err != nil {
+				t.Fatalf("%v, cap %d: %v", tier, limit, err)
+			}
+			want := tier.DictSize()
+			if limit > 0 {
+				want = limit
+			}
+			if len(d) > want {
+				t.Fatalf("%v, cap %d: %d-byte dictionary", tier, limit, len(d))
+			}
+		}
+	}
+	d, err := zrecord.TrainDict(recs, zrecord.TierBalanced, 16<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes := map[bool]int{}
+	for _, withDict := range []bool{false, true} {
+		opts := []zstd.EOption{zstd.WithEncoderConcurrency(1)}
+		if withDict {
+			opts = append(opts, zstd.WithEncoderDict(d))
+		}
+		enc, err := zstd.NewWriter(nil, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 1; i < len(recs); i += 3 {
+			sizes[withDict] += len(enc.EncodeAll(recs[i], nil))
+		}
+		enc.Close()
+	}
+	t.Logf("plain %d bytes, with a %d-byte dictionary %d (%.2fx)", sizes[false], len(d), sizes[true], float64(sizes[false])/float64(sizes[true]))
+	if sizes[true]*2 > sizes[false] {
+		t.Fatalf("dictionary gained under 2x: %d vs %d bytes", sizes[true], sizes[false])
 	}
 }

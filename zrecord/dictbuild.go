@@ -1,16 +1,18 @@
 package zrecord
 
-// The dictionary's content (its "history") is chosen here rather than by
-// github.com/klauspost/compress/dict, whose builder follows the same idea but
-// walks Go maps in their randomised order and stamps a time-seeded ID, so two
-// trainings on the same samples give different bytes. This version visits
-// every candidate in a fixed order with full tie-breaks, counts n-grams with a
-// sort per sample and a small saturating sketch instead of per-position map
-// updates, and bounds the search for the three starting repeat offsets.
+// The dictionary's content (its "history") is chosen here, by the cover
+// method zstd's own trainer uses, rather than by
+// github.com/klauspost/compress/dict, whose builder walks Go maps in their
+// randomised order and stamps a time-seeded ID, so two trainings on the same
+// samples give different bytes. Cover counts every d-byte substring
+// ("d-mer") of the samples, then repeatedly takes the segment of k bytes
+// whose not-yet-taken d-mers are most frequent, so the content is what the
+// records share most, and places it so the segments taken first sit last,
+// nearest the data, where match offsets are shortest. Every step visits
+// positions in order and breaks ties by position, so equal samples give an
+// equal dictionary; zstd.BuildDict then fits the entropy tables.
 
 import (
-	"bytes"
-	"cmp"
 	"encoding/binary"
 	"hash/crc32"
 	"slices"
@@ -19,529 +21,130 @@ import (
 	"github.com/klauspost/compress/zstd"
 )
 
-// gramLen is how many bytes one indexed n-gram spans.
-const gramLen = 6
+// coverParams are one setting of the cover method: segments of k bytes
+// scored by their d-mers (d is 6 or 8).
+type coverParams struct{ k, d int }
 
-// gramHash hashes the low six bytes of u to 32 bits.
-func gramHash(u uint64) uint32 {
-	const prime6 = 227718039650203
-	return uint32(((u << 16) * prime6) >> 32)
+// coverCandidates are the settings a tier tries. With more than one, each
+// dictionary is built on three quarters of the samples and the one that
+// compresses the held-out quarter smallest wins; short segments suit small
+// records with short shared strings, long ones suit longer shared runs.
+func (t DictTier) coverCandidates() []coverParams {
+	switch t {
+	case TierFast:
+		return []coverParams{{256, 8}}
+	case TierMax:
+		return []coverParams{{64, 6}, {256, 8}, {1024, 8}}
+	}
+	return []coverParams{{64, 8}, {256, 8}, {1024, 8}}
 }
 
-// sketchBits sizes the saturating counter array that tells n-grams seen in a
-// single sample (the vast majority of noisy data) from repeated ones.
-const sketchBits = 22
+// coverBits sizes the d-mer frequency table (2^coverBits counters): the
+// table size zstd's fast cover trainer uses by default. Collisions only add
+// the same noise to every segment's score.
+const coverBits = 20
 
-// sampleGrams appends to dst, for every distinct n-gram of s, its hash in the
-// high 32 bits and the offset of its first occurrence in the low 32 bits, in
-// ascending hash order.
-func sampleGrams(dst []uint64, s []byte) []uint64 {
-	dst = dst[:0]
-	for i := 0; i+8 <= len(s); i++ {
-		h := gramHash(binary.LittleEndian.Uint64(s[i:]))
-		dst = append(dst, uint64(h)<<32|uint64(i))
+// minContentRatio: the content is at most 1/minContentRatio of the sample
+// bytes, so a small training set does not turn into a dictionary that holds
+// the samples themselves.
+const minContentRatio = 10
+
+// dmerHash hashes the d bytes at buf[p:] (8 readable bytes are needed).
+func dmerHash(buf []byte, p, d int) uint32 {
+	v := binary.LittleEndian.Uint64(buf[p:])
+	if d < 8 {
+		v <<= uint(64 - 8*d)
 	}
-	slices.Sort(dst)
-	// Keep the first (lowest offset) entry of each hash.
-	out := dst[:0]
-	for i, v := range dst {
-		if i > 0 && v>>32 == dst[i-1]>>32 {
+	return uint32((v * 0x9E3779B185EBCA87) >> (64 - coverBits))
+}
+
+// dmerFreqs counts the d-mers starting at every position of buf.
+func dmerFreqs(buf []byte, d int) []uint32 {
+	freq := make([]uint32, 1<<coverBits)
+	for p := 0; p+8 <= len(buf); p++ {
+		freq[dmerHash(buf, p, d)]++
+	}
+	return freq
+}
+
+// coverHistory returns up to size bytes of dictionary content chosen from
+// buf, the training samples back to back. freq holds buf's d-mer counts and
+// is consumed: a d-mer taken into the content counts zero afterwards.
+//
+// The d-mers are cut into epochs of consecutive positions; each round takes
+// from the next epoch its best segment (the most frequent distinct untaken
+// d-mers within k bytes), so the content draws on the whole sample set, and
+// rounds go on until the content is full or no epoch has anything left.
+func coverHistory(buf []byte, freq []uint32, size int, p coverParams) []byte {
+	last := len(buf) - 8 // the last position a d-mer can be read at
+	if last < 0 || size <= 0 {
+		return nil
+	}
+	positions := last + 1
+	epochs := max(1, size/p.k/4)
+	epochSize := positions / epochs
+	if epochSize < 10*p.k {
+		epochs = max(1, positions/(10*p.k))
+		epochSize = positions / epochs
+	}
+	dict := make([]byte, size)
+	tail := size
+	inWindow := make([]uint16, 1<<coverBits)
+	idle := 0
+	for e := 0; tail > 0 && idle < epochs; e = (e + 1) % epochs {
+		begin := e * epochSize
+		end := min(positions, begin+epochSize)
+		if e == epochs-1 {
+			end = positions
+		}
+		// Slide a window of d-mers spanning at most k bytes over the epoch;
+		// its score is the summed count of the distinct d-mers inside.
+		var score, best uint64
+		bestAt, lo := -1, begin
+		for i := begin; i < end; i++ {
+			h := dmerHash(buf, i, p.d)
+			if inWindow[h] == 0 {
+				score += uint64(freq[h])
+			}
+			inWindow[h]++
+			for i+p.d-lo > p.k {
+				hl := dmerHash(buf, lo, p.d)
+				inWindow[hl]--
+				if inWindow[hl] == 0 {
+					score -= uint64(freq[hl])
+				}
+				lo++
+			}
+			if score > best {
+				best, bestAt = score, lo
+			}
+		}
+		for i := lo; i < end; i++ {
+			inWindow[dmerHash(buf, i, p.d)] = 0
+		}
+		if bestAt < 0 {
+			idle++
 			continue
 		}
-		out = append(out, v)
-	}
-	return out
-}
-
-// gramStat is one repeated n-gram: in how many samples it occurs and the sum
-// of its first offsets in them.
-type gramStat struct {
-	hash   uint32
-	n      uint32
-	offset int64
-}
-
-// countGrams counts, for every n-gram hash, how many samples contain it. It
-// returns the n-grams found in more than the average number of samples,
-// sorted by hash, and that average. Work is split over up to two goroutines;
-// the result does not depend on the split.
-func countGrams(samples [][]byte) (over []gramStat, ok bool) {
-	workers := 2
-	if len(samples) < 64 {
-		workers = 1
-	}
-	// Pass 1: saturating per-sample counts in a sketch indexed by the top
-	// sketchBits of the hash.
-	sketches := make([][]uint8, workers)
-	grams := make([][]uint64, workers) // every sample's distinct n-grams, concatenated
-	totals := make([]uint64, workers)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sk := make([]uint8, 1<<sketchBits)
-			positions := 0
-			for i := w; i < len(samples); i += workers {
-				positions += max(len(samples[i])-7, 0)
-			}
-			grams[w] = make([]uint64, 0, positions)
-			var buf []uint64
-			for i := w; i < len(samples); i += workers {
-				buf = sampleGrams(buf, samples[i])
-				totals[w] += uint64(len(buf))
-				for _, v := range buf {
-					j := v >> (64 - sketchBits)
-					if sk[j] < 255 {
-						sk[j]++
-					}
-				}
-				grams[w] = append(grams[w], buf...)
-			}
-			sketches[w] = sk
-		}()
-	}
-	wg.Wait()
-	sketch := sketches[0]
-	var total uint64
-	for w := range workers {
-		total += totals[w]
-		if w > 0 {
-			for j, c := range sketches[w] {
-				sketch[j] = uint8(min(int(sketch[j])+int(c), 255))
-			}
+		idle = 0
+		// The segment is the window's d-mers, less untaken-count-zero ones
+		// at either end.
+		first, lastDmer := bestAt, min(bestAt+p.k-p.d, end-1)
+		for first < lastDmer && freq[dmerHash(buf, first, p.d)] == 0 {
+			first++
 		}
-	}
-	sketches = nil
-	if total == 0 {
-		return nil, false
-	}
-	// Pass 2: n-grams whose sketch slot saw one sample occur once in the whole
-	// set; the rest are counted exactly.
-	parts := make([][]uint64, workers)
-	singles := make([]uint64, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// Filtered in place: the kept entries are never more than those read.
-			rep := grams[w][:0]
-			for _, v := range grams[w] {
-				if sketch[v>>(64-sketchBits)] == 1 {
-					singles[w]++
-					continue
-				}
-				rep = append(rep, v)
-			}
-			grams[w] = nil
-			// Sorting by hash then offset groups equal hashes; the order of
-			// samples within a group does not matter to the sums.
-			slices.Sort(rep)
-			parts[w] = rep
-		}()
-	}
-	wg.Wait()
-	parts = append(parts, nil)
-	distinct := singles[0]
-	if workers > 1 {
-		distinct += singles[1]
-	}
-	eachGram(parts[0], parts[1], func(gramStat) { distinct++ })
-	threshold := uint32(total / distinct)
-	eachGram(parts[0], parts[1], func(s gramStat) {
-		if s.n > threshold {
-			over = append(over, s)
+		for lastDmer > first && freq[dmerHash(buf, lastDmer, p.d)] == 0 {
+			lastDmer--
 		}
-	})
-	return over, true
-}
-
-// eachGram walks two sorted lists of (hash<<32 | offset) entries and calls fn
-// once per distinct hash, in ascending hash order, with the number of
-// entries and the sum of their offsets.
-func eachGram(a, b []uint64, fn func(gramStat)) {
-	cur := gramStat{}
-	started := false
-	for len(a) > 0 || len(b) > 0 {
-		var v uint64
-		if len(b) == 0 || (len(a) > 0 && a[0] <= b[0]) {
-			v, a = a[0], a[1:]
-		} else {
-			v, b = b[0], b[1:]
+		for i := first; i <= lastDmer; i++ {
+			freq[dmerHash(buf, i, p.d)] = 0
 		}
-		h, off := uint32(v>>32), int64(uint32(v))
-		if started && h == cur.hash {
-			cur.n++
-			cur.offset += off
-			continue
-		}
-		if started {
-			fn(cur)
-		}
-		cur, started = gramStat{hash: h, n: 1, offset: off}, true
+		seg := buf[first : lastDmer+p.d]
+		n := min(len(seg), tail)
+		copy(dict[tail-n:tail], seg[len(seg)-n:])
+		tail -= n
 	}
-	if started {
-		fn(cur)
-	}
-}
-
-// gramGraph is what the history builder knows of the wanted n-grams (the
-// entries of a frequency-sorted list, named by their index in it): their
-// bytes, how often each directly follows or precedes another in the samples,
-// and which are not placed in the history yet.
-type gramGraph struct {
-	index  map[uint32]int32
-	filter []uint64 // bit per top filterBits of a wanted hash
-	value  [][gramLen]byte
-	live   []bool
-	follow [][]gramEdge
-	prev   [][]gramEdge
-}
-
-// gramEdge is a neighbour of an n-gram and how often it was seen there.
-type gramEdge struct {
-	to int32
-	n  uint32
-}
-
-const filterBits = 22
-
-func newGramGraph(samples [][]byte, over []gramStat) *gramGraph {
-	gg := &gramGraph{
-		index:  make(map[uint32]int32, len(over)),
-		filter: make([]uint64, 1<<filterBits/64),
-		value:  make([][gramLen]byte, len(over)),
-		live:   make([]bool, len(over)),
-		follow: make([][]gramEdge, len(over)),
-		prev:   make([][]gramEdge, len(over)),
-	}
-	for i, s := range over {
-		gg.index[s.hash] = int32(i)
-		f := s.hash >> (32 - filterBits)
-		gg.filter[f/64] |= 1 << (f % 64)
-	}
-	follow, prev := newPairCounts(), newPairCounts()
-	var at []int32
-	for _, b := range samples {
-		if len(b) < 8 {
-			continue
-		}
-		at = at[:0]
-		for i := 0; i+8 <= len(b); i++ {
-			at = append(at, gg.lookup(gramHash(binary.LittleEndian.Uint64(b[i:]))))
-		}
-		for i, g := range at {
-			if g < 0 {
-				continue
-			}
-			if !gg.live[g] {
-				gg.live[g] = true
-				copy(gg.value[g][:], b[i:])
-			}
-			if len(b)-i > gramLen+8 {
-				if n := at[i+gramLen]; n >= 0 {
-					follow.add(uint64(g)<<32 | uint64(n))
-				}
-			}
-			if i > gramLen {
-				if p := at[i-gramLen]; p >= 0 {
-					prev.add(uint64(g)<<32 | uint64(p))
-				}
-			}
-		}
-	}
-	follow.each(func(k uint64, n uint32) {
-		gg.follow[k>>32] = append(gg.follow[k>>32], gramEdge{to: int32(uint32(k)), n: n})
-	})
-	prev.each(func(k uint64, n uint32) {
-		gg.prev[k>>32] = append(gg.prev[k>>32], gramEdge{to: int32(uint32(k)), n: n})
-	})
-	return gg
-}
-
-// lookup returns the index of a wanted hash, or -1.
-func (gg *gramGraph) lookup(h uint32) int32 {
-	f := h >> (32 - filterBits)
-	if gg.filter[f/64]&(1<<(f%64)) == 0 {
-		return -1
-	}
-	if i, ok := gg.index[h]; ok {
-		return i
-	}
-	return -1
-}
-
-// liveIndex returns the index of h if it is wanted and not placed yet.
-func (gg *gramGraph) liveIndex(h uint32) (int32, bool) {
-	i := gg.lookup(h)
-	return i, i >= 0 && gg.live[i]
-}
-
-// kill marks the n-gram with hash h, if wanted, as placed.
-func (gg *gramGraph) kill(h uint32) {
-	if i := gg.lookup(h); i >= 0 {
-		gg.live[i] = false
-	}
-}
-
-// hasLiveFollower reports whether any follower of g is still unplaced.
-func (gg *gramGraph) hasLiveFollower(g int32) bool {
-	for _, e := range gg.follow[g] {
-		if gg.live[e.to] {
-			return true
-		}
-	}
-	return false
-}
-
-// pairCounts counts uint64 keys in an open-addressing table.
-type pairCounts struct {
-	keys []uint64 // key+1; 0 is empty
-	vals []uint32
-	n    int
-}
-
-func newPairCounts() *pairCounts {
-	return &pairCounts{keys: make([]uint64, 1<<12), vals: make([]uint32, 1<<12)}
-}
-
-func (p *pairCounts) add(k uint64) {
-	if 2*(p.n+1) > len(p.keys) {
-		p.grow()
-	}
-	k++
-	mask := uint64(len(p.keys) - 1)
-	for i := (k * 0x9E3779B97F4A7C15) >> 20 & mask; ; i = (i + 1) & mask {
-		switch p.keys[i] {
-		case k:
-			p.vals[i]++
-			return
-		case 0:
-			p.keys[i], p.vals[i] = k, 1
-			p.n++
-			return
-		}
-	}
-}
-
-func (p *pairCounts) grow() {
-	old, oldVals := p.keys, p.vals
-	p.keys, p.vals = make([]uint64, 2*len(old)), make([]uint32, 2*len(old))
-	mask := uint64(len(p.keys) - 1)
-	for j, k := range old {
-		if k == 0 {
-			continue
-		}
-		i := (k * 0x9E3779B97F4A7C15) >> 20 & mask
-		for p.keys[i] != 0 {
-			i = (i + 1) & mask
-		}
-		p.keys[i], p.vals[i] = k, oldVals[j]
-	}
-}
-
-// each calls fn for every key and its count, in table order.
-func (p *pairCounts) each(fn func(k uint64, n uint32)) {
-	for i, k := range p.keys {
-		if k != 0 {
-			fn(k-1, p.vals[i])
-		}
-	}
-}
-
-// linkCand is a candidate neighbour of a gramLinks.
-type linkCand struct {
-	hash   uint32
-	n      uint32
-	offset int64
-	to     int32
-}
-
-// byCountThenOffset orders candidates by count (most first), then by summed
-// offset (largest first), then by hash, so no two compare equal.
-func byCountThenOffset(a, b linkCand) int {
-	if a.n != b.n {
-		if a.n > b.n {
-			return -1
-		}
-		return 1
-	}
-	if a.offset != b.offset {
-		if a.offset > b.offset {
-			return -1
-		}
-		return 1
-	}
-	if a.hash < b.hash {
-		return -1
-	}
-	if a.hash > b.hash {
-		return 1
-	}
-	return 0
-}
-
-// maxOffsetSearches bounds how many leading history strings are searched for
-// in the samples to find the dictionary's starting repeat offsets.
-const maxOffsetSearches = 24
-
-// byPlace orders n-grams by first offset, then hash: the full tie-break that
-// keeps every sort of the builder deterministic.
-func byPlace(a, b gramStat) int {
-	return cmp.Or(cmp.Compare(a.offset, b.offset), cmp.Compare(a.hash, b.hash))
-}
-
-// buildHistory chooses up to size bytes of dictionary content from samples and
-// up to three repeat offsets into it, deterministically.
-func buildHistory(samples [][]byte, size int) (hist []byte, firstOffsets []int, ok bool) {
-	over, ok := countGrams(samples)
-	if !ok || len(over) == 0 {
-		return nil, nil, false
-	}
-	// Most frequent first; counts within 1/32 of each other are kept together
-	// and ordered by offset (then hash) so similar strings sit side by side.
-	slices.SortStableFunc(over, func(a, b gramStat) int {
-		return cmp.Or(cmp.Compare(b.n, a.n), byPlace(a, b))
-	})
-	groupSimilarCounts(over)
-	if len(over) > size {
-		over = over[:size]
-	}
-	lowest := over[len(over)-1].n
-	gg := newGramGraph(samples, over)
-
-	var strs [][]byte
-	added := 0
-	var cands []linkCand
-	for idx, e := range over {
-		if added > size {
-			break
-		}
-		g := int32(idx)
-		if !gg.live[g] {
-			continue
-		}
-		cut := max(e.n/gramLen/4, lowest)
-		str := make([]byte, 0, 2*gramLen)
-		cands = cands[:0]
-		for _, c := range gg.prev[g] {
-			if gg.live[c.to] && c.n >= cut {
-				cands = append(cands, linkCand{hash: over[c.to].hash, n: c.n, to: c.to})
-			}
-		}
-		if len(cands) > 0 {
-			slices.SortFunc(cands, byCountThenOffset)
-			str = append(str, gg.value[cands[0].to][:]...)
-		}
-		str = append(str, gg.value[g][:]...)
-		gg.live[g] = false
-		for {
-			cands = cands[:0]
-			for _, c := range gg.follow[g] {
-				if gg.live[c.to] {
-					cands = append(cands, linkCand{hash: over[c.to].hash, n: c.n, offset: over[c.to].offset, to: c.to})
-				}
-			}
-			if len(cands) == 0 {
-				// Step back two bytes and try to continue from there.
-				const stepBack = 2
-				if len(str) < gramLen+stepBack {
-					break
-				}
-				var t8 [8]byte
-				copy(t8[:], str[len(str)-gramLen-stepBack:])
-				g2, ok := gg.liveIndex(gramHash(binary.LittleEndian.Uint64(t8[:])))
-				if !ok || !gg.hasLiveFollower(g2) {
-					break
-				}
-				g = g2
-				str = str[:len(str)-stepBack]
-				continue
-			}
-			slices.SortFunc(cands, byCountThenOffset)
-			stop := cands[0].n < cut
-			next := cands[0].to
-			// Drop every n-gram spanning the join so the string does not stutter.
-			var join [2 * 8]byte
-			copy(join[:], str[len(str)-gramLen:])
-			copy(join[gramLen:], gg.value[next][:])
-			for i := range 2 * gramLen {
-				var t8 [8]byte
-				copy(t8[:], join[i:])
-				gg.kill(gramHash(binary.LittleEndian.Uint64(t8[:])))
-			}
-			str = append(str, gg.value[next][:]...)
-			g = next
-			if stop {
-				break
-			}
-		}
-		for j := 0; j+gramLen <= len(str); j++ {
-			var t8 [8]byte
-			copy(t8[:], str[j:])
-			gg.kill(gramHash(binary.LittleEndian.Uint64(t8[:])))
-		}
-		strs = append(strs, str)
-		added += len(str)
-		if len(firstOffsets) < 3 && idx < maxOffsetSearches {
-			if off, n := commonOffset(samples, str[:min(len(str), 16)], firstOffsets, added); n > 1 {
-				firstOffsets = append(firstOffsets, off+added)
-			}
-		}
-	}
-	// Strings chosen first are the most frequent: they go last, nearest the
-	// data, where offsets are shortest.
-	written := 0
-	for i, s := range strs {
-		if written+len(s) > size {
-			strs[i] = s[:size-written]
-		}
-		written += len(strs[i])
-		if written >= size {
-			strs = strs[:i+1]
-			break
-		}
-	}
-	hist = make([]byte, 0, written)
-	for i := len(strs) - 1; i >= 0; i-- {
-		hist = append(hist, strs[i]...)
-	}
-	return hist, firstOffsets, true
-}
-
-// groupSimilarCounts reorders runs of entries whose counts lie within 1/32 of
-// the run's first count by ascending summed offset (then hash), keeping the
-// runs themselves in descending count order.
-func groupSimilarCounts(s []gramStat) {
-	for i := 0; i < len(s); {
-		j := i + 1
-		for j < len(s) && s[i].n-s[j].n < s[i].n/32 {
-			j++
-		}
-		run := s[i:j]
-		slices.SortStableFunc(run, byPlace)
-		i = j
-	}
-}
-
-// commonOffset finds the offset at which prefix most often starts in the
-// samples (ties go to the larger offset), skipping offsets already taken.
-func commonOffset(samples [][]byte, prefix []byte, taken []int, added int) (off, n int) {
-	counts := make(map[int]int)
-	for _, b := range samples {
-		if o := bytes.Index(b, prefix); o >= 0 {
-			counts[o]++
-		}
-	}
-	for _, t := range taken {
-		delete(counts, t-added)
-	}
-	for k, v := range counts {
-		if v > n || (v == n && k > off) {
-			off, n = k, v
-		}
-	}
-	return off, n
+	return dict[tail:]
 }
 
 // dictID derives a dictionary ID from its content, so equal training input
@@ -559,36 +162,174 @@ func dictID(hist []byte, samples [][]byte) uint32 {
 // dictionary's entropy tables.
 const maxStatSamples = 512
 
+// judgeSamples bounds the samples that fit a candidate's tables and the
+// held-out samples that judge it: enough to rank candidates, which differ
+// by several percent where they differ at all.
+const judgeSamples = 192
+
+// strided returns at most n of samples, evenly strided.
+func strided(samples [][]byte, n int) [][]byte {
+	if len(samples) <= n {
+		return samples
+	}
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = samples[i*len(samples)/n]
+	}
+	return out
+}
+
 // buildZstdDict trains a zstd dictionary of at most size bytes on samples,
-// compressing them at level to fit its entropy tables.
-func buildZstdDict(samples [][]byte, size int, level zstd.EncoderLevel) ([]byte, error) {
-	hist, first, ok := buildHistory(samples, size)
-	if !ok || len(hist) < 8 {
-		return nil, errf(ErrInvalidArgument, "no content is repeated across the %d samples", len(samples))
-	}
-	offsets := [3]int{1, 4, 8}
-	for i, off := range first {
-		if off == 0 || off >= len(hist) {
-			break
-		}
-		offsets[i] = off
-	}
-	// The entropy tables are averaged over the samples compressed against the
-	// history; a strided subset gives the same averages for less work (each
-	// sample costs an encoder reset that copies the dictionary's tables).
-	contents := samples
-	if len(contents) > maxStatSamples {
-		contents = make([][]byte, maxStatSamples)
-		for i := range contents {
-			contents[i] = samples[i*len(samples)/maxStatSamples]
+// for a store of the given tier.
+//
+// With 32 samples or more, the content is chosen from three quarters of
+// them and the entropy tables are fitted on the held-out quarter: records
+// the dictionary has not seen, as the store's records will be (or on all
+// samples, when the held-out ones match nothing in the content). The
+// candidates of a tier are judged by the held-out quarter's compressed size.
+func buildZstdDict(samples [][]byte, size int, tier DictTier) ([]byte, error) {
+	cands := tier.coverCandidates()
+	train, held := samples, [][]byte(nil)
+	if len(samples) >= 4*minDictSamples {
+		train, held = make([][]byte, 0, len(samples)), make([][]byte, 0, len(samples)/4+1)
+		for i, s := range samples {
+			if i%4 == 3 {
+				held = append(held, s)
+			} else {
+				train = append(train, s)
+			}
 		}
 	}
-	return zstd.BuildDict(zstd.BuildDictOptions{
-		ID:         dictID(hist, samples),
-		Contents:   contents,
-		History:    hist,
-		Offsets:    offsets,
-		CompatV155: true,
-		Level:      level,
-	})
+	fit := held
+	if fit == nil {
+		fit, cands = train, cands[:1]
+	}
+	fit = strided(fit, maxStatSamples)
+	var buf []byte
+	for _, s := range train {
+		buf = append(buf, s...)
+	}
+	size = min(size, len(buf)/minContentRatio)
+	if size < minDictSize/4 {
+		return nil, errf(ErrInvalidArgument, "%d bytes of samples are too few for a dictionary", len(buf))
+	}
+	// The d-mer counts depend on d only; each candidate consumes a copy.
+	counts := map[int][]uint32{}
+	for _, c := range cands {
+		if counts[c.d] == nil {
+			counts[c.d] = dmerFreqs(buf, c.d)
+		}
+	}
+	// Candidates get tables fitted on training samples, which always match
+	// their content, and are judged on held-out ones.
+	judgeFit, judge := strided(train, judgeSamples), strided(held, judgeSamples)
+	hists := make([][]byte, len(cands))
+	costs := make([]int, len(cands))
+	errs := make([]error, len(cands))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, codecWorkers())
+	for i, c := range cands {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			freq := counts[c.d]
+			if len(cands) > 1 {
+				freq = append([]uint32(nil), freq...)
+			}
+			hists[i] = coverHistory(buf, freq, size, c)
+			if len(cands) == 1 {
+				return
+			}
+			// Candidates are judged at the default level, which ranks them
+			// as the tier's level does at a fraction of the cost; the
+			// winner's tables are fitted at the tier's level below.
+			var d []byte
+			if d, errs[i] = buildWithin(hists[i], samples, judgeFit, size, zstd.SpeedDefault); errs[i] == nil {
+				costs[i], errs[i] = compressedSize(judge, d, zstd.SpeedDefault)
+			}
+		})
+	}
+	wg.Wait()
+	best := -1
+	for i := range cands {
+		if errs[i] == nil && (best < 0 || costs[i] < costs[best]) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return nil, errs[0]
+	}
+	d, err := buildWithin(hists[best], samples, fit, size, tier.level())
+	if err != nil && held != nil {
+		// Held-out records that match nothing in the content leave no
+		// sequences to fit the tables on; the training samples have them.
+		d, err = buildWithin(hists[best], samples, strided(samples, maxStatSamples), size, tier.level())
+	}
+	return d, err
+}
+
+// allLiterals is a training sample that compresses to literals only (every
+// byte value once, no repeat): added to the samples that fit the tables when
+// the content covers those samples entirely, since the literal table cannot
+// be fitted on no literals.
+var allLiterals = func() []byte {
+	b := make([]byte, 256)
+	for i := range b {
+		b[i] = byte(i * 167)
+	}
+	return b
+}()
+
+// buildWithin builds the dictionary of content hist with entropy tables
+// fitted on fit, at most size bytes in all: content is dropped from its
+// start (the least valuable end) until header and tables fit beside it.
+func buildWithin(hist []byte, samples, fit [][]byte, size int, level zstd.EncoderLevel) ([]byte, error) {
+	if len(hist) < 8 {
+		return nil, errf(ErrInvalidArgument, "no dictionary content found in the samples")
+	}
+	for {
+		opts := zstd.BuildDictOptions{
+			ID:         dictID(hist, samples),
+			Contents:   fit,
+			History:    hist,
+			Offsets:    [3]int{1, 4, 8},
+			CompatV155: true,
+			Level:      level,
+		}
+		d, err := zstd.BuildDict(opts)
+		if err != nil && err.Error() == "0 literals found" {
+			opts.Contents = append(slices.Clip(fit), allLiterals)
+			d, err = zstd.BuildDict(opts)
+		}
+		if err != nil || len(d) <= size {
+			return d, err
+		}
+		over := len(d) - size
+		if len(hist)-over < 8 {
+			return nil, errf(ErrInvalidArgument, "a dictionary of %d bytes leaves no room for content beside its tables", size)
+		}
+		hist = hist[over:]
+	}
+}
+
+// compressedSize is what samples take compressed one by one, against dict
+// when it is not nil.
+func compressedSize(samples [][]byte, dict []byte, level zstd.EncoderLevel) (int, error) {
+	opts := []zstd.EOption{zstd.WithEncoderLevel(level), zstd.WithEncoderConcurrency(1),
+		zstd.WithEncoderCRC(false), zstd.WithAllLitEntropyCompression(true)}
+	if dict != nil {
+		opts = append(opts, zstd.WithEncoderDict(dict))
+	}
+	enc, err := zstd.NewWriter(nil, opts...)
+	if err != nil {
+		return 0, err
+	}
+	defer enc.Close()
+	total := 0
+	var out []byte
+	for _, s := range samples {
+		out = enc.EncodeAll(s, out[:0])
+		total += len(out)
+	}
+	return total, nil
 }
