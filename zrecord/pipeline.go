@@ -1,8 +1,10 @@
 package zrecord
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
+	"syscall"
 )
 
 // A large batch is appended as a pipeline of parts: a compressor goroutine
@@ -61,6 +63,9 @@ func pipeParts(records [][]byte, step int64) (bounds []int, sizes []int64) {
 // batch and holds mu for reading.
 func (s *Store) appendPipelined(records [][]byte, total int64) (first int64, err error) {
 	pipelinedAppends.Add(1)
+	if s.codec == Raw {
+		return s.appendRawParts(records)
+	}
 	bounds, sizes := pipeParts(records, pipeStep())
 	parts := len(sizes)
 
@@ -158,4 +163,79 @@ func pipeErr(errs []error, k int, ok bool, parts int) error {
 		return errs[k]
 	}
 	return fmt.Errorf("zrecord: append: internal error: the compressor stopped before part %d of %d", k, parts)
+}
+
+// rawPartBytes is the most record bytes a pipelined raw append writes in one
+// part before it checksums them: small enough that the part's source bytes,
+// which the kernel has just read to copy them into the page cache, are still
+// in this core's L2 cache (2 MiB here, shared with the destination pages the
+// copy touched) when the checksum reads them again.
+const rawPartBytes = 512 << 10
+
+// appendRawParts is appendPipelined for a raw store. A raw record is stored
+// as it is, so the only work besides the write is its checksum, and the
+// order is reversed: each part is written first and checksummed right
+// after, on the same goroutine, while its bytes are still in the cache that
+// the kernel's copy brought them into. Checksumming first (on this core or
+// another) reads the whole batch from memory one more time: on this machine
+// checksums of cold bytes run at about 7.5 GB/s against 27 GB/s for cached
+// ones, and the write costs the same whether its source is cached or not,
+// since it is bound by the page-cache pages it fills. A second goroutine
+// writing every other part was measured too: the writes into one file take
+// the inode's lock in turn, and the contention cost more CPU time than the
+// overlap saved wall time.
+//
+// The entries get their checksums after their bytes are written but before
+// the table is: publish still writes the table entries, then the header,
+// after the last part, so visibility and the crash contract are those of
+// any append.
+func (s *Store) appendRawParts(records [][]byte) (int64, error) {
+	bounds, _ := pipeParts(records, min(pipeStep(), rawPartBytes))
+	batch := appendPool.Get().(*appendScratch)
+	defer batch.release()
+	batch.resetEntries(len(records), int(layoutV4.entSize))
+	// Checksums are filled in after each part's write; the entries are
+	// placed with zero until then.
+	zeros := make([]uint32, 0, 256)
+
+	s.appendMu.Lock()
+	defer s.appendMu.Unlock()
+	if err := s.beginAppend(); err != nil {
+		return 0, err
+	}
+	w, err := s.newBatch(len(records), batch.entries[:0])
+	if err != nil {
+		return 0, err
+	}
+	for k := range len(bounds) - 1 {
+		part := records[bounds[k]:bounds[k+1]]
+		if cap(zeros) < len(part) {
+			zeros = make([]uint32, 0, len(part))
+		}
+		first := len(w.entries)
+		if err := w.write(part, part, zeros[:len(part)], &batch.iov); err != nil {
+			return 0, rawSourceErr(err, bounds[k], bounds[k+1])
+		}
+		ents := w.entries[first:]
+		if err := guarded("append", 0, func(int) error {
+			for i, r := range part {
+				ents[i].sum = dataSum(r)
+			}
+			return nil
+		}); err != nil {
+			return 0, err
+		}
+	}
+	return w.publish(batch.table)
+}
+
+// rawSourceErr is the error of a failed write of records [lo, hi) of a raw
+// batch: the kernel reports a fault in the records' memory (a mapped source
+// file truncated under the append, say) as EFAULT where a read of it by
+// this process would have faulted; it is reported as such a fault is.
+func rawSourceErr(err error, lo, hi int) error {
+	if errors.Is(err, syscall.EFAULT) {
+		return fmt.Errorf("zrecord: append: memory fault reading records %d to %d of the batch (a mapped source truncated or changed under the append?): %v: %w", lo, hi-1, err, ErrCorrupt)
+	}
+	return err
 }
