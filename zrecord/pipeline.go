@@ -13,10 +13,9 @@ import (
 // cores sit idle while a piece is written (copying the frames into the page
 // cache is a single thread's work, and on a machine whose fresh page-cache
 // pages are slow to touch it takes about as long as compressing them), and
-// the frames of a whole batch are held in memory at once. A raw batch goes
-// the same way with checksums for compression: each part is checksummed
-// while the previous one is written, and is still in the CPU caches when
-// its turn comes, instead of the whole batch being read twice from memory.
+// the frames of a whole batch are held in memory at once. A raw batch is
+// cut into parts too, but each is written first and checksummed right after
+// on the same goroutine (see appendRawParts).
 //
 // Visibility is unchanged: the parts only write record bytes past the tail;
 // the table entries and the header of the whole batch are written after the
