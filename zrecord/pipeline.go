@@ -3,6 +3,7 @@ package zrecord
 import (
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"sync/atomic"
 	"syscall"
 )
@@ -189,7 +190,8 @@ const rawPartBytes = 512 << 10
 // after the last part, so visibility and the crash contract are those of
 // any append.
 func (s *Store) appendRawParts(records [][]byte) (int64, error) {
-	bounds, _ := pipeParts(records, min(pipeStep(), rawPartBytes))
+	step := min(pipeStep(), rawPartBytes)
+	bounds := rawParts(records, step)
 	batch := appendPool.Get().(*appendScratch)
 	defer batch.release()
 	batch.resetEntries(len(records), int(layoutV4.entSize))
@@ -211,21 +213,69 @@ func (s *Store) appendRawParts(records [][]byte) (int64, error) {
 		if cap(zeros) < len(part) {
 			zeros = make([]uint32, 0, len(part))
 		}
-		first := len(w.entries)
-		if err := w.write(part, part, zeros[:len(part)], &batch.iov); err != nil {
-			return 0, rawSourceErr(err, bounds[k], bounds[k+1])
-		}
-		ents := w.entries[first:]
-		if err := guarded("append", 0, func(int) error {
-			for i, r := range part {
-				ents[i].sum = dataSum(r)
-			}
-			return nil
-		}); err != nil {
+		ents, err := w.place(part, part, zeros[:len(part)])
+		if err != nil {
 			return 0, err
+		}
+		if len(part) == 1 && int64(len(part[0])) > step {
+			// A record larger than a part is written and checksummed in
+			// slices of a part, for the same reason.
+			err = w.writeRawSlices(&ents[0], part[0], int(step))
+		} else {
+			err = w.writePlaced(ents, part, &batch.iov)
+			if err == nil {
+				err = guarded("append", 0, func(int) error {
+					for i, r := range part {
+						ents[i].sum = dataSum(r)
+					}
+					return nil
+				})
+			}
+		}
+		if err != nil {
+			return 0, rawSourceErr(err, bounds[k], bounds[k+1])
 		}
 	}
 	return w.publish(batch.table)
+}
+
+// rawParts cuts records into consecutive parts of at most step bytes (a
+// part holds at least one record, and a record larger than step is a part
+// alone) and returns the n+1 bounds of the n parts.
+func rawParts(records [][]byte, step int64) []int {
+	bounds := []int{0}
+	var acc int64
+	for k, r := range records {
+		size := int64(len(r))
+		if k > bounds[len(bounds)-1] && (acc+size > step || size > step) {
+			bounds = append(bounds, k)
+			acc = 0
+		}
+		acc += size
+	}
+	return append(bounds, len(records))
+}
+
+// writeRawSlices writes r, a raw record placed as e, in slices of step
+// bytes, each checksummed right after its write, and sets e.sum.
+func (w *batchWriter) writeRawSlices(e *entry, r []byte, step int) error {
+	c := (*w.s.chunks.Load())[e.chunk]
+	sum := uint32(0)
+	for off := 0; off < len(r); off += step {
+		b := r[off:min(len(r), off+step)]
+		at := int64(e.off) + int64(off)
+		if err := w.writeAt(c, [][]byte{b}, at, at+int64(len(b))); err != nil {
+			return err
+		}
+		if err := guarded("append", 0, func(int) error {
+			sum = crc32.Update(sum, castagnoli, b)
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	e.sum = sum
+	return nil
 }
 
 // rawSourceErr is the error of a failed write of records [lo, hi) of a raw
