@@ -194,19 +194,21 @@ const rawPartBytes = 512 << 10
 // the other core's cache); both also need a core that is free, which a
 // shared machine often does not have.
 //
-// The entries get their checksums after their bytes are written but before
-// the table is: publish still writes the table entries, then the header,
-// after the last part, so visibility and the crash contract are those of
-// any append.
+// The whole batch is placed first and its blocks are reserved with one
+// fallocate per chunk (preallocate), which takes ext4's delayed allocation
+// out of every write. The entries get their checksums after their bytes
+// are written but before the table is: publish still writes the table
+// entries, then the header, after the last part, so visibility and the
+// crash contract are those of any append. Blocks reserved past the end of
+// a chunk by an append that failed or was killed before writing them are
+// written over by the next append, which starts at the same place, or
+// freed when the chunk is cut to its records.
 func (s *Store) appendRawParts(records [][]byte) (int64, error) {
 	step := min(pipeStep(), rawPartBytes)
 	bounds := rawParts(records, step)
 	batch := appendPool.Get().(*appendScratch)
 	defer batch.release()
 	batch.resetEntries(len(records), int(layoutV4.entSize))
-	// Checksums are filled in after each part's write; the entries are
-	// placed with zero until then.
-	zeros := make([]uint32, 0, 256)
 
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
@@ -217,35 +219,53 @@ func (s *Store) appendRawParts(records [][]byte) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	// The whole batch is placed at once, with zero checksums that are
+	// filled in after each part's write, and the blocks of each chunk's
+	// share of it are reserved before the first write (see preallocate).
+	ents, err := w.place(records, records, make([]uint32, len(records)))
+	if err != nil {
+		return 0, err
+	}
+	w.preallocate(ents)
 	for k := range len(bounds) - 1 {
-		part := records[bounds[k]:bounds[k+1]]
-		if cap(zeros) < len(part) {
-			zeros = make([]uint32, 0, len(part))
-		}
-		ents, err := w.place(part, part, zeros[:len(part)])
-		if err != nil {
-			return 0, err
-		}
+		lo, hi := bounds[k], bounds[k+1]
+		part := records[lo:hi]
 		if len(part) == 1 && int64(len(part[0])) > step {
 			// A record larger than a part is written and checksummed in
 			// slices of a part, for the same reason.
-			err = w.writeRawSlices(&ents[0], part[0], int(step))
+			err = w.writeRawSlices(&ents[lo], part[0], int(step))
 		} else {
-			err = w.writePlaced(ents, part, &batch.iov)
+			pents := ents[lo:hi]
+			err = w.writePlaced(pents, part, &batch.iov)
 			if err == nil {
 				err = guarded("append", 0, func(int) error {
 					for i, r := range part {
-						ents[i].sum = dataSum(r)
+						pents[i].sum = dataSum(r)
 					}
 					return nil
 				})
 			}
 		}
 		if err != nil {
-			return 0, rawSourceErr(err, bounds[k], bounds[k+1])
+			return 0, rawSourceErr(err, lo, hi)
 		}
 	}
 	return w.publish(batch.table)
+}
+
+// preallocate reserves the blocks of each chunk's run of ents, placed
+// records that are about to be written (see the function preallocate).
+func (w *batchWriter) preallocate(ents []entry) {
+	chunks := *w.s.chunks.Load()
+	for k := 0; k < len(ents); {
+		j := k
+		for j < len(ents) && ents[j].chunk == ents[k].chunk {
+			j++
+		}
+		start, end := int64(ents[k].off), int64(ents[j-1].end())
+		preallocate(chunks[ents[k].chunk].f, start, end-start)
+		k = j
+	}
 }
 
 // rawParts cuts records into consecutive parts of at most step bytes (a
