@@ -200,9 +200,9 @@ const rawPartBytes = 512 << 10
 // are written but before the table is: publish still writes the table
 // entries, then the header, after the last part, so visibility and the
 // crash contract are those of any append. Blocks reserved past the end of
-// a chunk by an append that failed or was killed before writing them are
-// written over by the next append, which starts at the same place, or
-// freed when the chunk is cut to its records.
+// a chunk by an append that failed or was killed before writing them hold
+// disk space but not file size until the next append, which starts at the
+// same place, writes over them.
 func (s *Store) appendRawParts(records [][]byte) (int64, error) {
 	step := min(pipeStep(), rawPartBytes)
 	bounds := rawParts(records, step)
