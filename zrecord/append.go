@@ -72,12 +72,15 @@ func (a *appendScratch) release() {
 // MaxRecordSize bytes (else ErrRecordTooLarge, and nothing is written).
 //
 // Compression runs in parallel across Threads() goroutines for large
-// batches. A large batch is compressed (or, raw, checksummed) and written
-// in parts of about pipeStep() bytes, the next part compressing while the
-// previous one is written (see appendPipelined); a small one is compressed
-// before the append lock is taken. Either way all the record bytes are written first,
-// then the table entries, then the header; only then does Len include the
-// batch. Concurrent Gathers never see part of a batch.
+// batches. A large compressed batch is compressed and written in parts of
+// about pipeStep() bytes, the next part compressing while the previous one
+// is written (see appendPipelined); a small one is compressed before the
+// append lock is taken. A raw batch of at least rawPartBytes is written in
+// parts, each checksummed right after its write (see appendRawParts); a
+// smaller one is checksummed before the append lock is taken. Either way
+// all the record bytes are written first, then the table entries, then the
+// header; only then does Len include the batch. Concurrent Gathers never
+// see part of a batch.
 func (s *Store) Append(records [][]byte) (first int64, err error) {
 	defer recoverTo(&err, "append")
 	if len(records) > 0 {
@@ -102,6 +105,9 @@ func (s *Store) Append(records [][]byte) (first int64, err error) {
 	}
 	if total >= 2*pipeStep() {
 		return s.appendPipelined(records, total)
+	}
+	if s.codec == Raw && total >= rawPartBytes {
+		return s.appendRawParts(records)
 	}
 	a := appendPool.Get().(*appendScratch)
 	defer a.release()

@@ -177,7 +177,8 @@ func pipeErr(errs []error, k int, ok bool, parts int) error {
 // more than that saves; 512 KiB and 1 MiB measured the same.
 const rawPartBytes = 512 << 10
 
-// appendRawParts is appendPipelined for a raw store. A raw record is stored
+// appendRawParts appends a raw batch of at least rawPartBytes, pipelined or
+// not (Append and appendPipelined send it here). A raw record is stored
 // as it is, so the only work besides the write is its checksum, and the
 // order is reversed: each part is written first and checksummed right
 // after, on the same goroutine, while its bytes are still in the cache that
