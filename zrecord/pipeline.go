@@ -170,11 +170,12 @@ func pipeErr(errs []error, k int, ok bool, parts int) error {
 // which the kernel has just read to copy them into the page cache, are still
 // in this core's L2 cache (2 MiB here, shared with the destination pages the
 // copy touched) when the checksum reads them again. Larger writes are
-// cheaper for the kernel (ext4 reserves and maps delayed blocks per
-// page-cache folio, and a folio is at most as large as the write: 625 MiB
-// took 15-20 % more system time in 512 KiB writes than in 2 MiB or larger
-// ones), but from 2 MiB parts on the checksums miss the L2 cache and cost
-// more than that saves; 512 KiB and 1 MiB measured the same.
+// cheaper for the kernel, which does some work per page-cache folio, and a
+// folio is at most as large as the write: into blocks not reserved first,
+// 625 MiB took 15-20 % more system time in 512 KiB writes than in 2 MiB or
+// larger ones (preallocate takes most of that away). From 2 MiB parts on
+// the checksums miss the L2 cache; 512 KiB, 1 MiB and 2 MiB parts measured
+// the same end to end.
 const rawPartBytes = 512 << 10
 
 // appendRawParts appends a raw batch of at least rawPartBytes, pipelined or
