@@ -72,12 +72,15 @@ func (a *appendScratch) release() {
 // MaxRecordSize bytes (else ErrRecordTooLarge, and nothing is written).
 //
 // Compression runs in parallel across Threads() goroutines for large
-// batches. A large batch is compressed (or, raw, checksummed) and written
-// in parts of about pipeStep() bytes, the next part compressing while the
-// previous one is written (see appendPipelined); a small one is compressed
-// before the append lock is taken. Either way all the record bytes are written first,
-// then the table entries, then the header; only then does Len include the
-// batch. Concurrent Gathers never see part of a batch.
+// batches. A large compressed batch is compressed and written in parts of
+// about pipeStep() bytes, the next part compressing while the previous one
+// is written (see appendPipelined); a small one is compressed before the
+// append lock is taken. A raw batch of at least rawPartBytes is written in
+// parts, each checksummed right after its write (see appendRawParts); a
+// smaller one is checksummed before the append lock is taken. Either way
+// all the record bytes are written first, then the table entries, then the
+// header; only then does Len include the batch. Concurrent Gathers never
+// see part of a batch.
 func (s *Store) Append(records [][]byte) (first int64, err error) {
 	defer recoverTo(&err, "append")
 	if len(records) > 0 {
@@ -102,6 +105,9 @@ func (s *Store) Append(records [][]byte) (first int64, err error) {
 	}
 	if total >= 2*pipeStep() {
 		return s.appendPipelined(records, total)
+	}
+	if s.codec == Raw && total >= rawPartBytes {
+		return s.appendRawParts(records)
 	}
 	a := appendPool.Get().(*appendScratch)
 	defer a.release()
@@ -252,11 +258,22 @@ func (s *Store) newBatch(n int, entries []entry) (*batchWriter, error) {
 // write places the next records of the batch after those written so far
 // and writes their stored forms phys (with checksums sums). iov is scratch.
 func (w *batchWriter) write(records, phys [][]byte, sums []uint32, iov *[][]byte) error {
+	ents, err := w.place(records, phys, sums)
+	if err != nil {
+		return err
+	}
+	return w.writePlaced(ents, phys, iov)
+}
+
+// place gives the next records of the batch, stored as phys with checksums
+// sums, their places after those placed so far, makes sure their chunks
+// exist, and returns their entries (the tail of w.entries).
+func (w *batchWriter) place(records, phys [][]byte, sums []uint32) ([]entry, error) {
 	s := w.s
 	capacity := uint64(s.opts.capacity)
 	first := len(w.entries)
 	if first+len(phys) > int(w.n) {
-		return errf(ErrInvalidArgument, "append to %s: a part of %d records past the batch of %d", s.dir, len(phys), w.n)
+		return nil, errf(ErrInvalidArgument, "append to %s: a part of %d records past the batch of %d", s.dir, len(phys), w.n)
 	}
 
 	// Place every record. A record never straddles chunks: one that does
@@ -267,7 +284,7 @@ func (w *batchWriter) write(records, phys [][]byte, sums []uint32, iov *[][]byte
 		size := uint64(len(p))
 		if pos.off > 0 && uint64(pos.off)+size > capacity {
 			if pos.chunk == math.MaxUint32 {
-				return errf(ErrInvalidArgument, "append to %s: out of chunk ids", s.dir)
+				return nil, errf(ErrInvalidArgument, "append to %s: out of chunk ids", s.dir)
 			}
 			pos = position{pos.chunk + 1, 0}
 		}
@@ -278,11 +295,15 @@ func (w *batchWriter) write(records, phys [][]byte, sums []uint32, iov *[][]byte
 	}
 	w.pos = pos
 	if err := s.growChunks(pos.chunk); err != nil {
-		return err
+		return nil, err
 	}
-	chunks := *s.chunks.Load()
-	ents := w.entries[first:]
+	return w.entries[first:], nil
+}
 
+// writePlaced writes phys, the stored forms of the records placed as ents.
+func (w *batchWriter) writePlaced(ents []entry, phys [][]byte, iov *[][]byte) error {
+	s := w.s
+	chunks := *s.chunks.Load()
 	// Data: one vectored write per run of records in the same chunk.
 	for k := 0; k < len(phys); {
 		c := chunks[ents[k].chunk]
@@ -295,20 +316,29 @@ func (w *batchWriter) write(records, phys [][]byte, sums []uint32, iov *[][]byte
 			}
 		}
 		last := ents[j-1]
-		// Mapped far enough before the bytes exist, and so before the
-		// length that publishes them (see mmap.go).
-		if err := c.cover(c.f, int64(last.end())); err != nil {
-			return wrapf(err, "append: map %s", s.path(chunkName(c.id)))
+		if err := w.writeAt(c, *iov, start, int64(last.end())); err != nil {
+			return err
 		}
-		if len(*iov) > 0 {
-			if err := writeVec(c.f, *iov, start); err != nil {
-				return wrapf(err, "append: write %s", s.path(chunkName(c.id)))
-			}
-			c.dirty = true
-		}
-		c.size = max(c.size, int64(last.end()))
 		k = j
 	}
+	return nil
+}
+
+// writeAt writes bufs into chunk c at off; they end at end.
+func (w *batchWriter) writeAt(c *chunk, bufs [][]byte, off, end int64) error {
+	s := w.s
+	// Mapped far enough before the bytes exist, and so before the
+	// length that publishes them (see mmap.go).
+	if err := c.cover(c.f, end); err != nil {
+		return wrapf(err, "append: map %s", s.path(chunkName(c.id)))
+	}
+	if len(bufs) > 0 {
+		if err := writeVec(c.f, bufs, off); err != nil {
+			return wrapf(err, "append: write %s", s.path(chunkName(c.id)))
+		}
+		c.dirty = true
+	}
+	c.size = max(c.size, end)
 	return nil
 }
 

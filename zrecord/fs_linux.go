@@ -7,3 +7,10 @@ import "golang.org/x/sys/unix"
 func (f osFile) writeVecAt(bufs [][]byte, off int64) (int, error) {
 	return unix.Pwritev(int(f.File.Fd()), bufs, off)
 }
+
+// preallocate reserves the blocks of [off, off+n) without changing the
+// file's size (fallocate with FALLOC_FL_KEEP_SIZE); osFile is a
+// preallocator on Linux.
+func (f osFile) preallocate(off, n int64) error {
+	return unix.Fallocate(int(f.File.Fd()), unix.FALLOC_FL_KEEP_SIZE, off, n)
+}
