@@ -399,6 +399,9 @@ func (s *Store) copyMoves(moves []move, chunks []*chunk) error {
 		if err := to.cover(to.f, end); err != nil {
 			return wrapf(err, "compact: map %s", s.path(chunkName(to.id)))
 		}
+		// The moved bytes go into empty chunk files; their blocks are
+		// reserved first, as an append reserves them (see preallocate).
+		preallocate(to.f, start, end-start)
 		if err := writeVec(to.f, iov, start); err != nil {
 			return wrapf(err, "compact: write %s", s.path(chunkName(to.id)))
 		}
