@@ -70,7 +70,9 @@ func (s *Store) Gather(indices []int64, dst []byte, stride int) (err error) {
 			return errf(ErrSizeMismatch, "gather from %s: record %d has %d bytes, stride is %d", s.dir, indices[k], e.logic, stride)
 		}
 	}
-	g.touchRecords(chunks)
+	if !canPrefetch {
+		g.touchRecords(chunks)
+	}
 	workers := workersFor(s.gatherCost(g.locs, int64(n)*int64(stride)), n, fanOutBytes)
 	blocks := gatherBlocks(workers, n)
 	g.prepare(blocks)
@@ -81,24 +83,60 @@ func (s *Store) Gather(indices []int64, dst []byte, stride int) (err error) {
 		// to the end of the block: scratch bytes the decoder leaves past a
 		// record land in slots this worker fills afterwards.
 		limit := hi * stride
+		g.prefetchFirst(chunks, lo, hi)
 		for k := lo; k < hi; k++ {
-			off := k * stride
-			out := dst[off : off+stride : limit]
 			if plain {
-				// A raw record in a mapped chunk, nothing to check: copy.
-				if e := g.locs[k]; !s.isFrame(e) {
-					if d := chunks[e.chunk].bytes(); d != nil {
-						copy(out, d[e.off:e.end()])
-						continue
-					}
+				// Raw records in mapped chunks, nothing to check: copy
+				// them up to the first record that needs more.
+				if k = s.copyPlain(g.locs, chunks, dst, stride, k, hi); k == hi {
+					break
 				}
 			}
-			if err := s.fill(g, w, k, chunks, indices[k], out); err != nil {
+			if k+prefetchAhead < hi {
+				g.prefetch(chunks, k+prefetchAhead)
+			}
+			off := k * stride
+			if err := s.fill(g, w, k, chunks, indices[k], dst[off:off+stride:limit]); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+}
+
+// copyPlain copies the records locs[k:hi] of a gather at a fixed stride
+// into dst as long as they are raw and in mapped chunks, and returns the
+// first k it did not copy (hi when it copied them all). It is Gather's
+// loop for raw records, kept apart and free of calls other than the copy
+// and the prefetch, which on 2 KiB records is about a fifth faster than
+// the general loop (BenchmarkGatherSmall).
+func (s *Store) copyPlain(locs []entry, chunks []*chunk, dst []byte, stride, k, hi int) int {
+	frames := s.dec != nil
+	v3 := s.lay.version == versionV3
+	cur := int64(-1)
+	var d []byte
+	for ; k < hi; k++ {
+		if j := k + prefetchAhead; j < hi {
+			if f := &locs[j]; f.phys > 0 {
+				if pd := chunks[f.chunk].bytes(); int(f.off) < len(pd) {
+					prefetchLines(&pd[f.off], int(min(f.phys, prefetchBytes)))
+				}
+			}
+		}
+		e := &locs[k]
+		if frames && (e.phys != e.logic || v3) {
+			return k
+		}
+		if id := int64(e.chunk); id != cur {
+			cur, d = id, chunks[id].bytes()
+		}
+		if d == nil {
+			return k
+		}
+		off, o := k*stride, int(e.off)
+		copy(dst[off:off+stride], d[o:o+int(e.phys)])
+	}
+	return hi
 }
 
 // plainCopies reports whether raw records may be copied straight from
@@ -254,7 +292,12 @@ func (s *Store) locate(op string, indices []int64, g *gatherScratch) ([]*chunk, 
 	ov := s.overlay.Load()
 	g.touchEntries(s.lay, segs, indices)
 	locs := g.locs
-	for k, i := range indices {
+	k := 0
+	if ov == nil && s.lay.checksummed() {
+		k = s.locateMapped(indices, locs, segs, chunks)
+	}
+	for ; k < len(indices); k++ {
+		i := indices[k]
 		if ov != nil {
 			if e, ok := ov.recs[i]; ok {
 				locs[k] = e
@@ -271,6 +314,42 @@ func (s *Store) locate(op string, indices []int64, g *gatherScratch) ([]*chunk, 
 		locs[k] = e
 	}
 	return chunks, nil
+}
+
+// locateMapped is locate's loop for a version-4 store without an overlay:
+// it decodes and checks the entries of indices in place in their mapped
+// segments, in one loop with the segment's bytes kept between records of
+// the same segment, and returns how many it filled into locs. It stops at
+// the first entry it cannot take this way (an unmapped segment, a checksum
+// or bounds failure), which locate's general loop then reports or handles.
+func (s *Store) locateMapped(indices []int64, locs []entry, segs []*segment, chunks []*chunk) int {
+	const size = 24 // layoutV4.entSize
+	shift := s.lay.shift & 63
+	mask := int64(1)<<shift - 1
+	cur := int64(-1)
+	var d []byte
+	for k, i := range indices {
+		if id := i >> shift; id != cur {
+			if id >= int64(len(segs)) {
+				return k
+			}
+			cur, d = id, segs[id].bytes()
+		}
+		off := (i & mask) * size
+		if off+size > int64(len(d)) {
+			return k
+		}
+		b := d[off : off+size : off+size]
+		if binary.LittleEndian.Uint32(b[20:24]) != entrySumFast(i, b) {
+			return k
+		}
+		e := getEntry20(b)
+		if s.checkEntry(e, chunks) != nil {
+			return k
+		}
+		locs[k] = e
+	}
+	return len(indices)
 }
 
 // touchEntries loads one byte of each mapped table entry of indices before
@@ -299,6 +378,39 @@ func (g *gatherScratch) touchRecords(chunks []*chunk) {
 		}
 	}
 	g.touched += t
+}
+
+// prefetchAhead is how many records ahead of the one it copies a gather
+// asks the CPU to load, and prefetchBytes how much of each: a record's
+// first lines arrive while the record before it is copied, instead of
+// each copy starting with a cache miss, and the hardware prefetcher
+// follows a record's later lines once its copy runs. Measured on 2 KiB
+// raw records (BenchmarkGatherSmall), two records of up to 1 KiB each
+// did best; farther or more gave the lines back before their copy.
+const (
+	prefetchAhead = 2
+	prefetchBytes = 1 << 10
+)
+
+// prefetch asks the CPU to load the start of the k-th record of the call
+// when its chunk is mapped. A prefetch never faults, so a record of a
+// truncated file costs nothing here: its copy reports it.
+func (g *gatherScratch) prefetch(chunks []*chunk, k int) {
+	e := g.locs[k]
+	if e.phys == 0 {
+		return
+	}
+	if d := chunks[e.chunk].bytes(); d != nil {
+		prefetchLines(&d[e.off], int(min(e.phys, prefetchBytes)))
+	}
+}
+
+// prefetchFirst prefetches the first prefetchAhead records of the block
+// [lo, hi), which the copy loop reaches before it prefetches anything.
+func (g *gatherScratch) prefetchFirst(chunks []*chunk, lo, hi int) {
+	for k := lo; k < min(lo+prefetchAhead, hi); k++ {
+		g.prefetch(chunks, k)
+	}
 }
 
 // entryAt returns table entry i, checked, like readEntry; an entry of a

@@ -1,0 +1,10 @@
+//go:build !amd64
+
+package zrecord
+
+// canPrefetch says prefetchLines issues prefetches on this architecture.
+const canPrefetch = false
+
+// prefetchLines does nothing here: gathers touch records with loads
+// instead (touchRecords).
+func prefetchLines(p *byte, n int) {}
