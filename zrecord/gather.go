@@ -134,7 +134,7 @@ func (s *Store) copyPlain(locs []entry, chunks []*chunk, dst []byte, stride, k, 
 			return k
 		}
 		off, o := k*stride, int(e.off)
-		copy(dst[off:off+stride], d[o:o+int(e.phys)])
+		copyRecord(dst[off:off+stride], d[o:o+int(e.phys)])
 	}
 	return hi
 }
