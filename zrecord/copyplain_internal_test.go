@@ -37,8 +37,8 @@ func TestCopyRecord(t *testing.T) {
 
 // TestGatherMixedRawAndFrames gathers, in one call, records a zstd store
 // keeps raw (incompressible) and records it keeps as frames, spread over
-// several chunks, in random order with repeats: the raw loop hands each
-// frame to the general one and picks up after it.
+// several chunks, in random order with repeats and in order: the raw loop
+// hands each frame to the general one and picks up after it.
 func TestGatherMixedRawAndFrames(t *testing.T) {
 	const size, count = 2048, 600
 	s, err := Create(filepath.Join(t.TempDir(), "s"), WithCodec(Zstd), WithChunkCapacity(64<<10))
@@ -85,11 +85,19 @@ func TestGatherMixedRawAndFrames(t *testing.T) {
 	if raw == 0 || frames == 0 || len(used) < 3 || len(chunks) < 3 {
 		t.Fatalf("want raw records, frames and several chunks: %d raw, %d frames, %d chunks", raw, frames, len(used))
 	}
+	var batches [][]int64
 	for _, n := range []int{1, 2, 3, 17, 256, 1000} {
 		batch := make([]int64, n)
 		for k := range batch {
 			batch[k] = rng.Int64N(count)
 		}
+		batches = append(batches, batch)
+	}
+	// In order, whole and from the middle: runs of neighbours are copied
+	// in one piece up to a frame or the end of a chunk.
+	batches = append(batches, idx, idx[77:431])
+	for _, batch := range batches {
+		n := len(batch)
 		dst := make([]byte, n*size)
 		if err := s.Gather(batch, dst, size); err != nil {
 			t.Fatal(err)
