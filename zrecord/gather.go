@@ -293,21 +293,28 @@ func (s *Store) Sizes(indices []int64, sizes []int64) (err error) {
 // entries refer to.
 func (s *Store) locate(op string, indices []int64, g *gatherScratch) ([]*chunk, error) {
 	n := s.length.Load()
+	var top int64
 	for _, i := range indices {
 		if uint64(i) >= uint64(n) {
 			return nil, errf(ErrIndexOutOfRange, "%s from %s: index %d, length %d", op, s.dir, i, n)
 		}
+		top = max(top, i)
 	}
 	// Loaded after length: the lists are published before the length that
 	// needs them, so they cover every entry below n.
 	segs := *s.segs.Load()
 	chunks := *s.chunks.Load()
 	ov := s.overlay.Load()
-	g.touchEntries(s.lay, segs, indices)
 	locs := g.locs
 	k := 0
 	if ov == nil && s.lay.checksummed() {
-		k = s.locateMapped(indices, locs, segs, chunks)
+		k = s.locateFirstSegment(indices, locs, segs, chunks, top)
+		if k == 0 {
+			g.touchEntries(s.lay, segs, indices)
+			k = s.locateMapped(indices, locs, segs, chunks)
+		}
+	} else {
+		g.touchEntries(s.lay, segs, indices)
 	}
 	for ; k < len(indices); k++ {
 		i := indices[k]
@@ -327,6 +334,31 @@ func (s *Store) locate(op string, indices []int64, g *gatherScratch) ([]*chunk, 
 		locs[k] = e
 	}
 	return chunks, nil
+}
+
+// locateFirstSegment is locate for a version-4 store without an overlay
+// whose indices, top the largest, all lie in the mapped first segment of
+// the table (stores of up to 2^27 records): the entries are checked
+// against their checksums and decoded in one pass (loadEntries), then
+// checked against the chunks in a loop without calls. It returns how many entries it filled
+// into locs, stopping at the first it cannot take; 0 also when the
+// indices do not fit it, and locate then takes locateMapped's path.
+func (s *Store) locateFirstSegment(indices []int64, locs []entry, segs []*segment, chunks []*chunk, top int64) int {
+	const size = 24 // layoutV4.entSize
+	if len(segs) == 0 || top>>(s.lay.shift&63) != 0 {
+		return 0
+	}
+	d := segs[0].bytes()
+	if (top+1)*size > int64(len(d)) {
+		return 0
+	}
+	good := loadEntries(d, indices, locs)
+	for k, e := range locs[:good] {
+		if s.checkEntry(e, chunks) != nil {
+			return k
+		}
+	}
+	return good
 }
 
 // locateMapped is locate's loop for a version-4 store without an overlay:
