@@ -65,8 +65,8 @@ func (s *Store) Gather(indices []int64, dst []byte, stride int) (err error) {
 	if err != nil {
 		return err
 	}
-	for k, e := range g.locs {
-		if int64(e.logic) != int64(stride) {
+	for k := range g.locs {
+		if e := &g.locs[k]; int64(e.logic) != int64(stride) {
 			return errf(ErrSizeMismatch, "gather from %s: record %d has %d bytes, stride is %d", s.dir, indices[k], e.logic, stride)
 		}
 	}
@@ -328,7 +328,7 @@ func (s *Store) locate(op string, indices []int64, g *gatherScratch) ([]*chunk, 
 		if err != nil {
 			return nil, fmt.Errorf("zrecord: %s from %s: %w", op, s.dir, err)
 		}
-		if err := s.checkEntry(e, chunks); err != nil {
+		if err := s.checkEntry(&e, chunks); err != nil {
 			return nil, fmt.Errorf("zrecord: %s from %s: %s entry %d: %v: %w", op, s.dir, s.lay.segName(uint32(i>>s.lay.shift)), i, err, ErrCorrupt)
 		}
 		locs[k] = e
@@ -353,8 +353,8 @@ func (s *Store) locateFirstSegment(indices []int64, locs []entry, segs []*segmen
 		return 0
 	}
 	good := loadEntries(d, indices, locs)
-	for k, e := range locs[:good] {
-		if s.checkEntry(e, chunks) != nil {
+	for k := range locs[:good] {
+		if s.checkEntry(&locs[k], chunks) != nil {
 			return k
 		}
 	}
@@ -389,7 +389,7 @@ func (s *Store) locateMapped(indices []int64, locs []entry, segs []*segment, chu
 			return k
 		}
 		e := getEntry20(b)
-		if s.checkEntry(e, chunks) != nil {
+		if s.checkEntry(&e, chunks) != nil {
 			return k
 		}
 		locs[k] = e
@@ -441,7 +441,7 @@ const (
 // when its chunk is mapped. A prefetch never faults, so a record of a
 // truncated file costs nothing here: its copy reports it.
 func (g *gatherScratch) prefetch(chunks []*chunk, k int) {
-	e := g.locs[k]
+	e := &g.locs[k]
 	if e.phys == 0 {
 		return
 	}
