@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"testing"
+	"unsafe"
 )
 
 // TestCopyRecord checks the raw-record copy against copy() at the sizes
@@ -15,10 +16,14 @@ func TestCopyRecord(t *testing.T) {
 	for i := range src {
 		src[i] = byte(rng.Uint32())
 	}
+	// Offsets that put both ends on a cache line (the REP MOVSB path)
+	// and off it.
+	srcLine := int(-uintptr(unsafe.Pointer(&src[0])) & 63)
 	for _, n := range []int{0, 1, 63, 1023, 1024, 1025, 2048, 4097, 12288, 16384, 16385, 40 << 10} {
 		for _, shift := range []int{0, 1, 7, 33} {
-			from := src[min(shift, len(src)-n):][:n]
-			to := make([]byte, n+shift+8)
+			from := src[min(shift+srcLine, len(src)-n):][:n]
+			buf := make([]byte, n+shift+8+64)
+			to := buf[int(-uintptr(unsafe.Pointer(&buf[0]))&63):][:n+shift+8]
 			for i := range to {
 				to[i] = 0xAA
 			}
