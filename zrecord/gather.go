@@ -118,13 +118,6 @@ func (s *Store) copyPlain(locs []entry, chunks []*chunk, dst []byte, stride, k, 
 	cur := int64(-1)
 	var d []byte
 	for ; k < hi; k++ {
-		if j := k + prefetchAhead; j < hi {
-			if f := &locs[j]; f.phys > 0 {
-				if pd := chunks[f.chunk].bytes(); int(f.off) < len(pd) {
-					prefetchLines(&pd[f.off], int(min(f.phys, prefetchBytes)))
-				}
-			}
-		}
 		e := &locs[k]
 		if frames && (e.phys != e.logic || v3) {
 			return k
@@ -134,6 +127,17 @@ func (s *Store) copyPlain(locs []entry, chunks []*chunk, dst []byte, stride, k, 
 		}
 		if d == nil {
 			return k
+		}
+		if j := k + prefetchAhead; j < hi {
+			if f := &locs[j]; f.phys > 0 {
+				pd := d
+				if f.chunk != e.chunk {
+					pd = chunks[f.chunk].bytes()
+				}
+				if int(f.off) < len(pd) {
+					prefetchLines(&pd[f.off], int(min(f.phys, prefetchBytes)))
+				}
+			}
 		}
 		// Records that follow each other in the chunk, as a sequential
 		// read's do, are copied in one piece.
