@@ -20,8 +20,9 @@ func prefetchLines(p *byte, n int)
 //go:noescape
 func repMovsb(dst, src *byte, n int)
 
-// useRepMovsb says the CPU has fast REP MOVSB (ERMS).
-var useRepMovsb = cpu.X86.HasERMS
+// useRepMovsb says the CPU has fast REP MOVSB (ERMS) and the race
+// detector, which does not see copies made in assembly, is off.
+var useRepMovsb = cpu.X86.HasERMS && !raceBuild
 
 // Records of repMovsbMin to repMovsbMax bytes are copied with REP MOVSB
 // where the CPU makes it fast and both ends are aligned to a cache line:
