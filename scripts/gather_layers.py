@@ -14,7 +14,9 @@ the same batches of sorted random indices (without replacement, as
 
 Each round times every layer over all batches once, in an order that rotates
 from round to round, so a burst of load elsewhere on the machine lands on all
-of them alike. Reported per record: the calling thread's CPU time (first
+of them alike; before each layer's turn, a pass over other memory (--evict)
+leaves the caches without its data, as the other contenders of
+``scripts/bench store`` do between slices. Reported per record: the calling thread's CPU time (first
 quartile and median over the rounds; on a machine shared with other work the
 steadier figure), the process's CPU time (includes gather helpers) and wall
 time (median); the last column is np.take's median thread CPU time over
@@ -51,6 +53,11 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256, help="records per gather (default 256)")
     ap.add_argument("--batches", type=int, default=150, help="batches per round (default 150)")
     ap.add_argument("--rounds", type=int, default=40, help="timed rounds (default 40)")
+    ap.add_argument("--misalign", type=int, default=16,
+                    help="bytes the output buffer starts past a cache line (default 16)")
+    ap.add_argument("--evict", type=int, default=64,
+                    help="MiB of other memory written before each layer's turn, so that every layer starts "
+                         "with caches holding none of its data, as in scripts/bench (default 64; 0: off)")
     ap.add_argument("--tmp", default=None, help="directory for the data (default: the system's)")
     args = ap.parse_args()
     shape = tuple(int(x) for x in args.shape.split("x"))
@@ -63,7 +70,11 @@ def main() -> None:
         np.save(os.path.join(d, "array.npy"), src)
         mm = np.load(os.path.join(d, "array.npy"), mmap_mode="r")
         ds = DenseDataset(os.path.join(d, "store"))
-        buf = np.empty((b, *shape), src.dtype)
+        # The output starts args.misalign bytes past a cache line: a NumPy
+        # buffer of a few hundred KiB usually starts 16 bytes into a page.
+        raw = np.empty(b * src[0].nbytes + 128, np.uint8)
+        start = -raw.ctypes.data % 64 + args.misalign
+        buf = raw[start : start + b * src[0].nbytes].view(src.dtype).reshape((b, *shape))
         batches = [np.sort(rng.choice(n, b, replace=False)).astype(np.int64) for _ in range(args.batches)]
         for start in range(0, n, b):  # warm the page cache and the mappings
             window = np.arange(start, min(n, start + b), dtype=np.int64)
@@ -109,11 +120,14 @@ def main() -> None:
         thread: dict[str, list[float]] = {k: [] for k in names}
         proc: dict[str, list[float]] = {k: [] for k in names}
         wall: dict[str, list[float]] = {k: [] for k in names}
+        evict = np.zeros(args.evict << 20, np.uint8)
         gc.disable()
         try:
             for r in range(args.rounds):
                 for j in range(len(names)):
                     name = names[(j + r) % len(names)]
+                    if args.evict:
+                        evict += 1  # a pass over other memory, as other work would leave the caches
                     p0, c0, t0 = time.process_time_ns(), time.thread_time_ns(), time.perf_counter_ns()
                     layers[name]()
                     t1, c1, p1 = time.perf_counter_ns(), time.thread_time_ns(), time.process_time_ns()
@@ -130,7 +144,8 @@ def main() -> None:
 
     base = q(thread["np.take"], 0.5)
     print(f"{n:,} records of {shape} {args.dtype} ({src[0].nbytes:,} bytes), batches of {b}, "
-          f"{args.rounds} rounds of {args.batches} batches; ns per record")
+          f"{args.rounds} rounds of {args.batches} batches, output {args.misalign} bytes past a cache line; "
+          "ns per record")
     print("| layer     | thread CPU q1 | thread CPU median | process CPU median | wall median | np.take / layer |")
     print("|-----------|--------------:|------------------:|-------------------:|------------:|----------------:|")
     for name in names:
