@@ -39,6 +39,9 @@ from loaderx._store import (
 )
 from loaderx.errors import ClosedError, CorruptStoreError
 
+#: The index dtype the native gather reads in place (int64, native byte order).
+_INT64 = np.dtype(np.int64)
+
 if TYPE_CHECKING:
     from loaderx._args import IndexLike, PathLike
 
@@ -510,6 +513,17 @@ class DenseDataset(_StoreView):
             ValueError: ``out`` has the wrong shape, is not C-contiguous or is
                 read-only.
         """
+        if (
+            type(indices) is np.ndarray
+            and indices.dtype == _INT64
+            and indices.ndim == 1
+            and indices.flags.c_contiguous
+            and indices.size
+            and self._stride
+        ):
+            fast = self._gather_fast(indices, out)
+            if fast is not None:
+                return fast
         idx, shape = self._indices(indices)
         want = shape + self._item_shape
         if out is None:
@@ -526,6 +540,33 @@ class DenseDataset(_StoreView):
             if not out.flags.writeable:
                 raise ValueError("out is read-only")
         self._gather_unchecked(idx, out)
+        return out
+
+    def _gather_fast(self, indices: np.ndarray, out: np.ndarray | None) -> np.ndarray | None:
+        """:meth:`gather` for a non-empty 1-D C-contiguous int64 index array:
+        the native call checks the indices against the store's length
+        (every index before any byte is written), so the range check and
+        the copy of the indices that :meth:`gather` makes otherwise are left
+        out. Returns None, with ``out`` untouched, where :meth:`gather` must
+        take its general path: ``out`` is not a fitting array (the general
+        path raises the error it always raised) or an index is out of range
+        or negative (the general path reports it, or turns negative indices
+        into positions from the end)."""
+        want = (indices.shape[0], *self._item_shape)
+        if out is None:
+            out = np.empty(want, dtype=self._dtype)
+        elif not (
+            isinstance(out, np.ndarray)
+            and out.dtype == self._dtype
+            and out.shape == want
+            and out.flags.c_contiguous
+            and out.flags.writeable
+        ):
+            return None
+        try:
+            self._gather_unchecked(indices, out)
+        except IndexError:
+            return None
         return out
 
     def __iter__(self) -> Iterator[np.ndarray]:

@@ -130,6 +130,37 @@ def test_dense_gather_validates_out(dense):
         dense.gather([0, 1], out=bytearray(64))
 
 
+def test_dense_gather_int64_array_matches_list_path(dense):
+    """A 1-D int64 index array reads in place (no range check in Python):
+    negative indices, out-of-range ones and unfit buffers still behave as
+    they do for a list of the same indices."""
+    neg = np.array([-1, 0, -8], dtype=np.int64)
+    np.testing.assert_array_equal(dense.gather(neg), SRC[[7, 0, 0]])
+    out = np.full((3, 2, 4), -1, dtype=np.float32)
+    assert dense.gather(neg, out=out) is out
+    np.testing.assert_array_equal(out, SRC[[7, 0, 0]])
+    for bad, named in (([1, 8, 2], 8), ([0, -9], -9)):
+        out = np.full((len(bad), 2, 4), -1, dtype=np.float32)
+        with pytest.raises(IndexError, match=f"index {named} is out of range for DenseDataset of length 8"):
+            dense.gather(np.array(bad, dtype=np.int64), out=out)
+        assert (out == -1).all()
+    # The index error comes first, as for a list, even with a wrong buffer.
+    with pytest.raises(IndexError, match="index 8 is out of range"):
+        dense.gather(np.array([8], dtype=np.int64), out=np.empty((5, 2, 4), np.float32))
+    with pytest.raises(ValueError, match=r"out has shape \(3, 2, 4\), but the batch needs shape \(2, 2, 4\)"):
+        dense.gather(np.array([0, 1], dtype=np.int64), out=np.empty((3, 2, 4), np.float32))
+    ro = np.empty((2, 2, 4), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        dense.gather(np.array([0, 1], dtype=np.int64), out=ro)
+    # A big-endian or strided index array takes the general path.
+    np.testing.assert_array_equal(dense.gather(np.array([3, 1], dtype=">i8")), SRC[[3, 1]])
+    np.testing.assert_array_equal(dense.gather(np.arange(8, dtype=np.int64)[::3]), SRC[[0, 3, 6]])
+    dense.close()
+    with pytest.raises(ClosedError):
+        dense.gather(np.array([0], dtype=np.int64))
+
+
 def test_dense_iteration(dense):
     rows = list(dense)
     assert len(rows) == 8

@@ -16,3 +16,43 @@ TEXT ·entrySumSSE42(SB), NOSPLIT, $0-20
 	NOTL  DX
 	MOVL  DX, ret+16(FP)
 	RET
+
+// func loadEntriesSSE42(seg *byte, indices *int64, n int, locs *entry) int
+//
+// Checks the 24-byte table entries indices[0:n] of a segment that starts
+// at seg (entry i at seg + 24*i), each against the CRC-32C of its index
+// and its first 20 bytes (its last 4), and copies the first 20 bytes of
+// each good one to locs[k] (an entry: the same five little-endian uint32
+// fields in the same order). It returns the position of the first entry
+// that does not match, or n. The loads of successive entries do not wait
+// for one another, so their cache misses overlap.
+TEXT ·loadEntriesSSE42(SB), NOSPLIT, $0-40
+	MOVQ seg+0(FP), SI
+	MOVQ indices+8(FP), R8
+	MOVQ n+16(FP), R9
+	MOVQ locs+24(FP), DI
+	XORQ R11, R11
+loop:
+	CMPQ R11, R9
+	JGE  done
+	MOVQ (R8)(R11*8), AX
+	LEAQ (AX)(AX*2), BX
+	LEAQ (SI)(BX*8), BX
+	MOVOU 0(BX), X0
+	MOVL 16(BX), R10
+	MOVL $0xffffffff, DX
+	CRC32Q AX, DX
+	CRC32Q 0(BX), DX
+	CRC32Q 8(BX), DX
+	CRC32L R10, DX
+	NOTL DX
+	CMPL DX, 20(BX)
+	JNE  done
+	MOVOU X0, 0(DI)
+	MOVL R10, 16(DI)
+	ADDQ $20, DI
+	INCQ R11
+	JMP  loop
+done:
+	MOVQ R11, ret+32(FP)
+	RET

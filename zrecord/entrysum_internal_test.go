@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"math/rand/v2"
+	"slices"
 	"testing"
+	"unsafe"
 )
 
 // TestEntrySumFast checks the fast entry checksum against a CRC-32C of the
@@ -54,4 +56,51 @@ func BenchmarkEntrySum(b *testing.B) {
 		}
 	})
 	_ = sink
+}
+
+// TestLoadEntries checks the batch entry loader against loadEntriesGo and
+// getEntry20 on a segment of random entries, some damaged: every good
+// entry up to the first damaged one is decoded, and the damaged one's
+// position is returned.
+func TestLoadEntries(t *testing.T) {
+	if unsafe.Sizeof(entry{}) != 20 || unsafe.Offsetof(entry{}.sum) != 16 || unsafe.Offsetof(entry{}.chunk) != 12 {
+		t.Fatal("entry is no longer five uint32 fields in table order: loadEntriesSSE42 copies them as they are stored")
+	}
+	rng := rand.New(rand.NewPCG(8, 9))
+	const count = 1000
+	seg := make([]byte, count*24)
+	for i := range int64(count) {
+		e := entry{off: rng.Uint32(), phys: rng.Uint32(), logic: rng.Uint32(), chunk: rng.Uint32(), sum: rng.Uint32()}
+		layoutV4.putEntry(seg[i*24:i*24+24], i, e)
+	}
+	bad := int64(613)
+	seg[bad*24+int64(rng.IntN(24))] ^= 1 << rng.IntN(8)
+	for _, n := range []int{0, 1, 2, 255, 256, 700} {
+		indices := make([]int64, n)
+		for k := range indices {
+			indices[k] = rng.Int64N(count)
+		}
+		if n == 700 {
+			indices[400] = bad
+		}
+		want := make([]entry, n)
+		got := make([]entry, n)
+		wk := loadEntriesGo(seg, indices, want)
+		gk := loadEntries(seg, indices, got)
+		if gk != wk {
+			t.Fatalf("%d indices: stopped at %d, want %d", n, gk, wk)
+		}
+		first := n
+		if k := slices.Index(indices, bad); k >= 0 {
+			first = k
+		}
+		if wk != first {
+			t.Fatalf("%d indices: stopped at %d, the first damaged entry is at %d", n, wk, first)
+		}
+		for k := range wk {
+			if got[k] != want[k] || got[k] != getEntry20(seg[indices[k]*24:]) {
+				t.Fatalf("%d indices: entry %d (index %d) decoded as %+v, want %+v", n, k, indices[k], got[k], want[k])
+			}
+		}
+	}
 }

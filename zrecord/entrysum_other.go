@@ -4,3 +4,11 @@ package zrecord
 
 // entrySumFast returns entrySum(idx, b).
 func entrySumFast(idx int64, b []byte) uint32 { return entrySum(idx, b) }
+
+// loadEntries checks the checksums of the 24-byte table entries at
+// indices of the segment seg, which holds all of them (entry i at byte
+// 24*i), and decodes each good one into locs[k]. It returns the position
+// in indices of the first entry that does not match, or len(indices).
+func loadEntries(seg []byte, indices []int64, locs []entry) int {
+	return loadEntriesGo(seg, indices, locs)
+}

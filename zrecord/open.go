@@ -338,7 +338,7 @@ func (s *Store) validate() (int64, error) {
 			if bad != nil {
 				return 0, s.entryError(i+k, bad)
 			}
-			if err := s.checkEntry(e, chunks); err != nil {
+			if err := s.checkEntry(&e, chunks); err != nil {
 				return 0, fmt.Errorf("zrecord: %s: entry %d: %v: %w", s.path(l.segName(g.id)), i+k, err, ErrCorrupt)
 			}
 			live += int64(e.phys)
@@ -361,7 +361,7 @@ var (
 )
 
 // checkEntry reports why e cannot be a committed record, or nil.
-func (s *Store) checkEntry(e entry, chunks []*chunk) error {
+func (s *Store) checkEntry(e *entry, chunks []*chunk) error {
 	if int64(e.chunk) >= int64(len(chunks)) {
 		return errEntryChunk
 	}

@@ -168,7 +168,7 @@ func (s *Store) upgrade() (switched bool, err error) {
 			return false, fmt.Errorf("zrecord: upgrade %s: %w", s.dir, err)
 		}
 		chunks := *s.chunks.Load()
-		if err := s.checkEntry(e, chunks); err != nil {
+		if err := s.checkEntry(&e, chunks); err != nil {
 			return false, errf(ErrCorrupt, "upgrade %s: %s entry %d: %v", s.dir, s.lay.segName(uint32(i>>s.lay.shift)), i, err)
 		}
 		if cap(stored) < int(e.phys) {

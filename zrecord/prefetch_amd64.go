@@ -1,0 +1,53 @@
+package zrecord
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
+
+// canPrefetch says prefetchLines issues prefetches on this architecture.
+const canPrefetch = true
+
+// prefetchLines asks the CPU to load the n bytes at p into its caches.
+// It never faults, whatever p is.
+//
+//go:noescape
+func prefetchLines(p *byte, n int)
+
+// repMovsb copies n bytes from src to dst (not overlapping) with REP MOVSB.
+//
+//go:noescape
+func repMovsb(dst, src *byte, n int)
+
+// useRepMovsb says the CPU has fast REP MOVSB (ERMS) and the race
+// detector, which does not see copies made in assembly, is off.
+var useRepMovsb = cpu.X86.HasERMS && !raceBuild
+
+// Records of repMovsbMin to repMovsbMax bytes are copied with REP MOVSB
+// where the CPU makes it fast and both ends are aligned to a cache line:
+// there, on 2 KiB records, it is about 5-7 % faster than the runtime's
+// copy, which moves records of up to 2 KiB through 16-byte registers, and
+// on 12 KiB ones no slower. Into a destination 16 bytes off a line it was
+// about 15 % slower, so other copies, and smaller (REP MOVSB's start-up)
+// or larger ones (not measured), keep the runtime's copy.
+const (
+	repMovsbMin = 1 << 10
+	repMovsbMax = 16 << 10
+)
+
+// copyRecord copies a raw record: copy(to, from).
+func copyRecord(to, from []byte) {
+	n := min(len(to), len(from))
+	if useRepMovsb && n >= repMovsbMin && n <= repMovsbMax {
+		// REP MOVSB is fast between addresses aligned to a cache line,
+		// and slower than the runtime's copy otherwise (a NumPy buffer of
+		// a few hundred KiB starts 16 bytes into a page).
+		dst, src := unsafe.SliceData(to), unsafe.SliceData(from)
+		if (uintptr(unsafe.Pointer(dst))|uintptr(unsafe.Pointer(src)))&63 == 0 {
+			repMovsb(dst, src, n)
+			return
+		}
+	}
+	copy(to, from)
+}

@@ -1,0 +1,13 @@
+//go:build !amd64
+
+package zrecord
+
+// canPrefetch says prefetchLines issues prefetches on this architecture.
+const canPrefetch = false
+
+// prefetchLines does nothing here: gathers touch records with loads
+// instead (touchRecords).
+func prefetchLines(p *byte, n int) {}
+
+// copyRecord copies a raw record: copy(to, from).
+func copyRecord(to, from []byte) { copy(to, from) }
