@@ -122,9 +122,6 @@ func (s *Store) Append(records [][]byte) (first int64, err error) {
 
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
-	if err := s.beginAppend(); err != nil {
-		return 0, err
-	}
 	return s.commit(records, a)
 }
 
@@ -245,9 +242,13 @@ type batchWriter struct {
 	logical int64
 }
 
-// newBatch starts a batch of n records after the current tail, with
-// entries (length 0, capacity n) to collect their table entries in.
+// newBatch readies the store for a batch (beginAppend) and starts one of n
+// records after the current tail, with entries (length 0, capacity n) to
+// collect their table entries in. The caller holds appendMu.
 func (s *Store) newBatch(n int, entries []entry) (*batchWriter, error) {
+	if err := s.beginAppend(); err != nil {
+		return nil, err
+	}
 	length := s.length.Load()
 	if err := s.growSegments(length + int64(n)); err != nil {
 		return nil, err

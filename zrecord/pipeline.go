@@ -131,9 +131,6 @@ func (s *Store) appendPipelined(records [][]byte, total int64) (first int64, err
 	}
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
-	if err := s.beginAppend(); err != nil {
-		return 0, err
-	}
 	w, err := s.newBatch(len(records), batch.entries[:0])
 	if err != nil {
 		return 0, err
@@ -214,9 +211,6 @@ func (s *Store) appendRawParts(records [][]byte) (int64, error) {
 
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
-	if err := s.beginAppend(); err != nil {
-		return 0, err
-	}
 	w, err := s.newBatch(len(records), batch.entries[:0])
 	if err != nil {
 		return 0, err
