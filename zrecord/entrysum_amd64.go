@@ -27,19 +27,20 @@ func entrySumFast(idx int64, b []byte) uint32 {
 // loadEntriesSSE42 is loadEntries on a CPU with SSE4.2, for n indices.
 //
 //go:noescape
-func loadEntriesSSE42(seg *byte, indices *int64, n int, locs *entry) int
+func loadEntriesSSE42(seg *byte, entries int, indices *int64, n int, locs *entry) int
 
 // loadEntries checks the checksums of the 24-byte table entries at
-// indices of the segment seg, which holds all of them (entry i at byte
-// 24*i), and decodes each good one into locs[k] (len(locs) >=
-// len(indices)). It returns the position in indices of the first entry
-// that does not match, or len(indices). One call does a whole batch, where
-// entrySumFast, a call per entry, makes its caller keep its state in
-// memory around every entry.
+// indices of the segment seg (entry i at byte 24*i), and decodes each good
+// one into locs[k] (len(locs) >= len(indices)). It returns the position in
+// indices of the first entry that does not match or lies past seg, or
+// len(indices). The caller has range-checked the indices, but they may sit
+// in memory another thread can write, so each is checked again as it is
+// read. One call does a whole batch, where entrySumFast, a call per entry,
+// makes its caller keep its state in memory around every entry.
 func loadEntries(seg []byte, indices []int64, locs []entry) int {
 	if !hasCRC32C || len(indices) == 0 {
 		return loadEntriesGo(seg, indices, locs)
 	}
 	_ = locs[len(indices)-1]
-	return loadEntriesSSE42(unsafe.SliceData(seg), unsafe.SliceData(indices), len(indices), unsafe.SliceData(locs))
+	return loadEntriesSSE42(unsafe.SliceData(seg), len(seg)/24, unsafe.SliceData(indices), len(indices), unsafe.SliceData(locs))
 }

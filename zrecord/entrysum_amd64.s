@@ -17,25 +17,30 @@ TEXT ·entrySumSSE42(SB), NOSPLIT, $0-20
 	MOVL  DX, ret+16(FP)
 	RET
 
-// func loadEntriesSSE42(seg *byte, indices *int64, n int, locs *entry) int
+// func loadEntriesSSE42(seg *byte, entries int, indices *int64, n int, locs *entry) int
 //
-// Checks the 24-byte table entries indices[0:n] of a segment that starts
-// at seg (entry i at seg + 24*i), each against the CRC-32C of its index
-// and its first 20 bytes (its last 4), and copies the first 20 bytes of
-// each good one to locs[k] (an entry: the same five little-endian uint32
-// fields in the same order). It returns the position of the first entry
-// that does not match, or n. The loads of successive entries do not wait
-// for one another, so their cache misses overlap.
-TEXT ·loadEntriesSSE42(SB), NOSPLIT, $0-40
+// Checks the 24-byte table entries indices[0:n] of a segment of entries
+// entries that starts at seg (entry i at seg + 24*i), each against the
+// CRC-32C of its index and its first 20 bytes (its last 4), and copies the
+// first 20 bytes of each good one to locs[k] (an entry: the same five
+// little-endian uint32 fields in the same order). It returns the position
+// of the first entry that does not match or whose index is not below
+// entries (compared unsigned, so negative ones too), or n. The loads of
+// successive entries do not wait for one another, so their cache misses
+// overlap.
+TEXT ·loadEntriesSSE42(SB), NOSPLIT, $0-48
 	MOVQ seg+0(FP), SI
-	MOVQ indices+8(FP), R8
-	MOVQ n+16(FP), R9
-	MOVQ locs+24(FP), DI
+	MOVQ entries+8(FP), R12
+	MOVQ indices+16(FP), R8
+	MOVQ n+24(FP), R9
+	MOVQ locs+32(FP), DI
 	XORQ R11, R11
 loop:
 	CMPQ R11, R9
 	JGE  done
 	MOVQ (R8)(R11*8), AX
+	CMPQ AX, R12
+	JAE  done
 	LEAQ (AX)(AX*2), BX
 	LEAQ (SI)(BX*8), BX
 	MOVOU 0(BX), X0
@@ -54,5 +59,5 @@ loop:
 	INCQ R11
 	JMP  loop
 done:
-	MOVQ R11, ret+32(FP)
+	MOVQ R11, ret+40(FP)
 	RET

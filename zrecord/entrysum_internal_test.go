@@ -104,3 +104,26 @@ func TestLoadEntries(t *testing.T) {
 		}
 	}
 }
+
+// An index past the segment, or a negative one, stops the batch loader at
+// its position without reading outside the segment: the indices are
+// range-checked before the call, but another thread may change them after.
+func TestLoadEntriesStopsOutsideSegment(t *testing.T) {
+	const count = 64
+	seg := make([]byte, count*24)
+	for i := range int64(count) {
+		layoutV4.putEntry(seg[i*24:i*24+24], i, entry{off: uint32(i), phys: 1, logic: 1})
+	}
+	for _, badIdx := range []int64{count, count + 1, 1 << 40, -1, -count} {
+		indices := []int64{3, 9, count - 1, badIdx, 5}
+		for name, load := range map[string]func([]byte, []int64, []entry) int{"batch": loadEntries, "go": loadEntriesGo} {
+			locs := make([]entry, len(indices))
+			if k := load(seg, indices, locs); k != 3 {
+				t.Fatalf("%s, index %d at position 3: stopped at %d", name, badIdx, k)
+			}
+			if locs[2].off != count-1 {
+				t.Fatalf("%s: entry before the bad index decoded as %+v", name, locs[2])
+			}
+		}
+	}
+}

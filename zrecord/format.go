@@ -243,6 +243,9 @@ func entrySum(idx int64, b []byte) uint32 {
 // loadEntriesGo is loadEntries without the CRC instruction.
 func loadEntriesGo(seg []byte, indices []int64, locs []entry) int {
 	for k, i := range indices {
+		if uint64(i) >= uint64(len(seg)/24) {
+			return k
+		}
 		b := seg[i*24 : i*24+24]
 		if binary.LittleEndian.Uint32(b[20:24]) != entrySum(i, b) {
 			return k
