@@ -200,8 +200,9 @@ const rawPartBytes = 512 << 10
 // entries, then the header, after the last part, so visibility and the
 // crash contract are those of any append. Blocks reserved past the end of
 // a chunk by an append that failed or was killed before writing them hold
-// disk space but not file size until the next append, which starts at the
-// same place, writes over them.
+// disk space but not file size: a failed append gives them back
+// (unreserve), and the next writable Open cuts the tail chunk back to the
+// published end, which frees those a killed append left.
 func (s *Store) appendRawParts(records [][]byte) (int64, error) {
 	step := min(pipeStep(), rawPartBytes)
 	bounds := rawParts(records, step)
@@ -243,6 +244,7 @@ func (s *Store) appendRawParts(records [][]byte) (int64, error) {
 			}
 		}
 		if err != nil {
+			w.unreserve(ents)
 			return 0, rawSourceErr(err, lo, hi)
 		}
 	}
@@ -261,6 +263,20 @@ func (w *batchWriter) preallocate(ents []entry) {
 		start, end := int64(ents[k].off), int64(ents[j-1].end())
 		preallocate(chunks[ents[k].chunk].f, start, end-start)
 		k = j
+	}
+}
+
+// unreserve gives back the blocks preallocate reserved past the end of each
+// chunk of ents, after a failed append: cutting a file to its own size
+// frees what was reserved beyond it. It is best effort, as preallocate is.
+func (w *batchWriter) unreserve(ents []entry) {
+	chunks := *w.s.chunks.Load()
+	for k := 0; k < len(ents); {
+		c := chunks[ents[k].chunk]
+		for k < len(ents) && ents[k].chunk == c.id {
+			k++
+		}
+		_ = c.f.Truncate(c.size)
 	}
 }
 

@@ -97,3 +97,92 @@ func testAppendSourceFault(t *testing.T, codec zrecord.Codec) {
 		t.Fatalf("Verify after the failed append: %v, faults %v", err, r.Faults)
 	}
 }
+
+// allocated is how many bytes of disk the file at path holds.
+func allocated(t *testing.T, path string) int64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Blocks * 512
+}
+
+// A raw append reserves its blocks before writing them. One that fails
+// gives them back at once, and one that was killed leaves them to the next
+// writable Open, which gives them back too: neither leaves disk space
+// allocated past the end of a chunk.
+func TestRawAppendReservationsGiveBack(t *testing.T) {
+	const size, count = 32 << 10, 64
+	src := filepath.Join(t.TempDir(), "src")
+	data := make([]byte, size*count)
+	for i := range count {
+		copy(data[i*size:], ztRecord(i, size))
+	}
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(src, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, err := syscall.Mmap(int(f.Fd()), 0, len(data), syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(m)
+	recs := make([][]byte, count)
+	for i := range recs {
+		recs[i] = m[i*size : (i+1)*size]
+	}
+	s, dir := ztCreate(t, zrecord.Raw, zrecord.WithChunkCapacity(4<<20))
+	if _, err := s.Append(recs[:4]); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(int64(len(data) / 2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(recs); !errors.Is(err, zrecord.ErrCorrupt) {
+		t.Fatalf("Append from a truncated mapping: %v, want ErrCorrupt", err)
+	}
+	chunk := filepath.Join(dir, "0.chunk")
+	fi, err := os.Stat(chunk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := allocated(t, chunk); a > fi.Size()+64<<10 {
+		t.Fatalf("after the failed append: 0.chunk of %d bytes holds %d on disk", fi.Size(), a)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// What a killed append leaves: blocks reserved past the end.
+	c, err := os.OpenFile(chunk, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Fallocate(int(c.Fd()), 1 /* FALLOC_FL_KEEP_SIZE */, 4*size, 2<<20); err != nil {
+		c.Close()
+		t.Skipf("fallocate: %v", err)
+	}
+	c.Close()
+	if a := allocated(t, chunk); a < 2<<20 {
+		t.Skipf("the file system did not reserve the blocks (%d bytes held)", a)
+	}
+	s, err = zrecord.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if a := allocated(t, chunk); a > 4*size+64<<10 {
+		t.Fatalf("after a writable Open: 0.chunk of %d bytes holds %d on disk", 4*size, a)
+	}
+	var want model
+	for i := range 4 {
+		want = append(want, ztRecord(i, size))
+	}
+	if err := diffStore(s, want, newRand(3)); err != nil {
+		t.Fatal(err)
+	}
+}

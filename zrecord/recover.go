@@ -16,12 +16,16 @@ func (s *Store) recoverFrontier(tailEnd int64) error {
 			return err
 		}
 	}
-	if tc.size > int64(s.tail.off) {
+	// Cut even at its own size: that also frees blocks a killed raw append
+	// reserved past the end (see appendRawParts).
+	if tc.size >= int64(s.tail.off) {
 		if err := tc.f.Truncate(int64(s.tail.off)); err != nil {
 			return wrapf(err, "truncate %s", s.path(chunkName(tc.id)))
 		}
-		tc.size = int64(s.tail.off)
-		tc.dirty = true
+		if tc.size > int64(s.tail.off) {
+			tc.size = int64(s.tail.off)
+			tc.dirty = true
+		}
 	}
 	tc.end.Store(int64(s.tail.off))
 	ents, err := s.fsys.ReadDir(s.dir)
