@@ -157,9 +157,14 @@ func TestRawAppendReservationsGiveBack(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// What a killed append leaves: blocks reserved past the end.
+	// What a killed append leaves: blocks reserved past the end of a chunk
+	// whose size is the published end.
 	c, err := os.OpenFile(chunk, os.O_RDWR, 0)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Truncate(4 * size); err != nil {
+		c.Close()
 		t.Fatal(err)
 	}
 	if err := syscall.Fallocate(int(c.Fd()), 1 /* FALLOC_FL_KEEP_SIZE */, 4*size, 2<<20); err != nil {
