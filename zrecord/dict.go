@@ -66,8 +66,8 @@ func (t DictTier) SampleBudget() int {
 }
 
 // DictSize is the tier's dictionary size, content and entropy tables
-// together (less when the samples are small: the content is at most a tenth
-// of the sample bytes).
+// together (less when the samples are small: the dictionary is at most a
+// tenth of the sample bytes its content is chosen from).
 func (t DictTier) DictSize() int {
 	switch t {
 	case TierFast:

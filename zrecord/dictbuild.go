@@ -44,9 +44,9 @@ func (t DictTier) coverCandidates() []coverParams {
 // the same noise to every segment's score.
 const coverBits = 20
 
-// minContentRatio: the content is at most 1/minContentRatio of the sample
-// bytes, so a small training set does not turn into a dictionary that holds
-// the samples themselves.
+// minContentRatio: the dictionary is at most 1/minContentRatio of the bytes
+// of the samples its content is chosen from, so a small training set does
+// not turn into a dictionary that holds the samples themselves.
 const minContentRatio = 10
 
 // dmerHash hashes the d bytes at buf[p:] (8 readable bytes are needed).
@@ -210,8 +210,8 @@ func buildZstdDict(samples [][]byte, size int, tier DictTier) ([]byte, error) {
 		buf = append(buf, s...)
 	}
 	size = min(size, len(buf)/minContentRatio)
-	if size < minDictSize/4 {
-		return nil, errf(ErrInvalidArgument, "%d bytes of samples are too few for a dictionary", len(buf))
+	if size < minDictSize {
+		return nil, errf(ErrInvalidArgument, "%d bytes of samples to choose content from are too few for a dictionary (%d are needed)", len(buf), minContentRatio*minDictSize)
 	}
 	// The d-mer counts depend on d only; each candidate consumes a copy.
 	counts := map[int][]uint32{}
@@ -232,6 +232,12 @@ func buildZstdDict(samples [][]byte, size int, tier DictTier) ([]byte, error) {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
+			// TrainDict's recover does not reach this goroutine.
+			defer func() {
+				if r := recover(); r != nil {
+					errs[i] = panicError("train dictionary", r)
+				}
+			}()
 			freq := counts[c.d]
 			if len(cands) > 1 {
 				freq = append([]uint32(nil), freq...)

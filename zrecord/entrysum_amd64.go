@@ -42,5 +42,18 @@ func loadEntries(seg []byte, indices []int64, locs []entry) int {
 		return loadEntriesGo(seg, indices, locs)
 	}
 	_ = locs[len(indices)-1]
-	return loadEntriesSSE42(unsafe.SliceData(seg), len(seg)/24, unsafe.SliceData(indices), len(indices), unsafe.SliceData(locs))
+	// In slices of loadEntriesSlice indices: the runtime cannot stop a
+	// goroutine inside assembly, so one call over millions of entries
+	// would hold up every garbage collection of the process.
+	for lo := 0; lo < len(indices); lo += loadEntriesSlice {
+		hi := min(len(indices), lo+loadEntriesSlice)
+		n := loadEntriesSSE42(unsafe.SliceData(seg), len(seg)/24, &indices[lo], hi-lo, &locs[lo])
+		if n < hi-lo {
+			return lo + n
+		}
+	}
+	return len(indices)
 }
+
+// loadEntriesSlice is how many entries one assembly call checks.
+const loadEntriesSlice = 4096

@@ -113,6 +113,9 @@ func (s *Store) Gather(indices []int64, dst []byte, stride int) (err error) {
 // of work a random batch does not need: on 2 KiB records the general loop
 // cost about a fifth more (BenchmarkGatherSmall), and each check or call
 // left in this one a few ns per record.
+// coalesceMax bounds the bytes copyPlain copies in one piece.
+const coalesceMax = 1 << 20
+
 func (s *Store) copyPlain(locs []entry, chunks []*chunk, dst []byte, stride, k, hi int) int {
 	frames := s.dec != nil
 	v3 := s.lay.version == versionV3
@@ -147,8 +150,11 @@ func (s *Store) copyPlain(locs []entry, chunks []*chunk, dst []byte, stride, k, 
 			if f := &locs[k+1]; f.chunk == cur && int(f.off) == end && !(frames && (f.phys != f.logic || v3)) {
 				// Records that follow each other in the chunk, as a
 				// sequential read's do, are copied in one piece.
+				// A run is cut at coalesceMax bytes: the runtime cannot
+				// stop a goroutine inside one copy, so a long one would
+				// hold up every garbage collection of the process.
 				m := k + 1
-				for m < hi {
+				for m < hi && end-off < coalesceMax {
 					f := &locs[m]
 					if f.chunk != cur || int(f.off) != end || frames && (f.phys != f.logic || v3) {
 						break
