@@ -26,9 +26,11 @@ func TestAppendPipelinedSourceFault(t *testing.T) {
 	}
 }
 
-func testAppendSourceFault(t *testing.T, codec zrecord.Codec) {
-	defer zrecord.SetPipeStepPerThread(zrecord.SetPipeStepPerThread(64 << 10))
-	const size, count = 32 << 10, 64
+// mappedRecords writes count records of size bytes to a file and returns
+// them read from a shared mapping of it, with the file, which the test may
+// shrink under the mapping; both are released when the test ends.
+func mappedRecords(t *testing.T, size, count int) ([][]byte, *os.File) {
+	t.Helper()
 	src := filepath.Join(t.TempDir(), "src")
 	data := make([]byte, size*count)
 	for i := range count {
@@ -41,25 +43,32 @@ func testAppendSourceFault(t *testing.T, codec zrecord.Codec) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	t.Cleanup(func() { f.Close() })
 	m, err := syscall.Mmap(int(f.Fd()), 0, len(data), syscall.PROT_READ, syscall.MAP_SHARED)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer syscall.Munmap(m)
+	t.Cleanup(func() { syscall.Munmap(m) })
 	recs := make([][]byte, count)
 	for i := range recs {
 		recs[i] = m[i*size : (i+1)*size]
 	}
+	return recs, f
+}
+
+func testAppendSourceFault(t *testing.T, codec zrecord.Codec) {
+	defer zrecord.SetPipeStepPerThread(zrecord.SetPipeStepPerThread(64 << 10))
+	const size, count = 32 << 10, 64
+	recs, f := mappedRecords(t, size, count)
 	s, dir := ztCreate(t, codec, zrecord.WithChunkCapacity(256<<10))
 	if _, err := s.Append(recs[:4]); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Truncate(int64(len(data) / 2)); err != nil { // the second half of the batch now faults
+	if err := f.Truncate(size * count / 2); err != nil { // the second half of the batch now faults
 		t.Fatal(err)
 	}
 	before := zrecord.PipelinedAppends()
-	_, err = s.Append(recs)
+	_, err := s.Append(recs)
 	if !errors.Is(err, zrecord.ErrCorrupt) {
 		t.Fatalf("Append from a truncated mapping: %v, want ErrCorrupt", err)
 	}
@@ -114,33 +123,12 @@ func allocated(t *testing.T, path string) int64 {
 // allocated past the end of a chunk.
 func TestRawAppendReservationsGiveBack(t *testing.T) {
 	const size, count = 32 << 10, 64
-	src := filepath.Join(t.TempDir(), "src")
-	data := make([]byte, size*count)
-	for i := range count {
-		copy(data[i*size:], ztRecord(i, size))
-	}
-	if err := os.WriteFile(src, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(src, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	m, err := syscall.Mmap(int(f.Fd()), 0, len(data), syscall.PROT_READ, syscall.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Munmap(m)
-	recs := make([][]byte, count)
-	for i := range recs {
-		recs[i] = m[i*size : (i+1)*size]
-	}
+	recs, f := mappedRecords(t, size, count)
 	s, dir := ztCreate(t, zrecord.Raw, zrecord.WithChunkCapacity(4<<20))
 	if _, err := s.Append(recs[:4]); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Truncate(int64(len(data) / 2)); err != nil {
+	if err := f.Truncate(size * count / 2); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Append(recs); !errors.Is(err, zrecord.ErrCorrupt) {
