@@ -27,6 +27,15 @@ func int64s(p *C.int64_t, n C.int64_t, name string) ([]int64, error) {
 	return unsafe.Slice((*int64)(unsafe.Pointer(p)), int(n)), nil
 }
 
+// outValues is int64s for an out array that must hold at least need
+// values; why says what needs them, for the error.
+func outValues(out *C.int64_t, outLen C.int64_t, need C.int64_t, why string) ([]int64, error) {
+	if outLen < need {
+		return nil, invalidf("out holds %d values: %s %d", outLen, why, need)
+	}
+	return int64s(out, outLen, "out")
+}
+
 // byteView views n bytes at p as a Go slice.
 func byteView(p unsafe.Pointer, n C.int64_t, name string) ([]byte, error) {
 	if err := checkView(p == nil, n, name); err != nil || n == 0 {

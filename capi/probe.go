@@ -50,10 +50,7 @@ func lx_codec_probe(codec *C.char, dictTier *C.char, dict unsafe.Pointer, dictLe
 		if err != nil {
 			return err
 		}
-		if outLen < ProbeLen {
-			return invalidf("out holds %d values: a probe writes %d", outLen, ProbeLen)
-		}
-		dst, err := int64s(out, outLen, "out")
+		dst, err := outValues(out, outLen, ProbeLen, "a probe writes")
 		if err != nil {
 			return err
 		}

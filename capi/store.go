@@ -449,10 +449,7 @@ func lx_store_stats(h C.int64_t, out *C.int64_t, outLen C.int64_t, errBuf *C.cha
 		if err != nil {
 			return err
 		}
-		if outLen < StatsLen {
-			return invalidf("out holds %d values: stats need %d", outLen, StatsLen)
-		}
-		dst, err := int64s(out, outLen, "out")
+		dst, err := outValues(out, outLen, StatsLen, "stats need")
 		if err != nil {
 			return err
 		}

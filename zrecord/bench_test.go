@@ -164,22 +164,28 @@ func benchCopyBlock(recs [][]byte, idx []int64, dst []byte, size, w, workers int
 // BenchmarkAppend measures page-cache ingestion: the store is replaced
 // (timer stopped) every 256 MiB, so the disk's write-back speed, which
 // throttles a writer that dirties gigabytes, stays out of the figure.
+// freshStore closes and removes s (when not nil) and creates an empty store
+// with opts under root in its place.
+func freshStore(b *testing.B, root string, s *zrecord.Store, opts ...zrecord.Option) *zrecord.Store {
+	b.Helper()
+	if s != nil {
+		s.Close()
+		os.RemoveAll(s.Dir())
+	}
+	s, err := zrecord.Create(filepath.Join(root, strconv.Itoa(rand.Int())), opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
 func BenchmarkAppend(b *testing.B) {
 	for _, sz := range benchSizes {
 		recs := benchRecords(64, sz.size)
 		b.Run("raw/"+sz.name, func(b *testing.B) {
 			root := b.TempDir()
 			var s *zrecord.Store
-			fresh := func() {
-				if s != nil {
-					s.Close()
-					os.RemoveAll(s.Dir())
-				}
-				var err error
-				if s, err = zrecord.Create(filepath.Join(root, strconv.Itoa(b.N)+"-"+strconv.Itoa(rand.Int()))); err != nil {
-					b.Fatal(err)
-				}
-			}
+			fresh := func() { s = freshStore(b, root, s) }
 			fresh()
 			defer func() { s.Close() }()
 			batch := int64(len(recs) * sz.size)
@@ -594,15 +600,7 @@ func BenchmarkAppendPieces(b *testing.B) {
 					root := b.TempDir()
 					var s *zrecord.Store
 					fresh := func() {
-						if s != nil {
-							s.Close()
-							os.RemoveAll(s.Dir())
-						}
-						var err error
-						dir := filepath.Join(root, strconv.Itoa(rand.Int()))
-						if s, err = zrecord.Create(dir, append([]zrecord.Option{zrecord.WithCodec(codec)}, opts...)...); err != nil {
-							b.Fatal(err)
-						}
+						s = freshStore(b, root, s, append([]zrecord.Option{zrecord.WithCodec(codec)}, opts...)...)
 					}
 					fresh()
 					defer func() { s.Close() }()

@@ -574,13 +574,20 @@ func TestPowerCut(t *testing.T) {
 	}
 }
 
-func (f *faultFixture) powerCut(t *testing.T, rng *rand.Rand, k, trial int) {
+// openDurable opens a fresh copy of the fixture's store on a fault layer
+// that tracks which writes are durable, as the power-cut tests need.
+func (f *faultFixture) openDurable(t *testing.T) (string, *faultfs.FS, *zrecord.Store) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "s")
 	copyTree(t, f.tmpl, dir)
 	fs := faultfs.New(zrecord.OSFS)
 	fs.TrackDurability(true)
-	s := f.open(t, dir, fs)
+	return dir, fs, f.open(t, dir, fs)
+}
+
+func (f *faultFixture) powerCut(t *testing.T, rng *rand.Rand, k, trial int) {
+	t.Helper()
+	dir, fs, s := f.openDurable(t)
 	fs.KeepLog(true)
 	fs.Arm(k, faultfs.Crash)
 	err := f.op.apply(s)

@@ -104,6 +104,9 @@ func (s *Store) Gather(indices []int64, dst []byte, stride int) (err error) {
 	})
 }
 
+// coalesceMax bounds the bytes copyPlain copies in one piece.
+const coalesceMax = 1 << 20
+
 // copyPlain copies the records locs[k:hi] of a gather at a fixed stride
 // into dst as long as they are raw and in mapped chunks, and returns the
 // first k it did not copy (hi when it copied them all). Every record it
@@ -113,9 +116,6 @@ func (s *Store) Gather(indices []int64, dst []byte, stride int) (err error) {
 // of work a random batch does not need: on 2 KiB records the general loop
 // cost about a fifth more (BenchmarkGatherSmall), and each check or call
 // left in this one a few ns per record.
-// coalesceMax bounds the bytes copyPlain copies in one piece.
-const coalesceMax = 1 << 20
-
 func (s *Store) copyPlain(locs []entry, chunks []*chunk, dst []byte, stride, k, hi int) int {
 	frames := s.dec != nil
 	v3 := s.lay.version == versionV3

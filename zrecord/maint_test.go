@@ -26,11 +26,7 @@ func TestPowerCutDuringCompactCleanup(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFaultFixture(t, c, seed+int64(ci))
 			for k := 1; k <= f.closeWrites+1; k++ {
-				dir := filepath.Join(t.TempDir(), "s")
-				copyTree(t, f.tmpl, dir)
-				fs := faultfs.New(zrecord.OSFS)
-				fs.TrackDurability(true)
-				s := f.open(t, dir, fs)
+				dir, fs, s := f.openDurable(t)
 				if err := f.op.apply(s); err != nil {
 					t.Fatalf("%s: %v", f.op, err)
 				}
@@ -64,11 +60,7 @@ func TestCompactUndoneWhenNewCopiesLost(t *testing.T) {
 		}
 		t.Run(c.name, func(t *testing.T) {
 			f := newFaultFixture(t, c, seed+int64(ci))
-			dir := filepath.Join(t.TempDir(), "s")
-			copyTree(t, f.tmpl, dir)
-			fs := faultfs.New(zrecord.OSFS)
-			fs.TrackDurability(true)
-			s := f.open(t, dir, fs)
+			dir, fs, s := f.openDurable(t)
 			if err := f.op.apply(s); err != nil {
 				t.Fatalf("%s: %v", f.op, err)
 			}
@@ -217,11 +209,7 @@ func TestPowerCutCompactAfterPendingDelete(t *testing.T) {
 			}
 			for k := 1; k <= f.opWrites+1; k++ {
 				for trial := range 3 {
-					dir := filepath.Join(t.TempDir(), "s")
-					copyTree(t, f.tmpl, dir)
-					fs := faultfs.New(zrecord.OSFS)
-					fs.TrackDurability(true)
-					s := f.open(t, dir, fs)
+					dir, fs, s := f.openDurable(t)
 					fs.KeepLog(true)
 					fs.Arm(k, faultfs.Crash)
 					err := f.op.apply(s)
