@@ -338,8 +338,10 @@ def test_sigint_during_conversion(tmp_path):
                 if isinstance(key, slice):
                     Slow.pieces += 1
                     if Slow.pieces == 3:
+                        # two pieces are in the store: wait here for the
+                        # parent's SIGINT, which then lands mid-conversion
                         print("running", flush=True)
-                    time.sleep(0.02)
+                        time.sleep(120)
                 return super().__getitem__(key)
 
         src = (np.arange(400 * 64, dtype=np.int64) * 3).reshape(400, 64).view(Slow)

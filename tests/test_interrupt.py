@@ -146,7 +146,16 @@ _SLOW_TRAINING = """
     rng = np.random.default_rng(0)
     words = rng.integers(97, 123, size=(4000, 7), dtype=np.uint8)
     rows = words[rng.integers(0, 4000, size=(24000, 73))].reshape(24000, -1)[:, :512]
-    print("ready", flush=True)
+    from loaderx import converter
+    create = converter._create_store
+
+    def announced(*args, **kwargs):
+        # runs on the conversion's create thread, right before the native
+        # create trains the dictionary: the parent's SIGINT lands after this
+        print("training", flush=True)
+        return create(*args, **kwargs)
+
+    converter._create_store = announced
     try:
         from_numpy(sys.argv[1], rows, codec="zstd_dict", dict_tier="max")
     except KeyboardInterrupt:
@@ -172,8 +181,8 @@ def test_sigint_during_dictionary_training_stops_promptly(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
     )
     try:
-        assert proc.stdout.readline().strip() == "ready"
-        time.sleep(1.5)  # sampling done, training under way
+        # sampling done, the create (and its training) under way
+        assert proc.stdout.readline().strip() == "training"
         sent = time.time()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
