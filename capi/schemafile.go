@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"math/rand/v2"
@@ -25,11 +26,20 @@ import (
 // dtype string of one element (numpy.dtype.str, such as "<f4" or "|u1") and
 // the item shape (the shape of one record for a dense dataset, of one row
 // for a ragged one). The file is a MessagePack map with the keys "version",
-// "kind", "dtype" and "shape", and optionally "codec_choice" (a map saying
-// how the converter picked the codec, see lx_schema_set_codec_choice);
-// readers ignore keys they do not know, so a
+// "kind", "dtype" and "shape", "crc32c" (see schemaSum) and optionally
+// "codec_choice" (a map saying how the converter picked the codec, see
+// lx_schema_set_codec_choice); readers ignore keys they do not know, so a
 // later format can add fields without breaking older readers of the same
 // version.
+//
+// The schema decides how every record's bytes are read (a flipped bit can
+// turn "<i4" into ">i4"), so it carries a checksum of its own: "crc32c" is
+// the CRC-32C of the fields that decide the reading, in a fixed text form
+// (schemaSum), so that it does not depend on how the map is encoded. A file
+// whose fields do not match it is errSchemaCorrupt. Files written before the
+// key existed have none and are read as before; older readers ignore it.
+// codec_choice is a record of how the codec was picked and nothing reads
+// records by it, so the checksum leaves it out.
 //
 // The schema files of the original loaderx 1.5.2 (a "format" key, the shape
 // as "item_shape" or as per-record "shapes") are read too; see
@@ -136,6 +146,8 @@ type schemaFile struct {
 	Kind    *string  `msgpack:"kind"`
 	DType   *string  `msgpack:"dtype"`
 	Shape   *[]int64 `msgpack:"shape"`
+	// Sum is schemaSum of the other fields; older files do not have it.
+	Sum *uint32 `msgpack:"crc32c,omitempty"`
 	// CodecChoice is schema.CodecChoice; older files do not have it.
 	CodecChoice map[string]any `msgpack:"codec_choice,omitempty"`
 	// The fields of the original loaderx 1.5.2's schema (see
@@ -163,7 +175,8 @@ func encodeSchema(s schema) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := msgpack.NewEncoder(&buf)
 	enc.UseCompactInts(true)
-	f := schemaFile{Version: &version, Kind: &s.Kind, DType: &s.DType, Shape: &shape, CodecChoice: s.CodecChoice}
+	sum := schemaSum(version, s.Kind, s.DType, shape)
+	f := schemaFile{Version: &version, Kind: &s.Kind, DType: &s.DType, Shape: &shape, Sum: &sum, CodecChoice: s.CodecChoice}
 	if err := enc.Encode(f); err != nil {
 		return nil, fmt.Errorf("%w: encode: %v", errSchemaInvalid, err)
 	}
@@ -197,10 +210,34 @@ func decodeSchema(data []byte) (schema, error) {
 	if s.Shape == nil {
 		s.Shape = []int64{}
 	}
+	if f.Sum != nil {
+		if got := schemaSum(*f.Version, s.Kind, s.DType, s.Shape); got != *f.Sum {
+			return schema{}, fmt.Errorf("%w: the fields (version %d, kind %q, dtype %q, shape %v) have checksum %#08x, the file says %#08x",
+				errSchemaCorrupt, *f.Version, s.Kind, s.DType, s.Shape, got, *f.Sum)
+		}
+	}
 	if err := s.check(); err != nil {
 		return schema{}, fmt.Errorf("%w: %v", errSchemaCorrupt, err)
 	}
 	return s, nil
+}
+
+// schemaSum is the CRC-32C of the fields that decide how records are read,
+// as the text "version kind dtype dim dim ...", each field followed by a zero
+// byte.
+func schemaSum(version int64, kind, dtype string, shape []int64) uint32 {
+	b := make([]byte, 0, 64)
+	b = strconv.AppendInt(b, version, 10)
+	b = append(b, 0)
+	b = append(b, kind...)
+	b = append(b, 0)
+	b = append(b, dtype...)
+	b = append(b, 0)
+	for _, d := range shape {
+		b = strconv.AppendInt(b, d, 10)
+		b = append(b, 0)
+	}
+	return crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli))
 }
 
 // decodeOriginalSchema reads the schema file of the original loaderx 1.5.2:

@@ -207,3 +207,62 @@ func TestCodecChoiceRoundTrip(t *testing.T) {
 		t.Fatalf("schema fields changed: %+v", got)
 	}
 }
+
+// TestSchemaBitFlips flips every bit of encoded schemas, one at a time: each
+// damaged file must be refused as corrupt or read back as the same schema
+// (a flip in codec_choice, which the checksum leaves out, or in a key
+// readers skip). Without the checksum, "<i4" read as ">i4" and a shape of
+// 3 read as 7 pass.
+func TestSchemaBitFlips(t *testing.T) {
+	for _, s := range []schema{
+		{Kind: kindDense, DType: "<i4", Shape: []int64{3, 32}},
+		{Kind: kindRagged, DType: "<f2", Shape: []int64{}},
+		{Kind: kindDense, DType: "|u1", Shape: []int64{64, 64, 3}, CodecChoice: map[string]any{"codec": "raw"}},
+	} {
+		data, err := encodeSchema(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := schema{Kind: s.Kind, DType: s.DType, Shape: s.Shape}
+		refused := 0
+		for i := range data {
+			for bit := range 8 {
+				bad := append([]byte(nil), data...)
+				bad[i] ^= 1 << bit
+				got, err := decodeSchema(bad)
+				if err != nil {
+					if !errors.Is(err, errSchemaCorrupt) {
+						t.Fatalf("%+v: byte %d bit %d: %v does not wrap errSchemaCorrupt", s, i, bit, err)
+					}
+					refused++
+					continue
+				}
+				got.CodecChoice = nil
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("%+v: byte %d bit %d flipped reads silently as %+v", s, i, bit, got)
+				}
+			}
+		}
+		if refused == 0 {
+			t.Fatalf("%+v: no flip was refused", s)
+		}
+	}
+}
+
+func TestSchemaWithoutChecksumStillReads(t *testing.T) {
+	data, err := msgpack.Marshal(map[string]any{"version": 1, "kind": "dense", "dtype": "<i4", "shape": []int64{2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := decodeSchema(data)
+	if err != nil || s.DType != "<i4" {
+		t.Fatalf("decode = %+v, %v", s, err)
+	}
+	data, err = msgpack.Marshal(map[string]any{"version": 1, "kind": "dense", "dtype": "<i4", "shape": []int64{2}, "crc32c": uint32(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := decodeSchema(data); !errors.Is(err, errSchemaCorrupt) || !strings.Contains(err.Error(), "checksum") {
+		t.Fatalf("a wrong crc32c: %v", err)
+	}
+}
