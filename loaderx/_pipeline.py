@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from loaderx import _native
-from loaderx.errors import ClosedError
+from loaderx.errors import ClosedError, CorruptStoreError
 
 if TYPE_CHECKING:
     from loaderx.sampler import Sampler
@@ -220,12 +220,18 @@ class Pipeline:
         raw = []
         for name, ds, pool in self.streams:
             buf = pool.take()
-            if pool.ragged:  # a RaggedPool slot: one packed gather
-                batch[name] = ds.gather_into(idx, buf)
-            else:
-                rows = buf if k == buf.shape[0] else buf[:k]  # a view keeps buf referenced
-                ds._gather_unchecked(idx, rows)
-                batch[name] = rows
+            try:
+                if pool.ragged:  # a RaggedPool slot: one packed gather
+                    batch[name] = ds.gather_into(idx, buf)
+                else:
+                    rows = buf if k == buf.shape[0] else buf[:k]  # a view keeps buf referenced
+                    ds._gather_unchecked(idx, rows)
+                    batch[name] = rows
+            except CorruptStoreError as e:
+                # the native message names the store's file and the record;
+                # the step and the stream say where the loader was. The
+                # buffer, partly filled, is dropped with the step.
+                raise CorruptStoreError(f"step {step}, stream {name!r}: {e}") from e
             raw.append(buf)
         return batch, raw
 

@@ -65,7 +65,7 @@ import numpy as np
 from loaderx import _native
 from loaderx._pipeline import ArrayStream, BufferPool, Pipeline, Stream
 from loaderx._ragged import RaggedPool, RaggedStream
-from loaderx.errors import ClosedError, WorkerError
+from loaderx.errors import ClosedError, CorruptStoreError, LoaderxError, WorkerError
 
 #: the start methods a process pool accepts (``fork`` would copy the Go runtime)
 START_METHODS = ("spawn", "forkserver")
@@ -767,8 +767,16 @@ class ProcessPool:
         elif kind == "error":
             self._free.append(slot)
             blob, tname, text, tb = msg[4:]
-            err = WorkerError(f"step {step}: {tname}: {text} (raised in worker process {w.proc.pid})")
-            err.__cause__ = self._original(blob, tname, text, tb)
+            original = self._original(blob, tname, text, tb)
+            err: LoaderxError
+            if isinstance(original, CorruptStoreError):
+                # damage is damage wherever it was read: the same exception
+                # as in thread mode (its message names the step, the stream,
+                # the store's file and the record)
+                err = CorruptStoreError(f"{text} (read in worker process {w.proc.pid})")
+            else:
+                err = WorkerError(f"step {step}: {tname}: {text} (raised in worker process {w.proc.pid})")
+            err.__cause__ = original
             self._results[step] = _Failure(err)
         else:  # "skip" of the current run cannot happen; treat it as lost work
             self._free.append(slot)

@@ -152,8 +152,20 @@ def _store_info(path: str, kind: str) -> dict[str, Any]:
         chunks=int(stats["chunks"]),
         format_version=_format_version(path, stats),
         codec_choice=stats.get("codec_choice"),
+        checksummed=bool(stats.get("checksummed", False)),
+        verified_reads=bool(stats.get("verified", False)),
     )
     return info
+
+
+def _reads_text(info: dict[str, Any]) -> str:
+    """What a gather through a handle opened with the defaults checks."""
+    if not info.get("checksummed"):
+        return ("unchecked: this format version has no checksums; a writable open and "
+                "Zrecord.upgrade() rewrite it to the checksummed one")
+    if info.get("verified_reads"):
+        return "every record checked against its CRC-32C on each gather (set_verify(False) opts out)"
+    return "compressed records checked on each gather, raw ones not (verification turned off)"
 
 
 def _human(n: int) -> str:
@@ -194,6 +206,7 @@ def _info_text(info: dict[str, Any]) -> list[str]:
     lines.append(f"  ratio           {ratio:.2f}x" if ratio is not None else "  ratio           -")
     version = info["format_version"]
     lines.append(f"  format version  {version if version is not None else 'unknown'}")
+    lines.append(f"  reads           {_reads_text(info)}")
     return lines
 
 
