@@ -21,14 +21,33 @@ import (
 // architecture); tests and benchmarks switch copyCRCImpl to force each.
 // Inputs are handed to a path in pieces of at most copyCRCPiece bytes.
 func copyCRC(dst, src []byte, crc uint32) uint32 {
+	return copyCRCPieces(copyCRCImpl.fn, dst, src, crc)
+}
+
+// copyCRCStream is copyCRC for a destination that is not read again soon,
+// a batch larger than the caches (see streamMin): where the path can, it
+// writes dst with non-temporal stores, which skip reading each line of dst
+// into the cache before overwriting it. That read is a third of the memory
+// traffic of a copy whose destination is not cached; the runtime's copy
+// avoids it too, for large copies (REP MOVS, non-temporal stores).
+func copyCRCStream(dst, src []byte, crc uint32) uint32 {
+	return copyCRCPieces(copyCRCImpl.stream, dst, src, crc)
+}
+
+func copyCRCPieces(fn func(dst, src []byte, crc uint32) uint32, dst, src []byte, crc uint32) uint32 {
 	dst = dst[:len(src)]
-	impl := copyCRCImpl
 	for len(src) > copyCRCPiece {
-		crc = impl.fn(dst[:copyCRCPiece], src[:copyCRCPiece], crc)
+		crc = fn(dst[:copyCRCPiece], src[:copyCRCPiece], crc)
 		dst, src = dst[copyCRCPiece:], src[copyCRCPiece:]
 	}
-	return impl.fn(dst, src, crc)
+	return fn(dst, src, crc)
 }
+
+// streamMin is the batch size, in bytes a goroutine copies, from which a
+// checked gather writes with copyCRCStream: well past the L2 cache of a
+// core (0.5-2 MiB), so the batch would leave the cache before its reader
+// gets to it anyway.
+const streamMin = 8 << 20
 
 // copyCRCPiece bounds the bytes one call into a path handles: the runtime
 // cannot stop a goroutine inside assembly, so a record of hundreds of MiB
@@ -36,11 +55,13 @@ func copyCRC(dst, src []byte, crc uint32) uint32 {
 // for as long. The seam costs a fold-down and a reduction per MiB.
 const copyCRCPiece = 1 << 20
 
-// crcPath is one implementation of copyCRC, with the name the tests and
-// benchmarks use for it.
+// crcPath is one implementation of copyCRC (fn) and copyCRCStream
+// (stream, the same function where the path has no streaming stores),
+// with the name the tests and benchmarks use for it.
 type crcPath struct {
-	name string
-	fn   func(dst, src []byte, crc uint32) uint32
+	name   string
+	fn     func(dst, src []byte, crc uint32) uint32
+	stream func(dst, src []byte, crc uint32) uint32
 }
 
 // copyCRCImpl is the path copyCRC takes: the first of copyCRCPaths(),
@@ -56,7 +77,7 @@ func defaultCopyCRCPath() crcPath {
 }
 
 // genericCRCPath is the portable path, in every build.
-var genericCRCPath = crcPath{"generic", copyCRCGeneric}
+var genericCRCPath = crcPath{"generic", copyCRCGeneric, copyCRCGeneric}
 
 // copyCRCBlock is how much the generic path copies before it checksums
 // what it copied: small enough that the block is still in the L1 cache

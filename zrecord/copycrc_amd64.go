@@ -22,20 +22,23 @@ func copyCRCPaths() []crcPath {
 	var p []crcPath
 	if cpu.X86.HasSSE42 && cpu.X86.HasPCLMULQDQ {
 		if cpu.X86.HasAVX2 && hasVPCLMULQDQ {
-			p = append(p, crcPath{"avx2-vpclmul", copyCRCAVX2})
+			p = append(p, crcPath{"avx2-vpclmul", copyCRCAVX2, copyCRCAVX2Stream})
 		}
-		p = append(p, crcPath{"sse42", copyCRCSSE42})
+		p = append(p, crcPath{"sse42", copyCRCSSE42, copyCRCSSE42})
 	}
 	return append(p, genericCRCPath)
 }
 
 // copyCRCFoldAVX2 copies n bytes from src to dst and returns the CRC-32C
 // register (not inverted) after them, starting from state. k is crcFold.
+// With stream, it writes most of dst with non-temporal stores.
 //
 //go:noescape
-func copyCRCFoldAVX2(dst, src *byte, n int, state uint32, k *[8]uint64) uint32
+func copyCRCFoldAVX2(dst, src *byte, n int, state uint32, k *[8]uint64, stream bool) uint32
 
-// copyCRCFoldSSE42 is copyCRCFoldAVX2 with 128-bit registers.
+// copyCRCFoldSSE42 is copyCRCFoldAVX2 with 128-bit registers, and
+// without streaming stores (a CPU without AVX2 is one too old for the
+// destination's memory traffic to be what limits this path).
 //
 //go:noescape
 func copyCRCFoldSSE42(dst, src *byte, n int, state uint32, k *[8]uint64) uint32
@@ -45,7 +48,15 @@ func copyCRCAVX2(dst, src []byte, crc uint32) uint32 {
 		return crc
 	}
 	dst = dst[:len(src)]
-	return ^copyCRCFoldAVX2(&dst[0], &src[0], len(src), ^crc, &crcFold)
+	return ^copyCRCFoldAVX2(&dst[0], &src[0], len(src), ^crc, &crcFold, false)
+}
+
+func copyCRCAVX2Stream(dst, src []byte, crc uint32) uint32 {
+	if len(src) == 0 {
+		return crc
+	}
+	dst = dst[:len(src)]
+	return ^copyCRCFoldAVX2(&dst[0], &src[0], len(src), ^crc, &crcFold, true)
 }
 
 func copyCRCSSE42(dst, src []byte, crc uint32) uint32 {

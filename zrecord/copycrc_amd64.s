@@ -24,18 +24,101 @@ TEXT ·cpuid7ECX(SB), NOSPLIT, $0-4
 #define FOLDY(A, B, K, T) \
 	VPCLMULQDQ $0x00, K, A, T; \
 	VPCLMULQDQ $0x11, K, A, A; \
-	VPXOR      T, A, A; \
-	VPXOR      B, A, A
+	VPXOR      B, T, T; \
+	VPXOR      T, A, A
 
-// func copyCRCFoldAVX2(dst, src *byte, n int, state uint32, k *[8]uint64) uint32
-TEXT ·copyCRCFoldAVX2(SB), NOSPLIT, $0-44
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ n+16(FP), CX
-	MOVL state+24(FP), DX
-	MOVQ k+32(FP), R8
-	CMPQ CX, $256
-	JB   avxTail8
+// BLOCK128Y loads the 128 bytes at SI into Y4-Y7, stores them at DI with
+// the store instruction ST, and folds Y0-Y3 onto them by 128 bytes (Y8).
+#define BLOCK128Y(ST) \
+	VMOVDQU 0(SI), Y4; \
+	VMOVDQU 32(SI), Y5; \
+	VMOVDQU 64(SI), Y6; \
+	VMOVDQU 96(SI), Y7; \
+	ST      Y4, 0(DI); \
+	ST      Y5, 32(DI); \
+	ST      Y6, 64(DI); \
+	ST      Y7, 96(DI); \
+	FOLDY(Y0, Y4, Y8, Y9); \
+	FOLDY(Y1, Y5, Y8, Y10); \
+	FOLDY(Y2, Y6, Y8, Y11); \
+	FOLDY(Y3, Y7, Y8, Y12); \
+	ADDQ    $128, SI; \
+	ADDQ    $128, DI; \
+	SUBQ    $128, CX
+
+// PREFETCHAHEAD asks for the two lines 2 KiB past SI while that is before
+// R9 (2 KiB before the end): the loop's loads then find their lines on the
+// way, where the out-of-order window alone reaches about 1 KiB ahead.
+#define PREFETCHAHEAD(skip) \
+	CMPQ       SI, R9; \
+	JAE        skip; \
+	PREFETCHT0 2048(SI); \
+	PREFETCHT0 2112(SI); \
+skip:
+
+// func copyCRCFoldAVX2(dst, src *byte, n int, state uint32, k *[8]uint64, stream bool) uint32
+//
+// With stream, the 128-byte blocks of the main loop are written with
+// non-temporal stores (VMOVNTDQ), which do not read the destination's
+// lines into the cache before overwriting them; dst is first brought to a
+// 32-byte boundary a byte at a time.
+TEXT ·copyCRCFoldAVX2(SB), NOSPLIT, $0-52
+	MOVQ    dst+0(FP), DI
+	MOVQ    src+8(FP), SI
+	MOVQ    n+16(FP), CX
+	MOVL    state+24(FP), DX
+	MOVQ    k+32(FP), R8
+	MOVBLZX stream+40(FP), R10
+	CMPQ    CX, $256
+	JB      avxTail8
+	TESTQ   R10, R10
+	JZ      avxStart
+
+avxHead:
+	TESTQ   $31, DI
+	JZ      avxStart
+	MOVBLZX 0(SI), AX
+	MOVB    AX, 0(DI)
+	CRC32B  AX, DX
+	INCQ    SI
+	INCQ    DI
+	DECQ    CX
+	JMP     avxHead
+
+avxStart:
+	LEAQ -2048(SI)(CX*1), R9
+	// The first 2 KiB are asked for here, so that their lines arrive
+	// together instead of one miss at a time.
+	PREFETCHT0 128(SI)
+	PREFETCHT0 192(SI)
+	PREFETCHT0 256(SI)
+	PREFETCHT0 320(SI)
+	PREFETCHT0 384(SI)
+	PREFETCHT0 448(SI)
+	PREFETCHT0 512(SI)
+	PREFETCHT0 576(SI)
+	PREFETCHT0 640(SI)
+	PREFETCHT0 704(SI)
+	PREFETCHT0 768(SI)
+	PREFETCHT0 832(SI)
+	PREFETCHT0 896(SI)
+	PREFETCHT0 960(SI)
+	PREFETCHT0 1024(SI)
+	PREFETCHT0 1088(SI)
+	PREFETCHT0 1152(SI)
+	PREFETCHT0 1216(SI)
+	PREFETCHT0 1280(SI)
+	PREFETCHT0 1344(SI)
+	PREFETCHT0 1408(SI)
+	PREFETCHT0 1472(SI)
+	PREFETCHT0 1536(SI)
+	PREFETCHT0 1600(SI)
+	PREFETCHT0 1664(SI)
+	PREFETCHT0 1728(SI)
+	PREFETCHT0 1792(SI)
+	PREFETCHT0 1856(SI)
+	PREFETCHT0 1920(SI)
+	PREFETCHT0 1984(SI)
 
 	VMOVDQU 0(SI), Y0
 	VMOVDQU 32(SI), Y1
@@ -51,26 +134,25 @@ TEXT ·copyCRCFoldAVX2(SB), NOSPLIT, $0-44
 	ADDQ    $128, DI
 	SUBQ    $128, CX
 	VBROADCASTI128 0(R8), Y8 // D = 128
+	TESTQ   R10, R10
+	JNZ     avxLoopStream
 
 avxLoop128:
 	CMPQ CX, $128
 	JB   avxFold4
-	VMOVDQU 0(SI), Y4
-	VMOVDQU 32(SI), Y5
-	VMOVDQU 64(SI), Y6
-	VMOVDQU 96(SI), Y7
-	VMOVDQU Y4, 0(DI)
-	VMOVDQU Y5, 32(DI)
-	VMOVDQU Y6, 64(DI)
-	VMOVDQU Y7, 96(DI)
-	FOLDY(Y0, Y4, Y8, Y9)
-	FOLDY(Y1, Y5, Y8, Y10)
-	FOLDY(Y2, Y6, Y8, Y11)
-	FOLDY(Y3, Y7, Y8, Y12)
-	ADDQ $128, SI
-	ADDQ $128, DI
-	SUBQ $128, CX
+	PREFETCHAHEAD(avxLoop128Fetched)
+	BLOCK128Y(VMOVDQU)
 	JMP  avxLoop128
+
+avxLoopStream:
+	CMPQ CX, $128
+	JB   avxStreamDone
+	PREFETCHAHEAD(avxLoopStreamFetched)
+	BLOCK128Y(VMOVNTDQ)
+	JMP  avxLoopStream
+
+avxStreamDone:
+	SFENCE // the streamed stores are ordered before the ones that follow
 
 avxFold4:
 	// Four accumulators 32 bytes apart into the last one.
@@ -141,7 +223,7 @@ avxTail1:
 	JMP    avxTail1
 
 avxDone:
-	MOVL DX, ret+40(FP)
+	MOVL DX, ret+48(FP)
 	RET
 
 // FOLDX folds accumulator A (one lane) forward onto the block B with the

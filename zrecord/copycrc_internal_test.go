@@ -2,7 +2,6 @@ package zrecord
 
 import (
 	"bytes"
-	"fmt"
 	"hash/crc32"
 	"math/bits"
 	"math/rand/v2"
@@ -30,27 +29,33 @@ const guard = 0xA5
 // checkCopyCRC copies src into a destination placed at dstAlign bytes past a
 // cache line, between guard bytes, with initial crc, and fails unless the
 // copy, the checksum and the guards are right.
+// Both entry points are checked, the one with streaming stores too.
 func checkCopyCRC(t *testing.T, src []byte, dstAlign int, crc uint32) {
 	t.Helper()
 	const pad = 64
 	buf := make([]byte, len(src)+3*pad)
 	base := int(-uintptr(unsafe.Pointer(&buf[0])) & 63)
 	start := base + pad + dstAlign
-	for i := range buf {
-		buf[i] = guard
-	}
-	dst := buf[start : start+len(src)]
-	got := copyCRC(dst, src, crc)
-	if want := crc32.Update(crc, refTable, src); got != want {
-		t.Fatalf("%s, %d bytes (src line offset %d, dst line offset %d), crc %#x: got %#08x, want %#08x",
-			copyCRCImpl.name, len(src), uintptr(unsafe.Pointer(unsafe.SliceData(src)))&63, dstAlign, crc, got, want)
-	}
-	if !bytes.Equal(dst, src) {
-		t.Fatalf("%s, %d bytes at dst offset %d: the copy differs", copyCRCImpl.name, len(src), dstAlign)
-	}
-	for i, b := range buf {
-		if (i < start || i >= start+len(src)) && b != guard {
-			t.Fatalf("%s, %d bytes at dst offset %d: byte %d outside dst was written", copyCRCImpl.name, len(src), dstAlign, i-start)
+	want := crc32.Update(crc, refTable, src)
+	for _, f := range []struct {
+		name string
+		fn   func(dst, src []byte, crc uint32) uint32
+	}{{"copyCRC", copyCRC}, {"copyCRCStream", copyCRCStream}} {
+		for i := range buf {
+			buf[i] = guard
+		}
+		dst := buf[start : start+len(src)]
+		if got := f.fn(dst, src, crc); got != want {
+			t.Fatalf("%s on %s, %d bytes (src line offset %d, dst line offset %d), crc %#x: got %#08x, want %#08x",
+				f.name, copyCRCImpl.name, len(src), uintptr(unsafe.Pointer(unsafe.SliceData(src)))&63, dstAlign, crc, got, want)
+		}
+		if !bytes.Equal(dst, src) {
+			t.Fatalf("%s on %s, %d bytes at dst offset %d: the copy differs", f.name, copyCRCImpl.name, len(src), dstAlign)
+		}
+		for i, b := range buf {
+			if (i < start || i >= start+len(src)) && b != guard {
+				t.Fatalf("%s on %s, %d bytes at dst offset %d: byte %d outside dst was written", f.name, copyCRCImpl.name, len(src), dstAlign, i-start)
+			}
 		}
 	}
 }
@@ -193,43 +198,4 @@ func FuzzCopyCRC(f *testing.F) {
 			withPath(t, p, func() { checkCopyCRC(t, src, int(dstAlign%64), crc) })
 		}
 	})
-}
-
-// BenchmarkCopyCRC compares copyCRC on each path with a plain copy of the
-// same bytes, and with the copy followed by a separate checksum (what a
-// verified gather did before), from a source of 64 MiB, beyond the caches,
-// and from one that stays in them.
-//
-//	go test -run XXX -bench CopyCRC -count 5 ./zrecord/
-func BenchmarkCopyCRC(b *testing.B) {
-	rng := rand.New(rand.NewPCG(21, 22))
-	const pool = 64 << 20
-	src := alignedSource(rng, pool, 0)
-	for _, size := range []int{2 << 10, 12 << 10, 147 << 10, 256 << 10} {
-		dst := make([]byte, size)
-		for _, where := range []string{"mem", "cache"} {
-			span := pool
-			if where == "cache" {
-				span = 2 * size
-			}
-			offs := make([]int, 1024)
-			for i := range offs {
-				offs[i] = rng.IntN(span/size) * size
-			}
-			run := func(name string, f func(d, s []byte)) {
-				b.Run(fmt.Sprintf("%dKiB/%s/%s", size>>10, where, name), func(b *testing.B) {
-					b.SetBytes(int64(size))
-					for i := range b.N {
-						o := offs[i%len(offs)]
-						f(dst, src[o:o+size])
-					}
-				})
-			}
-			run("copy", func(d, s []byte) { copy(d, s) })
-			run("copy+crc", func(d, s []byte) { copy(d, s); dataSum(d) })
-			for _, p := range copyCRCPaths() {
-				run(p.name, func(d, s []byte) { p.fn(d, s, 0) })
-			}
-		}
-	}
 }

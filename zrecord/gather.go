@@ -16,6 +16,16 @@ type gatherScratch struct {
 	// touched sums the bytes loaded ahead of use by touchEntries and
 	// touchRecords, so the loads are kept.
 	touched byte
+	// stream: the call's checked raw copies use copyCRCStream (see
+	// setStream).
+	stream bool
+}
+
+// setStream decides, for a call that copies total bytes over workers
+// goroutines, whether its checked raw copies write with streaming stores:
+// when each goroutine's share is at least streamMin.
+func (g *gatherScratch) setStream(total int64, workers int) {
+	g.stream = total/int64(max(workers, 1)) >= streamMin
 }
 
 var gatherPool = sync.Pool{New: func() any { return new(gatherScratch) }}
@@ -76,6 +86,7 @@ func (s *Store) Gather(indices []int64, dst []byte, stride int) (err error) {
 	workers := workersFor(s.gatherCost(g.locs, int64(n)*int64(stride)), n, fanOutBytes)
 	blocks := gatherBlocks(workers, n)
 	g.prepare(blocks)
+	g.setStream(int64(n)*int64(stride), workers)
 	checked := s.checkRaws()
 	return parallelBlocks(workers, blocks, "gather", func(w int) error {
 		lo, hi := n*w/blocks, n*(w+1)/blocks
@@ -90,7 +101,7 @@ func (s *Store) Gather(indices []int64, dst []byte, stride int) (err error) {
 			// needs more.
 			if checked {
 				var err error
-				if k, err = s.copyChecked(g.locs, chunks, indices, dst, stride, k, hi); err != nil {
+				if k, err = s.copyChecked(g.locs, chunks, indices, dst, stride, k, hi, g.stream); err != nil {
 					return err
 				}
 			} else {
@@ -189,8 +200,13 @@ func (s *Store) copyPlain(locs []entry, chunks []*chunk, dst []byte, stride, k, 
 // other in a chunk are not merged into one copy, as copyPlain merges
 // them: each has its own checksum, and a copy per record costs nothing
 // next to it. The loop is copyPlain's otherwise, prefetching included.
-func (s *Store) copyChecked(locs []entry, chunks []*chunk, indices []int64, dst []byte, stride, k, hi int) (int, error) {
+// With stream the copies use copyCRCStream.
+func (s *Store) copyChecked(locs []entry, chunks []*chunk, indices []int64, dst []byte, stride, k, hi int, stream bool) (int, error) {
 	frames := s.dec != nil
+	cp := copyCRCImpl.fn
+	if stream {
+		cp = copyCRCImpl.stream
+	}
 	var cur uint32 // the chunk d maps, when have
 	var d []byte
 	have := false
@@ -217,7 +233,7 @@ func (s *Store) copyChecked(locs []entry, chunks []*chunk, indices []int64, dst 
 			}
 		}
 		off := int(e.off)
-		if sum := copyCRC(dst[k*stride:(k+1)*stride], d[off:off+stride], 0); sum != e.sum {
+		if sum := copyCRCPieces(cp, dst[k*stride:(k+1)*stride], d[off:off+stride], 0); sum != e.sum {
 			return k, s.dataError(indices[k], *e, sum)
 		}
 	}
@@ -280,6 +296,7 @@ func (s *Store) GatherPacked(indices []int64, dst []byte, offsets []int64) (err 
 	workers := workersFor(s.gatherCost(g.locs, offsets[n]-offsets[0]), n, fanOutBytes)
 	blocks := gatherBlocks(workers, n)
 	g.prepare(blocks)
+	g.setStream(offsets[n]-offsets[0], workers)
 	return parallelBlocks(workers, blocks, "gather", func(w int) error {
 		// Split by bytes, not by count, so records of mixed sizes balance.
 		lo := splitPoint(offsets, w, blocks)
@@ -585,7 +602,11 @@ func (s *Store) fill(g *gatherScratch, w, k int, chunks []*chunk, idx int64, out
 			copy(out, src)
 			return nil
 		}
-		if sum := copyCRC(out, src, 0); sum != e.sum {
+		cp := copyCRC
+		if g.stream {
+			cp = copyCRCStream
+		}
+		if sum := cp(out, src, 0); sum != e.sum {
 			return s.dataError(idx, e, sum)
 		}
 		return nil
