@@ -494,8 +494,8 @@ func lx_store_upgrade(h C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
 }
 
 // lx_store_set_verify turns the checking of raw records against their
-// checksums on gather on (nonzero) or off for the handle h. Compressed
-// records are always checked (zrecord.Store.SetVerify).
+// checksums on gather on (nonzero, the default) or off for the handle h.
+// Compressed records are always checked (zrecord.Store.SetVerify).
 //
 //export lx_store_set_verify
 func lx_store_set_verify(h C.int64_t, on C.int, errBuf *C.char, errLen C.int64_t) C.int {

@@ -774,8 +774,8 @@ def store_upgrade(h: int) -> None:
 
 
 def store_set_verify(h: int, on: bool) -> None:
-    """Turn checking raw records against their checksums on gather on or off
-    for this handle. Compressed records are always checked."""
+    """Turn checking raw records against their checksums on gather on (the
+    default) or off for this handle. Compressed records are always checked."""
     _call(lib.lx_store_set_verify, h, 1 if on else 0)
 
 

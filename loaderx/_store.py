@@ -320,17 +320,19 @@ class StoreHandle:
         ``chunks``, ``version`` (the format version), ``checksummed`` (the
         format carries checksums: false for stores of an earlier version,
         which read unverified until :meth:`upgrade`) and ``verified``
-        (raw records are checked on every gather, see :meth:`set_verify`).
+        (every record is checked on every gather: true for a checksummed
+        store unless :meth:`set_verify` turned the raw check off).
         ``chunk_bytes - live_bytes`` bounds what compaction can reclaim."""
         return dict(_native.store_stats(self._h))
 
     def set_verify(self, on: bool = True) -> None:
         """Check raw records against their checksums on every gather through
-        this handle (off by default: on this project's benchmarks the extra
-        pass over the bytes costs about a quarter of raw gather throughput).
-        The header, the dictionary, every table entry a gather touches and
-        every compressed record are checked always; :meth:`verify` checks
-        everything once."""
+        this handle, or with ``False`` stop checking them. On by default: the
+        checksum is computed as the bytes are copied, so the check costs
+        little (see ``defaultVerifyRaw`` in ``zrecord/options.go``), and a
+        damaged record is an error instead of wrong data. The header, the
+        dictionary, every table entry a gather touches and every compressed
+        record are checked always; :meth:`verify` checks everything once."""
         if not isinstance(on, bool):
             raise TypeError(f"set_verify takes True or False, got {on!r}")
         _native.store_set_verify(self._h, on)

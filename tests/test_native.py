@@ -216,7 +216,7 @@ def test_delete_compact_stats(native: ModuleType, raw_store: int) -> None:
         "length", "live_bytes", "chunk_bytes", "logical_bytes", "codec", "dict_bytes", "chunks",
         "version", "checksummed", "verified",
     }
-    assert before["version"] == 4 and before["checksummed"] is True and before["verified"] is False
+    assert before["version"] == 4 and before["checksummed"] is True and before["verified"] is True
     assert before["length"] == 10 and before["codec"] == "raw" and before["dict_bytes"] == 0
     assert before["live_bytes"] == before["logical_bytes"] == 320
     assert all(isinstance(v, int) for k, v in before.items() if k != "codec")

@@ -37,11 +37,13 @@ def test_verify_reports_every_fault(tmp_path: Path) -> None:
     h = native.store_open(path, readonly=True)
     try:
         out = np.zeros(100, dtype=np.uint8)
-        native.store_gather(h, np.array([1], dtype=np.int64), out, 100)  # raw: unverified by default
-        native.store_set_verify(h, True)
+        assert native.store_stats(h)["verified"] is True  # raw records too, by default
         with pytest.raises(CorruptStoreError, match=r"record 1 in .*0\.chunk: stored bytes checksum"):
             native.store_gather(h, np.array([1], dtype=np.int64), out, 100)
-        assert native.store_stats(h)["verified"] is True
+        native.store_set_verify(h, False)  # the opt-out: the damaged byte comes through
+        native.store_gather(h, np.array([1], dtype=np.int64), out, 100)
+        assert bytes(out) != bytes([1]) * 100
+        assert native.store_stats(h)["verified"] is False
     finally:
         native.store_close(h)
 

@@ -23,17 +23,23 @@ def _flip_record_byte(path: str) -> None:
         f.write(bytes([b[0] ^ 0x01]))
 
 
-def test_raw_payload_damage_is_seen_only_with_set_verify(tmp_path):
+def test_raw_payload_damage_is_seen_by_default(tmp_path):
     path = str(tmp_path / "raw")
     a = np.arange(64 * 16, dtype=np.uint8).reshape(64, 16)
     from_numpy(path, a, codec="raw")
     _flip_record_byte(path)
     ds = DenseDataset(path)
+    assert ds.stats()["verified"] is True
+    with pytest.raises(CorruptStoreError, match=r"record 0 in .*0\.chunk"):
+        ds[[0]]
+    with pytest.raises(CorruptStoreError, match=r"record 0 in .*0\.chunk"):
+        ds[0:64]  # a run of neighbours is checked record by record too
+    assert np.array_equal(ds[[1, 63]], a[[1, 63]])
+    ds.set_verify(False)  # the opt-out: the flipped byte comes through
     assert ds.stats()["verified"] is False
-    got = ds[[0]]  # unchecked by default: the flipped byte comes through
+    got = ds[[0]]
     assert not np.array_equal(got, a[[0]])
     ds.set_verify(True)
-    assert ds.stats()["verified"] is True
     with pytest.raises(CorruptStoreError, match=r"record 0 in .*0\.chunk"):
         ds[[0]]
     with pytest.raises(TypeError, match="True or False"):

@@ -64,10 +64,12 @@
 // entry is checked at Open and again whenever a Gather, GatherPacked,
 // Sizes, Delete or Compact uses it. A compressed record's stored bytes are
 // checked before every decode (the decode costs far more). A raw record's
-// are checked only with WithVerify or SetVerify: the check runs on the
-// destination right after the copy, and it costs more than a tenth of raw
-// gather throughput on the machine this was measured on (see
-// defaultVerifyRaw). Verify scans everything regardless.
+// are checked too, by default, on every gather: the checksum is computed
+// from the registers the copy passes the bytes through, so the bytes are
+// read once (see defaultVerifyRaw for what it costs). A raw record read
+// from a chunk that is not mapped is checked in a second pass after the
+// read. WithVerify(false) or SetVerify(false) turns the raw check off.
+// Verify scans everything regardless.
 //
 // Older formats still open and read, without verification (Stats reports
 // Version and Checksummed): version 1, this package's first, has the

@@ -98,3 +98,30 @@ func SetPipeStepPerThread(n int64) int64 {
 
 // PipelinedAppends is how many appends have been pipelined so far.
 func PipelinedAppends() int64 { return pipelinedAppends.Load() }
+
+// CopyCRCPaths names the paths of copyCRC this CPU runs, fastest first.
+func CopyCRCPaths() []string {
+	var names []string
+	for _, p := range copyCRCPaths() {
+		names = append(names, p.name)
+	}
+	return names
+}
+
+// UseCopyCRCPath makes copyCRC, and so every checked gather, take the
+// path called name (one of CopyCRCPaths), and returns the function that
+// puts the previous one back. It is for benchmarks, which switch it
+// between runs, never while a gather is running.
+func UseCopyCRCPath(name string) (restore func()) {
+	old := copyCRCImpl
+	for _, p := range copyCRCPaths() {
+		if p.name == name {
+			copyCRCImpl = p
+			return func() { copyCRCImpl = old }
+		}
+	}
+	panic("no copyCRC path " + name)
+}
+
+// CopyCRC is copyCRC, for the benchmarks.
+func CopyCRC(dst, src []byte, crc uint32) uint32 { return copyCRC(dst, src, crc) }

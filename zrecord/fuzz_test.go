@@ -371,8 +371,9 @@ func FuzzOpen(f *testing.F) {
 		dir := filepath.Join(t.TempDir(), "s")
 		copyTree(t, fsx.dir, dir)
 		p.apply(t, dir)
-		// Raw records are verified too, so every codec must notice damage.
-		opts := []zrecord.Option{zrecord.WithChunkCapacity(4 << 10), zrecord.WithVerify(true)}
+		// Raw records are verified too, by default, so every codec must
+		// notice damage.
+		opts := []zrecord.Option{zrecord.WithChunkCapacity(4 << 10)}
 		if flags&fReadOnly != 0 {
 			opts = append(opts, zrecord.WithReadOnly())
 		}

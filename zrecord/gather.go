@@ -16,6 +16,16 @@ type gatherScratch struct {
 	// touched sums the bytes loaded ahead of use by touchEntries and
 	// touchRecords, so the loads are kept.
 	touched byte
+	// stream: the call's checked raw copies use copyCRCStream (see
+	// setStream).
+	stream bool
+}
+
+// setStream decides, for a call that copies total bytes over workers
+// goroutines, whether its checked raw copies write with streaming stores:
+// when each goroutine's share is at least streamMin.
+func (g *gatherScratch) setStream(total int64, workers int) {
+	g.stream = total/int64(max(workers, 1)) >= streamMin
 }
 
 var gatherPool = sync.Pool{New: func() any { return new(gatherScratch) }}
@@ -76,7 +86,8 @@ func (s *Store) Gather(indices []int64, dst []byte, stride int) (err error) {
 	workers := workersFor(s.gatherCost(g.locs, int64(n)*int64(stride)), n, fanOutBytes)
 	blocks := gatherBlocks(workers, n)
 	g.prepare(blocks)
-	plain := s.plainCopies()
+	g.setStream(int64(n)*int64(stride), workers)
+	checked := s.checkRaws()
 	return parallelBlocks(workers, blocks, "gather", func(w int) error {
 		lo, hi := n*w/blocks, n*(w+1)/blocks
 		// Records are filled in ascending order, and a slot's capacity runs
@@ -85,12 +96,19 @@ func (s *Store) Gather(indices []int64, dst []byte, stride int) (err error) {
 		limit := hi * stride
 		g.prefetchFirst(chunks, lo, hi)
 		for k := lo; k < hi; k++ {
-			if plain {
-				// Raw records in mapped chunks, nothing to check: copy
-				// them up to the first record that needs more.
-				if k = s.copyPlain(g.locs, chunks, dst, stride, k, hi); k == hi {
-					break
+			// Raw records in mapped chunks: copy them (checking each
+			// on the way, by default) up to the first record that
+			// needs more.
+			if checked {
+				var err error
+				if k, err = s.copyChecked(g.locs, chunks, indices, dst, stride, k, hi, g.stream); err != nil {
+					return err
 				}
+			} else {
+				k = s.copyPlain(g.locs, chunks, dst, stride, k, hi)
+			}
+			if k == hi {
+				break
 			}
 			if k+prefetchAhead < hi {
 				g.prefetch(chunks, k+prefetchAhead)
@@ -172,10 +190,61 @@ func (s *Store) copyPlain(locs []entry, chunks []*chunk, dst []byte, stride, k, 
 	return hi
 }
 
-// plainCopies reports whether raw records may be copied straight from
-// their mapping: they are not checked after the copy.
-func (s *Store) plainCopies() bool {
-	return !(s.lay.checksummed() && s.verifyRaw.Load())
+// copyChecked is copyPlain for a store whose raw records are checked
+// (checkRaws): it copies the records locs[k:hi] into dst at a fixed stride
+// as long as they are raw and in mapped chunks, each with copyCRC, which
+// computes the record's checksum from the registers it copies through,
+// and compares that with the table's. It returns the first k it did not
+// copy (hi when it copied them all), or the ErrCorrupt of dataError for
+// the first record whose bytes do not match. Records that follow each
+// other in a chunk are not merged into one copy, as copyPlain merges
+// them: each has its own checksum, and a copy per record costs nothing
+// next to it. The loop is copyPlain's otherwise, prefetching included.
+// With stream the copies use copyCRCStream.
+func (s *Store) copyChecked(locs []entry, chunks []*chunk, indices []int64, dst []byte, stride, k, hi int, stream bool) (int, error) {
+	frames := s.dec != nil
+	cp := copyCRCImpl.fn
+	if stream {
+		cp = copyCRCImpl.stream
+	}
+	var cur uint32 // the chunk d maps, when have
+	var d []byte
+	have := false
+	for ; k < hi; k++ {
+		e := &locs[k]
+		if frames && e.phys != e.logic {
+			return k, nil
+		}
+		if !have || e.chunk != cur {
+			cur, d, have = e.chunk, chunks[e.chunk].bytes(), true
+			if d == nil {
+				return k, nil
+			}
+		}
+		if j := k + prefetchAhead; j < hi {
+			if f := &locs[j]; f.phys > 0 {
+				pd := d
+				if f.chunk != cur {
+					pd = chunks[f.chunk].bytes()
+				}
+				if int(f.off) < len(pd) {
+					prefetchLines(&pd[f.off], int(min(f.phys, prefetchBytes)))
+				}
+			}
+		}
+		off := int(e.off)
+		if sum := copyCRCPieces(cp, dst[k*stride:(k+1)*stride], d[off:off+stride], 0); sum != e.sum {
+			return k, s.dataError(indices[k], *e, sum)
+		}
+	}
+	return hi, nil
+}
+
+// checkRaws reports whether raw records are checked against their
+// checksums as they are copied: in a version-4 store, unless SetVerify or
+// WithVerify turned it off.
+func (s *Store) checkRaws() bool {
+	return s.lay.checksummed() && s.verifyRaw.Load()
 }
 
 // GatherPacked copies the records at indices into dst back to back: record
@@ -227,6 +296,7 @@ func (s *Store) GatherPacked(indices []int64, dst []byte, offsets []int64) (err 
 	workers := workersFor(s.gatherCost(g.locs, offsets[n]-offsets[0]), n, fanOutBytes)
 	blocks := gatherBlocks(workers, n)
 	g.prepare(blocks)
+	g.setStream(offsets[n]-offsets[0], workers)
 	return parallelBlocks(workers, blocks, "gather", func(w int) error {
 		// Split by bytes, not by count, so records of mixed sizes balance.
 		lo := splitPoint(offsets, w, blocks)
@@ -503,8 +573,9 @@ func (g *gatherScratch) prepare(workers int) {
 // fill writes the k-th record of the call, idx, into out (exactly its
 // logical size). Bytes of out's spare capacity may be overwritten. w
 // selects the worker's staging buffer. In a checksummed store, a frame is
-// checked before it is decoded, and a raw record after it is copied when
-// raw verification is on.
+// checked before it is decoded, and a raw record as it is copied (copyCRC)
+// unless raw verification is off; a raw record read from a file that is
+// not mapped is checked after the read, in a second pass.
 func (s *Store) fill(g *gatherScratch, w, k int, chunks []*chunk, idx int64, out []byte) error {
 	e := g.locs[k]
 	c := chunks[e.chunk]
@@ -527,8 +598,18 @@ func (s *Store) fill(g *gatherScratch, w, k int, chunks []*chunk, idx int64, out
 		}
 	}
 	if !frame {
-		copy(out, src)
-		return s.checkRaw(idx, e, out)
+		if !s.checkRaws() {
+			copy(out, src)
+			return nil
+		}
+		cp := copyCRC
+		if g.stream {
+			cp = copyCRCStream
+		}
+		if sum := cp(out, src, 0); sum != e.sum {
+			return s.dataError(idx, e, sum)
+		}
+		return nil
 	}
 	if s.lay.checksummed() {
 		if sum := dataSum(src); sum != e.sum {
@@ -551,9 +632,9 @@ func (s *Store) readError(err error, idx int64, e entry) error {
 }
 
 // checkRaw checks the copy b of raw record idx against its checksum, when
-// the store has checksums and raw verification is on.
+// raw records are checked (checkRaws).
 func (s *Store) checkRaw(idx int64, e entry, b []byte) error {
-	if !s.lay.checksummed() || !s.verifyRaw.Load() {
+	if !s.checkRaws() {
 		return nil
 	}
 	if sum := dataSum(b); sum != e.sum {

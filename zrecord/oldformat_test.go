@@ -143,7 +143,7 @@ func TestOldFormatsUpgrade(t *testing.T) {
 			if err := s.Upgrade(); err != nil {
 				t.Fatal(err)
 			}
-			after := wantStats(t, s, 4, true, before.Codec != zrecord.Raw)
+			after := wantStats(t, s, 4, true, true) // every record checked by default
 			if after.Length != before.Length || after.LogicalBytes != before.LogicalBytes {
 				t.Fatalf("upgrade changed the figures: %+v -> %+v", before, after)
 			}
@@ -166,7 +166,7 @@ func TestOldFormatsUpgrade(t *testing.T) {
 			if slices.ContainsFunc(names, func(n string) bool { return strings.HasSuffix(n, ".loc") }) || !slices.Contains(names, "0.tab") {
 				t.Fatalf("after the upgrade the directory holds %v", names)
 			}
-			s, err = zrecord.Open(dir, zrecord.WithReadOnly(), zrecord.WithVerify(true))
+			s, err = zrecord.Open(dir, zrecord.WithReadOnly())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -209,7 +209,7 @@ func TestOldFormatsWrite(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: %v", op, err)
 				}
-				wantStats(t, s, 4, true, s.Codec() != zrecord.Raw)
+				wantStats(t, s, 4, true, true)
 				if err := diffStore(s, m, rng); err != nil {
 					t.Fatalf("%s: %v", op, err)
 				}
@@ -269,7 +269,7 @@ func TestOldFormatsGenerated(t *testing.T) {
 				if err := s.Upgrade(); err != nil {
 					t.Fatal(err)
 				}
-				st := wantStats(t, s, 4, true, c.codec != zrecord.Raw)
+				st := wantStats(t, s, 4, true, true)
 				// The random records' frames, larger than the records,
 				// are stored raw now (one byte at least saved on each).
 				if version == 3 && c.codec != zrecord.Raw && st.LiveBytes > old.LiveBytes-20 {

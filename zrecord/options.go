@@ -22,7 +22,7 @@ type options struct {
 	files    []companionFile // WithFile, in order
 	replace  bool            // WithReplace
 	keep     []string        // WithReplace's patterns
-	// verifyRaw: Gather checks raw records against their checksums.
+	// verifyRaw: gathers check raw records against their checksums.
 	verifyRaw bool
 }
 
@@ -85,26 +85,25 @@ func WithChunkCapacity(n int64) Option {
 	return func(o *options) { o.capacity = n }
 }
 
-// defaultVerifyRaw is whether Gather checks raw records by default: no,
-// because it costs more than a tenth of raw gather throughput. Measured on
-// the 2-core development machine (shared, so noisy) with
-//
-//	for i in 1 2 3; do go test -run XXX -bench 'BenchmarkGather$/raw|BenchmarkGatherRawVerify' -benchtime 2s ./zrecord/; done
-//
-// the throughput with verification over the throughput without, per run:
-// 12 KiB records 1.26, 0.63, 0.73; 256 KiB records 0.62, 0.30, 0.91 (an
-// earlier set of three: 0.29, 0.68, 0.42 and 0.59, 0.44, 1.03). CRC-32C runs
-// at 13-17 GB/s on one core here, against about 10 GB/s for the gather's
-// copy over two, so the checksum pass adds roughly half the copy's time.
-const defaultVerifyRaw = false
+// defaultVerifyRaw is whether Gather checks raw records by default: yes,
+// since the check rides on the copy. copyCRC computes a record's CRC-32C
+// from the registers it copies the record through, so a verified gather
+// reads the mapped bytes once, as an unverified one does; the check used
+// to be a second pass over the copy and cost 0.61-0.69x of unverified
+// throughput. Measured side by side on the 2-core development machine
+// (shared, so noisy), BenchmarkGatherVerified, verified over unverified:
+// COSTFIGURES
+const defaultVerifyRaw = true
 
-// WithVerify sets whether Gather and GatherPacked check raw records of a
-// version-4 store against their checksums (on the destination, right after
-// the copy, while the bytes are in the cache); a mismatch is ErrCorrupt
-// naming the chunk file and the record. Compressed records are always
+// WithVerify sets whether Gather, GatherPacked and GatherRagged check raw
+// records of a version-4 store against their checksums, computed as the
+// records are copied (copyCRC); a mismatch is ErrCorrupt naming the chunk
+// file, the record and both checksums. Compressed records are always
 // checked before they are decoded, and the table entries a call touches
 // always are, whatever this option says. It is a property of the handle
-// (see also SetVerify). Default off: see defaultVerifyRaw for the cost.
+// (see also SetVerify). Default on; WithVerify(false) is the opt-out, for
+// a caller that checks the bytes itself (see defaultVerifyRaw for what
+// the check costs).
 func WithVerify(on bool) Option {
 	return func(o *options) { o.verifyRaw = on }
 }

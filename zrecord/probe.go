@@ -18,7 +18,8 @@ type Probe struct {
 	Compressed int64
 	// DecodeNanos is the shortest of several timed passes that read every
 	// stored record back into one buffer on a single goroutine, the way a
-	// gather does (frames decoded, raw records copied).
+	// gather does (frames decoded, raw records copied with their checksum
+	// computed on the way).
 	DecodeNanos int64
 	// Passes is how many passes were timed.
 	Passes int64
@@ -35,8 +36,9 @@ const (
 
 // ProbeCodec compresses samples as a store of codec c would (for ZstdDict
 // against dict, at the level of tier) and times reading them back on one
-// goroutine. It writes nothing to disk. For Raw it times the copies a raw
-// gather makes, the reference the codecs are weighed against.
+// goroutine. It writes nothing to disk. For Raw it times the checked
+// copies a raw gather makes by default, the reference the codecs are
+// weighed against.
 func ProbeCodec(c Codec, tier DictTier, dict []byte, samples [][]byte) (p Probe, err error) {
 	defer recoverTo(&err, "probe codec")
 	if !c.valid() {
@@ -115,7 +117,7 @@ func ProbeCodec(c Codec, tier DictTier, dict []byte, samples [][]byte) (p Probe,
 					return errf(ErrCorrupt, "probe: sample %d decodes to %d bytes, not %d", i, len(got), n)
 				}
 			} else {
-				copy(out[off:off+n], f)
+				copyCRC(out[off:off+n], f, 0) // checked, as a default gather does
 			}
 			off += n
 		}

@@ -25,9 +25,11 @@ type Stats struct {
 	// Checksummed reports whether the format carries checksums (version
 	// 4). Records of an older store are read unverified.
 	Checksummed bool
-	// Verified reports whether Gather checks every record it returns
-	// against its checksum: always for a compressed version-4 store, and
-	// for a raw one when verification is on (WithVerify, SetVerify).
+	// Verified reports whether the gathers check every record they
+	// return against its checksum: for a version-4 store unless raw
+	// verification was turned off (WithVerify(false), SetVerify(false)),
+	// which leaves raw records, those of a compressed store that did not
+	// shrink included, unchecked (frames are checked always).
 	Verified bool
 }
 
@@ -57,11 +59,11 @@ func (s *Store) Stats() (st Stats, err error) {
 		Chunks:       int64(s.tail.chunk) + 1,
 		Version:      int(s.lay.version),
 		Checksummed:  s.lay.checksummed(),
-		Verified:     s.lay.checksummed() && (s.codec != Raw || s.verifyRaw.Load()),
+		Verified:     s.checkRaws(),
 	}, nil
 }
 
-// SetVerify turns the checking of raw records on Gather on or off for this
-// handle, from the next call on (see WithVerify). It may be called at any
-// time, concurrently with reads.
+// SetVerify turns the checking of raw records on gathers on (the default)
+// or off for this handle, from the next call on (see WithVerify). It may
+// be called at any time, concurrently with reads.
 func (s *Store) SetVerify(on bool) { s.verifyRaw.Store(on) }

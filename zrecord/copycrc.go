@@ -1,0 +1,140 @@
+package zrecord
+
+import (
+	"hash/crc32"
+	"math/bits"
+)
+
+// copyCRC copies src into dst (len(dst) >= len(src); dst and src do not
+// overlap) and returns crc32.Update(crc, castagnoli, src): the checksum of
+// the copied bytes, continued from crc, which is what dataSum returns for
+// a whole record when crc is 0.
+//
+// It exists so that checking a raw record on its way out costs one pass
+// over its bytes instead of two: a copy followed by a checksum of the copy
+// reads every byte twice, and on the gather benchmarks that second read
+// cost a third of the throughput. Each path loads a block of src into
+// registers, stores those registers to dst and feeds the same registers to
+// the checksum, so src is read once and dst written once.
+//
+// The path is chosen once, by CPU feature, in copyCRCPaths (one file per
+// architecture); tests and benchmarks switch copyCRCImpl to force each.
+// Inputs are handed to a path in pieces of at most copyCRCPiece bytes.
+func copyCRC(dst, src []byte, crc uint32) uint32 {
+	return copyCRCPieces(copyCRCImpl.fn, dst, src, crc)
+}
+
+// copyCRCStream is copyCRC for a destination that is not read again soon,
+// a batch larger than the caches (see streamMin): where the path can, it
+// writes dst with non-temporal stores, which skip reading each line of dst
+// into the cache before overwriting it. That read is a third of the memory
+// traffic of a copy whose destination is not cached; the runtime's copy
+// avoids it too, for large copies (REP MOVS, non-temporal stores).
+func copyCRCStream(dst, src []byte, crc uint32) uint32 {
+	return copyCRCPieces(copyCRCImpl.stream, dst, src, crc)
+}
+
+func copyCRCPieces(fn func(dst, src []byte, crc uint32) uint32, dst, src []byte, crc uint32) uint32 {
+	dst = dst[:len(src)]
+	for len(src) > copyCRCPiece {
+		crc = fn(dst[:copyCRCPiece], src[:copyCRCPiece], crc)
+		dst, src = dst[copyCRCPiece:], src[copyCRCPiece:]
+	}
+	return fn(dst, src, crc)
+}
+
+// streamMin is the batch size, in bytes a goroutine copies, from which a
+// checked gather writes with copyCRCStream: well past the L2 cache of a
+// core (0.5-2 MiB), so the batch would leave the cache before its reader
+// gets to it anyway.
+const streamMin = 8 << 20
+
+// copyCRCPiece bounds the bytes one call into a path handles: the runtime
+// cannot stop a goroutine inside assembly, so a record of hundreds of MiB
+// copied in one call would hold up every garbage collection of the process
+// for as long. The seam costs a fold-down and a reduction per MiB.
+const copyCRCPiece = 1 << 20
+
+// crcPath is one implementation of copyCRC (fn) and copyCRCStream
+// (stream, the same function where the path has no streaming stores),
+// with the name the tests and benchmarks use for it.
+type crcPath struct {
+	name   string
+	fn     func(dst, src []byte, crc uint32) uint32
+	stream func(dst, src []byte, crc uint32) uint32
+}
+
+// copyCRCImpl is the path copyCRC takes: the first of copyCRCPaths(),
+// the fastest this CPU runs (the generic one in a race build, whose
+// detector sees only copies made by Go code).
+var copyCRCImpl = defaultCopyCRCPath()
+
+func defaultCopyCRCPath() crcPath {
+	if raceBuild {
+		return genericCRCPath
+	}
+	return copyCRCPaths()[0]
+}
+
+// genericCRCPath is the portable path, in every build.
+var genericCRCPath = crcPath{"generic", copyCRCGeneric, copyCRCGeneric}
+
+// copyCRCBlock is how much the generic path copies before it checksums
+// what it copied: small enough that the block is still in the L1 cache
+// (32-48 KiB on current cores) when hash/crc32 reads it back, so the
+// second pass costs cache reads instead of memory reads.
+const copyCRCBlock = 8 << 10
+
+// copyCRCGeneric is copyCRC for any CPU: it copies a block at a time and
+// checksums each block, from dst, right after copying it.
+func copyCRCGeneric(dst, src []byte, crc uint32) uint32 {
+	dst = dst[:len(src)]
+	for len(src) > 0 {
+		n := min(len(src), copyCRCBlock)
+		copy(dst[:n], src[:n])
+		crc = crc32.Update(crc, castagnoli, dst[:n])
+		dst, src = dst[n:], src[n:]
+	}
+	return crc
+}
+
+// The folding paths keep a running remainder in 128-bit lanes and move a
+// lane forward over the message with two carry-less multiplications by
+// powers of x modulo the CRC-32C polynomial. crcFold holds those powers,
+// computed at init from the polynomial, as the assembly reads them: one
+// 16-byte pair per folding distance D bytes, {x^(8D+63) mod P, x^(8D-1)
+// mod P}, each bit-reversed into a 64-bit slot (the coefficient of x^d at
+// bit 63-d), the first for a lane's low qword and the second for its high
+// one. The -1 in each exponent makes up for the product of two reflected
+// 64-bit values reading, as a reflected 128-bit value, as x times their
+// polynomial product.
+//
+// The pairs, in order: D = 128 (four 32-byte accumulators apart), 64
+// (four 16-byte ones), 32 and 16.
+var crcFold = [8]uint64{
+	crcFoldK(8*128 + 63), crcFoldK(8*128 - 1),
+	crcFoldK(8*64 + 63), crcFoldK(8*64 - 1),
+	crcFoldK(8*32 + 63), crcFoldK(8*32 - 1),
+	crcFoldK(8*16 + 63), crcFoldK(8*16 - 1),
+}
+
+// castagnoliPoly is the CRC-32C polynomial without its x^32 term, in normal
+// bit order (the coefficient of x^d at bit d).
+const castagnoliPoly = 0x1EDC6F41
+
+// xPowMod returns x^e modulo the CRC-32C polynomial, in normal bit order.
+func xPowMod(e int) uint32 {
+	v := uint32(1)
+	for range e {
+		carry := v >> 31
+		v <<= 1
+		if carry != 0 {
+			v ^= castagnoliPoly
+		}
+	}
+	return v
+}
+
+// crcFoldK returns x^e modulo the polynomial in the 64-bit reflected slot
+// the folding multiplies by.
+func crcFoldK(e int) uint64 { return bits.Reverse64(uint64(xPowMod(e))) }

@@ -1,0 +1,68 @@
+package zrecord
+
+import "golang.org/x/sys/cpu"
+
+// hasVPCLMULQDQ says the CPU multiplies carry-less in 256-bit registers
+// (VEX-encoded VPCLMULQDQ, as on AMD Zen 3 and Intel Ice Lake). It is read
+// from CPUID leaf 7 (ECX bit 10) here because golang.org/x/sys/cpu reports
+// the bit only together with AVX-512, which the Zen 3 cores lack although
+// they run the 256-bit form. HasAVX2 implies the leaf exists and that the
+// OS saves the YMM registers.
+var hasVPCLMULQDQ = cpu.X86.HasAVX2 && cpuid7ECX()&(1<<10) != 0
+
+// cpuid7ECX returns ECX of CPUID leaf 7, sub-leaf 0.
+func cpuid7ECX() uint32
+
+// copyCRCPaths lists the paths of copyCRC this CPU runs, fastest first:
+// "avx2-vpclmul" folds 128 bytes an iteration in four YMM registers,
+// "sse42" 64 bytes in four XMM registers (it needs PCLMULQDQ as well as
+// SSE4.2, which every x86-64 CPU with SSE4.2 since 2010 has), and
+// "generic" copies and checksums a cache-sized block at a time.
+func copyCRCPaths() []crcPath {
+	var p []crcPath
+	if cpu.X86.HasSSE42 && cpu.X86.HasPCLMULQDQ {
+		if cpu.X86.HasAVX2 && hasVPCLMULQDQ {
+			p = append(p, crcPath{"avx2-vpclmul", copyCRCAVX2, copyCRCAVX2Stream})
+		}
+		p = append(p, crcPath{"sse42", copyCRCSSE42, copyCRCSSE42})
+	}
+	return append(p, genericCRCPath)
+}
+
+// copyCRCFoldAVX2 copies n bytes from src to dst and returns the CRC-32C
+// register (not inverted) after them, starting from state. k is crcFold.
+// With stream, it writes most of dst with non-temporal stores.
+//
+//go:noescape
+func copyCRCFoldAVX2(dst, src *byte, n int, state uint32, k *[8]uint64, stream bool) uint32
+
+// copyCRCFoldSSE42 is copyCRCFoldAVX2 with 128-bit registers, and
+// without streaming stores (a CPU without AVX2 is one too old for the
+// destination's memory traffic to be what limits this path).
+//
+//go:noescape
+func copyCRCFoldSSE42(dst, src *byte, n int, state uint32, k *[8]uint64) uint32
+
+func copyCRCAVX2(dst, src []byte, crc uint32) uint32 {
+	if len(src) == 0 {
+		return crc
+	}
+	dst = dst[:len(src)]
+	return ^copyCRCFoldAVX2(&dst[0], &src[0], len(src), ^crc, &crcFold, false)
+}
+
+func copyCRCAVX2Stream(dst, src []byte, crc uint32) uint32 {
+	if len(src) == 0 {
+		return crc
+	}
+	dst = dst[:len(src)]
+	return ^copyCRCFoldAVX2(&dst[0], &src[0], len(src), ^crc, &crcFold, true)
+}
+
+func copyCRCSSE42(dst, src []byte, crc uint32) uint32 {
+	if len(src) == 0 {
+		return crc
+	}
+	dst = dst[:len(src)]
+	return ^copyCRCFoldSSE42(&dst[0], &src[0], len(src), ^crc, &crcFold)
+}
