@@ -15,19 +15,25 @@ type Stats struct {
 	LogicalBytes int64
 	// Codec is the store's codec.
 	Codec Codec
+	// Element is the element type of a Narrow store's records; its Size
+	// is zero for the other codecs.
+	Element Element
 	// DictBytes is the size of the dictionary (ZstdDict stores), else 0.
 	DictBytes int64
 	// Chunks is the number of chunk files.
 	Chunks int64
 	// Version is the store's format version: 4 for stores this package
-	// writes, 1 or 3 for older ones until they are upgraded (see Upgrade).
+	// writes (5 for Narrow stores), 1 or 3 for older ones until they are
+	// upgraded (see Upgrade).
 	Version int
 	// Checksummed reports whether the format carries checksums (version
-	// 4). Records of an older store are read unverified.
+	// 4 or 5). Records of an older store are read unverified.
 	Checksummed bool
 	// Verified reports whether Gather checks every record it returns
-	// against its checksum: always for a compressed version-4 store, and
-	// for a raw one when verification is on (WithVerify, SetVerify).
+	// against its checksum: always for a zstd store of version 4, and for
+	// a raw or narrow one when verification is on (WithVerify, SetVerify):
+	// a narrow store checks its narrowed records always, but keeps the
+	// records that do not shrink raw.
 	Verified bool
 }
 
@@ -53,11 +59,12 @@ func (s *Store) Stats() (st Stats, err error) {
 		ChunkBytes:   bytes,
 		LogicalBytes: s.logical,
 		Codec:        s.codec,
+		Element:      s.elem,
 		DictBytes:    int64(len(s.dict)),
 		Chunks:       int64(s.tail.chunk) + 1,
 		Version:      int(s.lay.version),
 		Checksummed:  s.lay.checksummed(),
-		Verified:     s.lay.checksummed() && (s.codec != Raw || s.verifyRaw.Load()),
+		Verified:     s.lay.checksummed() && (s.codec.zstdFrames() || s.verifyRaw.Load()),
 	}, nil
 }
 
