@@ -147,3 +147,22 @@ def test_native_codec_spec_checks(tmp_path):
     data = np.arange(64, dtype=np.int64).view(np.uint8)
     p = _native.codec_probe("narrow", data, np.array([0, 256, 512], np.int64), element="int64")
     assert p["stored_bytes"] == 2 * (1 + 8 + 32) and p["compressed"] == 2
+
+
+def test_a_dataset_made_before_the_library_loads_reads_a_narrow_store(tmp_path):
+    """A process that builds datasets without loading the library (so it can
+    fork workers) reads len() from the version-5 header in Python."""
+    import os
+    import subprocess
+    import sys
+
+    a = (np.arange(40 * 16) % 300).astype(np.int32).reshape(40, 16)
+    from_numpy(tmp_path / "s", a, codec="narrow")
+    code = ("import numpy as np, sys; from loaderx import _native; from loaderx.dataset import DenseDataset; "
+            "ds = DenseDataset(sys.argv[1]); n = len(ds); assert not _native.loaded(); "
+            "print(n, int(ds[39].sum()))")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s")], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": root})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["40", str(int(a[39].sum()))]
