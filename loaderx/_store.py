@@ -83,7 +83,13 @@ def header_length(path: str) -> int:
         raise CorruptStoreError(f"{meta}: header is {len(b)} bytes, want {_HEADER_SIZE}")
     version = b[4]
     if version not in _KNOWN_VERSIONS:
-        raise CorruptStoreError(f"{meta}: format version {version} (this build reads {_KNOWN_VERSIONS})")
+        known = ", ".join(map(str, _KNOWN_VERSIONS))
+        if version > _KNOWN_VERSIONS[-1]:
+            raise CorruptStoreError(
+                f"{meta}: format version {version}: the store was written by a newer loaderx; this one "
+                f"reads format versions {known}, so upgrade loaderx to open it"
+            )
+        raise CorruptStoreError(f"{meta}: format version {version} (this build reads {known})")
     if version >= _CHECKSUMMED_VERSION:
         stored = int.from_bytes(b[22:26], "little")
         computed = crc32c(b[26:], crc32c(b[:22]))

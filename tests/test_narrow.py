@@ -166,3 +166,18 @@ def test_a_dataset_made_before_the_library_loads_reads_a_narrow_store(tmp_path):
                        env={**os.environ, "PYTHONPATH": root})
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["40", str(int(a[39].sum()))]
+
+
+def test_a_store_from_a_newer_loaderx_is_refused_plainly(tmp_path):
+    from loaderx._store import header_length
+    from loaderx.errors import CorruptStoreError
+
+    from_numpy(tmp_path / "s", np.arange(12, dtype=np.int16).reshape(3, 4), codec="narrow")
+    meta = tmp_path / "s" / "meta.zr"
+    b = bytearray(meta.read_bytes())
+    b[4] = 9
+    meta.write_bytes(bytes(b))
+    with pytest.raises(CorruptStoreError, match="written by a newer loaderx; this one reads format versions 1, 3, 4, 5"):
+        header_length(str(tmp_path / "s"))
+    with pytest.raises(CorruptStoreError, match="format version 9: the store was written by a newer loaderx.*1, 3, 4 and 5"):
+        _native.store_open(tmp_path / "s")

@@ -96,15 +96,20 @@ func layoutOf(v uint8) (layout, bool) {
 // version above every one it reads comes from a newer loaderx, which the
 // message says, with the versions this one reads.
 func versionError(path string, v uint8) error {
+	return errf(ErrVersion, "%s: %s", path, versionText(v))
+}
+
+// versionText is versionError's sentence, without the file.
+func versionText(v uint8) string {
 	names := make([]string, len(readVersions))
 	for i, r := range readVersions {
 		names[i] = strconv.Itoa(int(r))
 	}
 	list := strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 	if v > readVersions[len(readVersions)-1] {
-		return errf(ErrVersion, "%s: format version %d: the store was written by a newer loaderx; this one reads format versions %s, so upgrade loaderx to open it", path, v, list)
+		return "format version " + strconv.Itoa(int(v)) + ": the store was written by a newer loaderx; this one reads format versions " + list + ", so upgrade loaderx to open it"
 	}
-	return errf(ErrVersion, "%s: format version %d is not one loaderx ever wrote (this one reads format versions %s)", path, v, list)
+	return "format version " + strconv.Itoa(int(v)) + " is not one loaderx ever wrote (this one reads format versions " + list + ")"
 }
 
 // headerVersion is the format version a store of codec c is written as.

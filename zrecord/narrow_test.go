@@ -365,6 +365,23 @@ func TestNarrowMaintenance(t *testing.T) {
 		t.Fatal("the batch was not appended pipelined")
 	}
 	ztExpect(t, s, recs)
+	idx := []int64{199, 3, 3, 0, 150}
+	sizes := make([]int64, len(idx))
+	dst := make([]byte, 1<<20)
+	needed, err := s.GatherRagged(idx, sizes, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var off int64
+	for k, i := range idx {
+		if got := dst[off : off+sizes[k]]; string(got) != string(recs[i]) {
+			t.Fatalf("GatherRagged: record %d differs", i)
+		}
+		off += sizes[k]
+	}
+	if off != needed {
+		t.Fatalf("GatherRagged needed %d, sizes add up to %d", needed, off)
+	}
 	if err := s.Delete([]int64{0, 5, 199, 17}); err != nil {
 		t.Fatal(err)
 	}

@@ -210,7 +210,7 @@ func (v *verifier) header() (bool, error) {
 	}
 	lay, known := layoutOf(b[4])
 	if !known {
-		v.fault(metaName, -1, "format version %d", b[4])
+		v.fault(metaName, -1, "%s", versionText(b[4]))
 		return false, nil
 	}
 	v.lay = lay
