@@ -181,14 +181,18 @@ def test_cold_store_of_compressible_int64_takes_the_cold_rule(tmp_path, cold):
     z = choice["candidates"]["zstd"]
     assert z["ratio"] >= _autocodec.MIN_RATIO and z["decode_mib_s"] >= z["decode_floor_mib_s"]
 
-    # both qualify (32 KiB records: no dictionary): the lower modelled cost wins
+    # both shrink it (32 KiB records: no dictionary): of those that qualify
+    # (zstd's decode speed is timed, so on a busy machine it may not), the
+    # lower modelled cost wins
     small = (np.arange(300 * 4096).reshape(300, 4096) % 100 + (1 << 40)).astype(np.int64)
     from_numpy(tmp_path / "b", small)
     choice = _choice(tmp_path / "b")
     cands = {k: v for k, v in choice["candidates"].items() if k != "raw" and _autocodec._qualifies(k, v)}
-    assert {"narrow", "zstd"} <= cands.keys()
-    best = min(("narrow", "zstd"), key=lambda k: cands[k]["cold_cost_ms_per_gib"])
-    assert choice["codec"] == best and "modelled cold read" in choice["reason"]
+    assert "narrow" in cands and choice["candidates"]["zstd"]["ratio"] >= _autocodec.MIN_RATIO
+    best = min(cands, key=lambda k: cands[k]["cold_cost_ms_per_gib"])
+    assert choice["codec"] == best
+    if "zstd" in cands:
+        assert "modelled cold read" in choice["reason"]
     with DenseDataset(tmp_path / "b") as ds:
         np.testing.assert_array_equal(ds[:], small)
 
