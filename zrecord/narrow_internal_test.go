@@ -139,3 +139,39 @@ func TestNarrowHeaderChecks(t *testing.T) {
 		t.Errorf("signedness byte 2: %v, want ErrCorrupt", err)
 	}
 }
+
+// FuzzWidenRecord feeds arbitrary stored bytes to the widening of a record
+// of a given logical size: it must never panic or write past out, and it
+// must either fail or fill out exactly (the checksum normally stops damage
+// first; this is the check behind it).
+func FuzzWidenRecord(f *testing.F) {
+	for _, p := range widenPairs {
+		rec := make([]byte, 64*p.es)
+		for i := range rec {
+			rec[i] = byte(i % 3)
+		}
+		if out, ok := narrowRecord(nil, rec, Element{Size: p.es}); ok {
+			f.Add(out, uint16(len(rec)), uint8(p.es))
+		}
+	}
+	f.Add([]byte{0, 1, 2, 3, 4}, uint16(16), uint8(4))
+	f.Add([]byte{4, 0, 0, 0, 0, 0, 0, 0, 0}, uint16(8), uint8(8))
+	f.Fuzz(func(t *testing.T, src []byte, logic uint16, esCode uint8) {
+		es := []int{1, 2, 4, 8}[esCode%4]
+		out := make([]byte, int(logic)+16)
+		for i := range out {
+			out[i] = 0x5A
+		}
+		if err := widenRecord(out[:logic], src, es); err == nil {
+			w := int(src[0])
+			if len(src) != narrowedSize(es, w, int(logic)/es) || int(logic)%es != 0 {
+				t.Fatalf("accepted %d stored bytes for %d logical at width %d", len(src), logic, w)
+			}
+		}
+		for _, b := range out[logic:] {
+			if b != 0x5A {
+				t.Fatal("wrote past the record")
+			}
+		}
+	})
+}
