@@ -6,6 +6,8 @@ package main
 import "C"
 
 import (
+	"fmt"
+	"strings"
 	"unsafe"
 
 	"github.com/loaderx/loaderx/zrecord"
@@ -98,4 +100,29 @@ func packed(data unsafe.Pointer, dataLen C.int64_t, offsets *C.int64_t, n C.int6
 		prev = end
 	}
 	return recs, nil
+}
+
+// codecSpec parses the codec argument of lx_store_create and lx_codec_probe:
+// a codec name, and for narrow an optional element type after a colon
+// ("narrow:int64"); zrecord.DefaultElement when it is left out.
+func codecSpec(spec string) (zrecord.Codec, zrecord.Element, error) {
+	name, elem, hasElem := strings.Cut(spec, ":")
+	c, err := zrecord.ParseCodec(name)
+	if err != nil {
+		return 0, zrecord.Element{}, err
+	}
+	if c != zrecord.Narrow {
+		if hasElem {
+			return 0, zrecord.Element{}, invalidf("codec %q: only narrow takes an element type", spec)
+		}
+		return c, zrecord.Element{}, nil
+	}
+	if !hasElem {
+		return c, zrecord.DefaultElement, nil
+	}
+	el, err := zrecord.ParseElement(elem)
+	if err != nil {
+		return 0, zrecord.Element{}, fmt.Errorf("codec %q: %w", spec, err)
+	}
+	return c, el, nil
 }

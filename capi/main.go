@@ -13,7 +13,7 @@ package main
 
 // The version of the exported interface: it changes whenever an export is
 // added, removed or changes its signature or meaning.
-#define LX_ABI_VERSION 4
+#define LX_ABI_VERSION 5
 
 // The largest number of dimensions an item shape may have (NumPy's limit).
 #define LX_MAX_DIMS 64
@@ -50,11 +50,14 @@ enum lx_status {
 
 // A store's codec, as lx_store_codec and lx_store_stats report it: the tag
 // written in meta.zr. The lower-cased name after LX_CODEC_ is the codec's
-// name.
+// name. lx_store_create and lx_codec_probe take the name, and for narrow
+// optionally its element type after a colon ("narrow:uint16"; int32 when
+// left out).
 enum lx_codec {
 	LX_CODEC_RAW = 0,
 	LX_CODEC_ZSTD = 1,
-	LX_CODEC_ZSTD_DICT = 2
+	LX_CODEC_ZSTD_DICT = 2,
+	LX_CODEC_NARROW = 3
 };
 
 // Sampler modes, as lx_sample reads them; the lower-cased name after
@@ -205,6 +208,8 @@ var (
 	_ [int(zrecord.Zstd) - C.LX_CODEC_ZSTD]struct{}
 	_ [C.LX_CODEC_ZSTD_DICT - int(zrecord.ZstdDict)]struct{}
 	_ [int(zrecord.ZstdDict) - C.LX_CODEC_ZSTD_DICT]struct{}
+	_ [C.LX_CODEC_NARROW - int(zrecord.Narrow)]struct{}
+	_ [int(zrecord.Narrow) - C.LX_CODEC_NARROW]struct{}
 	_ [C.LX_MODE_SEQUENTIAL - int(zsampler.Sequential)]struct{}
 	_ [int(zsampler.Sequential) - C.LX_MODE_SEQUENTIAL]struct{}
 	_ [C.LX_MODE_IID - int(zsampler.IID)]struct{}

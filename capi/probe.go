@@ -23,7 +23,8 @@ const maxChoiceJSON = 16 << 10
 // lx_codec_probe compresses the n_samples packed samples (samples_len bytes
 // at samples, delimited by n_samples+1 offsets) as a store of the codec
 // called codec would store them (for "zstd_dict" against the dict_len-byte
-// dictionary at dict, at the level of the tier called dict_tier), then
+// dictionary at dict, at the level of the tier called dict_tier; for
+// narrow as elements of the type after the colon, see lx_store_create), then
 // times reading them all back on the calling thread, the way a gather does,
 // and writes LX_PROBE_LEN values to out (which holds out_len), each at its
 // position in enum lx_probe (zrecord.ProbeCodec). Nothing is written to
@@ -42,7 +43,7 @@ func lx_codec_probe(codec *C.char, dictTier *C.char, dict unsafe.Pointer, dictLe
 		if err != nil {
 			return err
 		}
-		c, err := zrecord.ParseCodec(codecName)
+		c, el, err := codecSpec(codecName)
 		if err != nil {
 			return err
 		}
@@ -62,7 +63,12 @@ func lx_codec_probe(codec *C.char, dictTier *C.char, dict unsafe.Pointer, dictLe
 		if err != nil {
 			return err
 		}
-		p, err := zrecord.ProbeCodec(c, tier, d, recs)
+		var p zrecord.Probe
+		if c == zrecord.Narrow {
+			p, err = zrecord.ProbeNarrow(el, recs)
+		} else {
+			p, err = zrecord.ProbeCodec(c, tier, d, recs)
+		}
 		if err != nil {
 			return err
 		}

@@ -22,7 +22,9 @@ import (
 
 // lx_store_create creates a store in the directory path and writes its
 // handle to *handle. codec and dict_tier are names that zrecord.ParseCodec
-// and zrecord.ParseDictTier accept. For a dictionary codec, the n_samples
+// and zrecord.ParseDictTier accept; for narrow, codec may name the element
+// type after a colon ("narrow:uint16", zrecord.ParseElement), int32 when it
+// does not. For a dictionary codec, the n_samples
 // packed samples (samples_len bytes at samples, delimited by n_samples+1
 // offsets) train the dictionary, whose size is capped at dict_size bytes
 // when dict_size is positive; other codecs ignore the samples.
@@ -68,7 +70,7 @@ func lx_store_create(path *C.char, codec *C.char, dictTier *C.char, dictSize C.i
 		if flags&^createReplace != 0 {
 			return invalidf("flags %#x: unknown bits", int64(flags))
 		}
-		c, err := zrecord.ParseCodec(codecName)
+		c, el, err := codecSpec(codecName)
 		if err != nil {
 			return err
 		}
@@ -77,6 +79,9 @@ func lx_store_create(path *C.char, codec *C.char, dictTier *C.char, dictSize C.i
 			return err
 		}
 		opts := []zrecord.Option{zrecord.WithCodec(c), zrecord.WithDictTier(tier)}
+		if c == zrecord.Narrow {
+			opts = append(opts, zrecord.WithElement(el.Size, el.Signed))
+		}
 		more, err := schemaOptions(dir, kind, dtype, shape, ndim, flags)
 		if err != nil {
 			return err

@@ -20,8 +20,9 @@ if TYPE_CHECKING:  # annotation-only aliases: ``X | Y`` is not a runtime type on
     PathLike = str | os.PathLike[str]
     IndexLike = int | Sequence[int] | np.ndarray | slice
 
-#: The codecs a store can be created with.
-CODECS = ("raw", "zstd", "zstd_dict")
+#: The codecs a store can be created with. ``"narrow"`` is for records that
+#: are arrays of one integer type (see loaderx._autocodec).
+CODECS = ("raw", "zstd", "zstd_dict", "narrow")
 
 #: What the converters take: a codec, or "auto" to choose one by measuring a
 #: sample of the data (see loaderx._autocodec).

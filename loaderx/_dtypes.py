@@ -17,7 +17,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ML_DTYPE_NAMES", "is_ml_dtype", "check_storable", "schema_name", "from_schema_name"]
+__all__ = [
+    "ML_DTYPE_NAMES", "is_ml_dtype", "check_storable", "schema_name", "from_schema_name",
+    "narrow_element", "check_narrow",
+]
 
 #: The ml_dtypes element types a store may hold, by the name the schema records.
 ML_DTYPE_NAMES = (
@@ -64,6 +67,30 @@ def check_storable(dtype: np.dtype) -> np.dtype:
             "complex64/complex128, or an ml_dtypes type such as bfloat16 or float8_e4m3fn)"
         )
     return dtype.newbyteorder("=") if dtype.byteorder not in ("=", "|") else dtype
+
+
+def narrow_element(dtype: np.dtype) -> str | None:
+    """The element type a ``"narrow"`` store of ``dtype`` records is made of
+    (``"int8"`` to ``"uint64"``), or None when ``dtype`` is not a NumPy
+    integer type: bool, floats, complex and the ``ml_dtypes`` types have no
+    frame of reference to narrow."""
+    if is_ml_dtype(dtype) or dtype.fields is not None or dtype.subdtype is not None:
+        return None
+    if dtype.kind not in "iu" or dtype.itemsize not in (1, 2, 4, 8):
+        return None
+    return f"{'int' if dtype.kind == 'i' else 'uint'}{8 * dtype.itemsize}"
+
+
+def check_narrow(dtype: np.dtype, where: str) -> str:
+    """:func:`narrow_element` of ``dtype``, or a ValueError quoting the dtype
+    (``where`` says whose it is) when it is not an integer type."""
+    element = narrow_element(dtype)
+    if element is None:
+        raise ValueError(
+            f"codec 'narrow' stores arrays of integers, but {where} has dtype {dtype} "
+            f"({dtype.str!r}); use codec 'raw', 'zstd' or 'auto' for it"
+        )
+    return element
 
 
 def schema_name(dtype: np.dtype) -> str:

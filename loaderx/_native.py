@@ -112,7 +112,7 @@ __all__ = [
 ]
 
 #: The version of the C ABI this module is written for (LX_ABI_VERSION).
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 #: Bytes of the per-thread error buffer (struct lx_error: the error number,
 #: then the message).
@@ -550,11 +550,15 @@ def store_create(
     schema: tuple[str, str, Sequence[int]] | None = None,
     overwrite: bool = False,
     cancel: CancelFlag | None = None,
+    element: str | None = None,
 ) -> int:
     """Create a record store in the directory ``path`` and return its handle.
 
     ``path`` must not already hold a store (:class:`StoreExistsError`); its
-    parent must exist. ``codec`` is ``"raw"``, ``"zstd"`` or ``"zstd_dict"``.
+    parent must exist. ``codec`` is ``"raw"``, ``"zstd"``, ``"zstd_dict"`` or
+    ``"narrow"``; for ``"narrow"``, ``element`` names the integer type the
+    records are arrays of (``"int8"`` to ``"uint64"``; the library's default,
+    int32, when None), and it must be None for the other codecs.
     For ``"zstd_dict"`` the dictionary is trained on ``samples`` (a list of
     bytes-like records, see :func:`dict_sample_budget` for how many bytes are
     useful) at the given ``dict_tier`` (``"fast"``, ``"balanced"`` or
@@ -573,7 +577,7 @@ def store_create(
     milliseconds, raising ``KeyboardInterrupt``, and creates nothing.
     """
     p = _cpath(path)
-    c = _cstr(codec, "codec")
+    c = _cstr(_codec_spec(codec, element), "codec")
     t = _cstr(dict_tier, "dict_tier")
     if isinstance(dict_size, bool) or not isinstance(dict_size, int):
         raise TypeError(f"dict_size must be an int, not {type(dict_size).__name__}")
@@ -621,8 +625,20 @@ def store_len(h: int) -> int:
     return ctx.cell[0]
 
 
+def _codec_spec(codec: str, element: str | None) -> str:
+    """The codec argument of lx_store_create and lx_codec_probe: the codec's
+    name, and a narrow store's element type after a colon."""
+    if element is None:
+        return codec
+    if not isinstance(element, str):
+        raise TypeError(f"element must be a str such as 'int32', not {type(element).__name__}")
+    if codec != "narrow":
+        raise ValueError(f"element={element!r} applies to codec 'narrow' only, not {codec!r}")
+    return f"{codec}:{element}"
+
+
 def store_codec(h: int) -> str:
-    """The store's codec: ``"raw"``, ``"zstd"`` or ``"zstd_dict"``."""
+    """The store's codec: ``"raw"``, ``"zstd"``, ``"zstd_dict"`` or ``"narrow"``."""
     return _codec_name(_call(lib.lx_store_codec, h, _OUT))
 
 
@@ -936,15 +952,18 @@ def schema_codec_choice(path: str | os.PathLike[str]) -> dict[str, Any] | None:
 
 
 def codec_probe(
-    codec: str, data: Any, offsets: np.ndarray, *, dict_tier: str = "balanced", dictionary: Any = None
+    codec: str, data: Any, offsets: np.ndarray, *, dict_tier: str = "balanced", dictionary: Any = None,
+    element: str | None = None,
 ) -> dict[str, int]:
     """Compress the records packed in ``data`` (delimited by the int64
     ``offsets``, one more than the records) in memory as a store of ``codec``
-    would, against ``dictionary`` for ``"zstd_dict"``, and time reading them
-    back on this thread; return the figures named by :data:`PROBE_FIELDS`
-    (``records``, ``logical_bytes``, ``stored_bytes``, ``compressed``,
-    ``decode_nanos``: the fastest of ``passes`` timed passes)."""
-    c = _cstr(codec, "codec")
+    would, against ``dictionary`` for ``"zstd_dict"``, as arrays of
+    ``element`` for ``"narrow"`` (see :func:`store_create`), and time reading
+    them back on this thread; return the figures named by
+    :data:`PROBE_FIELDS` (``records``, ``logical_bytes``, ``stored_bytes``,
+    ``compressed``, ``decode_nanos``: the fastest of ``passes`` timed
+    passes)."""
+    c = _cstr(_codec_spec(codec, element), "codec")
     t = _cstr(dict_tier, "dict_tier")
     offs = _i64_view(offsets, "offsets")
     d = b"" if dictionary is None else dictionary

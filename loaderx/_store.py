@@ -38,11 +38,12 @@ _LAZY_LOCK = threading.RLock()
 # A read-only dataset made before the library is loaded answers len() from
 # meta.zr (zrecord/format.go lays it out): magic "ZREC", the format version
 # at byte 4, the record count at bytes 14-21 (little-endian) and, in
-# version 4, the CRC-32C of the other 28 bytes at 22-25.
+# versions 4 and 5 (5: a narrow store), the CRC-32C of the other 28 bytes at
+# 22-25.
 
 _HEADER_SIZE = 32
 _CHECKSUMMED_VERSION = 4
-_KNOWN_VERSIONS = (1, 3, 4)
+_KNOWN_VERSIONS = (1, 3, 4, 5)
 
 
 def _crc32c_table() -> tuple[int, ...]:
@@ -68,7 +69,7 @@ def crc32c(data: bytes, crc: int = 0) -> int:
 
 def header_length(path: str) -> int:
     """The record count in ``path/meta.zr``, read in Python (the checksum of
-    a version-4 header verified). Raises FileNotFoundError when there is no
+    a version-4 or -5 header verified). Raises FileNotFoundError when there is no
     meta.zr, CorruptStoreError naming the file when its header is damaged."""
     meta = os.path.join(path, "meta.zr")
     try:
@@ -82,7 +83,13 @@ def header_length(path: str) -> int:
         raise CorruptStoreError(f"{meta}: header is {len(b)} bytes, want {_HEADER_SIZE}")
     version = b[4]
     if version not in _KNOWN_VERSIONS:
-        raise CorruptStoreError(f"{meta}: format version {version} (this build reads {_KNOWN_VERSIONS})")
+        known = ", ".join(map(str, _KNOWN_VERSIONS))
+        if version > _KNOWN_VERSIONS[-1]:
+            raise CorruptStoreError(
+                f"{meta}: format version {version}: the store was written by a newer loaderx; this one "
+                f"reads format versions {known}, so upgrade loaderx to open it"
+            )
+        raise CorruptStoreError(f"{meta}: format version {version} (this build reads {known})")
     if version >= _CHECKSUMMED_VERSION:
         stored = int.from_bytes(b[22:26], "little")
         computed = crc32c(b[26:], crc32c(b[:22]))
@@ -300,7 +307,7 @@ class StoreHandle:
 
     @property
     def codec(self) -> str:
-        """The codec the store was created with: "raw", "zstd" or "zstd_dict"."""
+        """The codec the store was created with: "raw", "zstd", "zstd_dict" or "narrow"."""
         return self._codec
 
     @property

@@ -47,7 +47,7 @@ import numpy as np
 
 from loaderx import _autocodec, _native
 from loaderx._args import CONVERT_CODECS, check_codec
-from loaderx._dtypes import check_storable, schema_name
+from loaderx._dtypes import check_narrow, check_storable, narrow_element, schema_name
 from loaderx._progress import Progress
 from loaderx.converter import DICT_TIERS, train_dict
 from loaderx.dataset import DenseDataset, RaggedDataset
@@ -442,11 +442,14 @@ def from_arrow(
             a ``datasets.Dataset``, or a path (Parquet file or directory,
             Arrow IPC / Feather file, a ``save_to_disk`` directory).
         columns: the columns to convert, in this order; all by default.
-        codec: ``"auto"`` (default), ``"raw"``, ``"zstd"`` or
-            ``"zstd_dict"`` (each column's dictionary trains on its first
-            records). ``"auto"`` chooses per column by the rule of
+        codec: ``"auto"`` (default), ``"raw"``, ``"zstd"``, ``"zstd_dict"``
+            (each column's dictionary trains on its first records) or
+            ``"narrow"`` (every column must hold integers, else ValueError
+            naming the column and its dtype, before anything is written).
+            ``"auto"`` chooses per column by the rule of
             :func:`loaderx.converter.from_numpy`, measured on the column's
-            first records (up to 4 MiB of them).
+            first records (up to 4 MiB of them), with the store's size
+            estimated from the source's row count.
         dict_tier: for ``"zstd_dict"``: ``"fast"``, ``"balanced"`` or ``"max"``.
         batch_bytes: about how many bytes of source are read per batch.
         progress: draw a progress line on stderr: None (default) when stderr
@@ -496,6 +499,9 @@ def from_arrow(
     if not wanted:
         raise ValueError("the source has no columns to convert")
     plans = [_plan(pa, _check_name(c), src.schema.field(c).type) for c in wanted]
+    if codec == "narrow":
+        for p in plans:
+            check_narrow(p.dtype, f"column {p.name!r}")
     row_bytes = sum(max(p.row_bytes, 1) * (8 if p.kind == "ragged" else 1) for p in plans)
     rows = max(1, min(1 << 20, batch_bytes // max(row_bytes, 1)))
 
@@ -509,14 +515,17 @@ def from_arrow(
         for batch in src.batches(wanted, rows):
             n = batch.num_rows
             if not writers:
-                writers = [_create(pa, path, p, batch.column(k), codec, dict_tier) for k, p in enumerate(plans)]
+                writers = [
+                    _create(pa, path, p, batch.column(k), codec, dict_tier, src.num_rows)
+                    for k, p in enumerate(plans)
+                ]
             nbytes = 0
             for k, w in enumerate(writers):
                 nbytes += w.append(pa, batch.column(k), row0)
             row0 += n
             bar.update(n, nbytes)
         if not writers:  # an empty source: empty stores with the schema
-            writers = [_create(pa, path, p, None, codec, dict_tier) for p in plans]
+            writers = [_create(pa, path, p, None, codec, dict_tier, 0) for p in plans]
         done = True
     except KeyboardInterrupt:
         interrupted = True
@@ -537,18 +546,31 @@ def from_arrow(
     return MSDataset(path, columns=wanted)
 
 
-def _create(pa: Any, root: str, plan: _Column, first: Any, codec: str, dict_tier: str) -> _Writer:
+def _create(
+    pa: Any, root: str, plan: _Column, first: Any, codec: str, dict_tier: str, rows: int | None
+) -> _Writer:
+    """Create the store of one column; ``rows`` is the source's row count,
+    None when unknown."""
     path = os.path.join(root, plan.name)
     schema = (plan.kind, schema_name(plan.dtype), plan.item_shape)
     choice = None
+    element = narrow_element(plan.dtype) if codec == "narrow" else None
     if codec == "auto":
         got = [] if first is None else _sample_records(
             pa, first, plan, _autocodec.SAMPLE_BYTES, _autocodec.SAMPLE_MAX_RECORDS
         )
-        sample = [_autocodec.record_sample(r, len(got)) for r in got]
+        sample = [_autocodec.record_sample(r, len(got), plan.dtype.itemsize) for r in got]
         mean = sum(r.nbytes for r in got) / len(got) if got else float(plan.row_bytes)
-        choice = _autocodec.choose(sample, mean, dict_tier, f"the first {len(got)} records of the column")
+        if rows is None:
+            store_bytes, basis = None, "a source that does not say how many rows it has"
+        else:
+            store_bytes, basis = int(rows * mean), f"{rows} rows times the sample's mean record size"
+        choice = _autocodec.choose(
+            sample, mean, dict_tier, f"the first {len(got)} records of the column",
+            element=narrow_element(plan.dtype), store_bytes=store_bytes, store_bytes_from=basis,
+        )
         codec = choice["codec"]
+        element = choice["element"] if codec == "narrow" else None
     if codec == "zstd_dict":
         budget = int(_native.dict_sample_budget(dict_tier))
         samples = [] if first is None else _sample_records(pa, first, plan, budget)
@@ -561,7 +583,7 @@ def _create(pa: Any, root: str, plan: _Column, first: Any, codec: str, dict_tier
             ) from e
         h = _native.store_create_dict(path, d, dict_tier=dict_tier, schema=schema)
     else:
-        h = _native.store_create(path, codec, schema=schema)
+        h = _native.store_create(path, codec, schema=schema, element=element)
     if choice is not None:
         try:
             _native.schema_set_codec_choice(path, choice)

@@ -194,6 +194,8 @@ def _info_text(info: dict[str, Any]) -> list[str]:
     choice = info.get("codec_choice")
     if choice:
         lines.append(f"  chosen by auto  {choice.get('reason', '')}")
+        if choice.get("regime"):
+            lines.append(f"  auto regime     {choice['regime']}: {choice.get('regime_reason', '')}")
         figures = [
             f"{name} {c['ratio']:.2f}x at {c['decode_mib_s']:,.0f} MiB/s per core"
             for name, c in choice.get("candidates", {}).items() if "ratio" in c

@@ -31,7 +31,7 @@ import numpy as np
 
 from loaderx import _autocodec, _native
 from loaderx._args import CONVERT_CODECS, as_int, check_codec
-from loaderx._dtypes import check_storable, schema_name
+from loaderx._dtypes import check_narrow, check_storable, narrow_element, schema_name
 from loaderx._pages import PageReleaser as _PageReleaser
 from loaderx._progress import Progress
 from loaderx._store import packed_offsets
@@ -130,15 +130,21 @@ def _create_store(
     schema: tuple[str, str, tuple[int, ...]],
     overwrite: bool,
     dict_bytes: bytes | None = None,
+    element: str | None = None,
     cancel: _native.CancelFlag | None = None,
 ) -> int:
     """Create the store at ``path`` together with its ``schema`` (kind, dtype
     string, item shape), replacing a previous store when ``overwrite``, and
     return its open handle. A ``"zstd_dict"`` store uses ``dict_bytes`` when
-    given, else trains its dictionary on ``samples``."""
+    given, else trains its dictionary on ``samples``; a ``"narrow"`` store's
+    records are arrays of the integer type ``element``."""
     if dict_bytes is not None:
         return _native.store_create_dict(
             path, dict_bytes, dict_tier=dict_tier, schema=schema, overwrite=overwrite
+        )
+    if codec == "narrow":
+        return _native.store_create(
+            path, codec, element=element, schema=schema, overwrite=overwrite, cancel=cancel
         )
     if codec != "zstd_dict":
         return _native.store_create(path, codec, schema=schema, overwrite=overwrite, cancel=cancel)
@@ -307,18 +313,26 @@ def from_numpy(
             is read piece by piece and its pages are released as it goes.
             Byte-swapped data is stored in native byte order.
         codec: ``"auto"`` (default), ``"raw"`` (no compression), ``"zstd"``
-            (each record compressed on its own) or ``"zstd_dict"`` (records
+            (each record compressed on its own), ``"zstd_dict"`` (records
             compressed against one dictionary trained on a strided sample of
-            them). ``"auto"`` measures ``zstd`` (and, for records of 16 KiB or
-            less, ``zstd_dict``) on an evenly spread sample of up to 4 MiB of
-            records and keeps the store ``raw`` unless a codec stores the
-            sample in at most half its bytes (ratio ``r >= 2``) and one
-            core decodes it at ``250 * r / (r - 1)`` MiB/s or more (500 at
-            ``r = 2``: fast enough that a cold read of the compressed store
-            beats reading raw records from 250 MiB/s of storage per core);
-            a dictionary is preferred when it stores the records in 1/1.2
-            of ``zstd``'s bytes. The choice,
-            its reason and the sample's figures are kept in the schema and
+            them) or ``"narrow"`` (integer dtypes only, else ValueError: each
+            record's values minus its smallest, in the fewest bytes, 1, 2 or
+            4, that hold them; it reads back at about the speed of a copy).
+            ``"auto"`` measures the codecs on an evenly spread sample of up
+            to 4 MiB of records and first asks where the store will be read
+            from. If its raw size is at most half the machine's memory,
+            reads after the first epoch come from the page cache, where
+            only a codec that decodes near memory speed pays: ``"narrow"``
+            for integer records it shrinks 1.25x or more, else ``"raw"``,
+            never zstd. A larger store is read from storage, and gets the
+            codec with the lowest modelled cold-read cost among those that
+            shrink the sample enough (zstd 2x, narrow 1.25x) and decode at
+            ``250 * r / (r - 1)`` MiB/s per core or more (ratio ``r``: the
+            speed at which decoding costs no more than reading the bytes
+            it saves from 250 MiB/s of storage per core), ``"raw"`` when
+            none does; a dictionary is preferred to zstd when it stores the
+            records in 1/1.2 of zstd's bytes. The choice, the regime, the
+            reasons and the sample's figures are kept in the schema and
             shown by ``stats()["codec_choice"]`` (see ``loaderx._autocodec``
             for the reasoning behind the thresholds).
         dict_tier: for ``"zstd_dict"``, how much data trains the dictionary:
@@ -380,6 +394,7 @@ def from_numpy(
         )
     if codec == "zstd_dict" and n == 0 and ready_dict is None:
         raise ValueError("codec 'zstd_dict' needs at least one record to train the dictionary on")
+    element = check_narrow(target, "the array") if codec == "narrow" else None
     _prepare_path(path, overwrite)
 
     choice = None
@@ -389,9 +404,14 @@ def from_numpy(
             _autocodec.record_sample(np.ascontiguousarray(array[i], dtype=target), len(picks))
             for i in picks.tolist()
         ]
-        choice = _autocodec.choose(sample, item_nbytes, dict_tier, f"{len(picks)} of {n} records, evenly spread")
+        choice = _autocodec.choose(
+            sample, item_nbytes, dict_tier, f"{len(picks)} of {n} records, evenly spread",
+            element=narrow_element(target), store_bytes=n * item_nbytes,
+            store_bytes_from=f"{n} records of {item_nbytes} bytes",
+        )
         del sample
         codec = choice["codec"]
+        element = choice["element"] if codec == "narrow" else None
 
     samples = None
     if codec == "zstd_dict" and ready_dict is None:
@@ -417,7 +437,7 @@ def from_numpy(
     try:
         handle = out.create(
             path, codec, dict_tier, dict_size_n, samples, ("dense", schema_name(target), item_shape),
-            overwrite, ready_dict,
+            overwrite, ready_dict, element,
         )
         del samples
         if choice is not None:
@@ -471,11 +491,15 @@ def from_iterator(
         path: the store directory to create; it must not exist or be empty.
         arrays: any iterable of arrays (or ``np.asarray``-able values) with at
             least one dimension. Consumed once.
-        codec: ``"auto"`` (default), ``"raw"``, ``"zstd"`` or
-            ``"zstd_dict"``; with ``"zstd_dict"`` the dictionary trains on the
-            first records of the stream, about the tier's sample budget of
-            them. ``"auto"`` applies :func:`from_numpy`'s rule to the first
-            records of the stream (up to 4 MiB of them).
+        codec: ``"auto"`` (default), ``"raw"``, ``"zstd"``, ``"zstd_dict"``
+            or ``"narrow"`` (integer dtypes only); with ``"zstd_dict"`` the
+            dictionary trains on the first records of the stream, about the
+            tier's sample budget of them. ``"auto"`` applies
+            :func:`from_numpy`'s rule to the first records of the stream (up
+            to 4 MiB of them); the store's size is estimated from
+            ``len(arrays)`` when the iterable has one, and a stream of
+            unknown length is judged as one that fits in memory (the
+            record of the choice says so).
         dict_tier: see :func:`from_numpy`.
         dict_size: see :func:`from_numpy`.
         dict_bytes: see :func:`from_numpy`.
@@ -551,6 +575,7 @@ def from_iterator(
     pending.append(check(0, first))
     count = 1
     del first
+    element = check_narrow(state["dtype"], "the first record") if codec == "narrow" else None
 
     samples = None
     choice = None
@@ -560,9 +585,11 @@ def from_iterator(
         else:
             budget, most = int(_native.dict_sample_budget(dict_tier)), _MAX_DICT_SAMPLES
         buffered = pending[0].nbytes
+        exhausted = False
         while buffered < budget and len(pending) < most:
             value = next(it, _END)
             if value is _END:
+                exhausted = True
                 break
             rec = check(count, value)
             count += 1
@@ -570,11 +597,21 @@ def from_iterator(
             buffered += rec.nbytes
         if codec == "auto":
             sample = [_autocodec.record_sample(r, len(pending)) for r in pending]
+            mean = buffered / len(pending)
+            if total is not None:
+                store_bytes: int | None = int(total * mean)
+                basis = f"the stream's length, {total} records, times the sample's mean record size"
+            elif exhausted:
+                store_bytes, basis = buffered, f"the whole stream, {len(pending)} records, was sampled"
+            else:
+                store_bytes, basis = None, "a stream without a length"
             choice = _autocodec.choose(
-                sample, buffered / len(pending), dict_tier, f"the first {len(pending)} records of the stream"
+                sample, mean, dict_tier, f"the first {len(pending)} records of the stream",
+                element=narrow_element(state["dtype"]), store_bytes=store_bytes, store_bytes_from=basis,
             )
             del sample
             codec = choice["codec"]
+            element = choice["element"] if codec == "narrow" else None
         if codec == "zstd_dict":
             samples = [r.tobytes() for r in pending]
 
@@ -584,7 +621,7 @@ def from_iterator(
     try:
         handle = out.create(
             path, codec, dict_tier, dict_size_n, samples,
-            ("ragged", schema_name(state["dtype"]), state["trailing"]), overwrite, ready_dict,
+            ("ragged", schema_name(state["dtype"]), state["trailing"]), overwrite, ready_dict, element,
         )
         del samples
         if choice is not None:

@@ -21,6 +21,7 @@ import numpy as np
 
 from loaderx import _native
 from loaderx._args import CODECS, as_int, check_codec, is_scalar_index, normalize_index
+from loaderx._dtypes import check_narrow
 from loaderx._store import Fault, StoreHandle, VerifyReport, compact_handle, open_logged
 
 if TYPE_CHECKING:
@@ -37,9 +38,15 @@ class Zrecord(StoreHandle):
         create: create a new store at ``path`` (which must not exist, or be an
             empty directory) instead of opening an existing one.
         codec: with ``create=True``, how each record is compressed: ``"raw"``,
-            ``"zstd"`` or ``"zstd_dict"`` (then ``samples`` trains the shared
-            dictionary). An existing store keeps the codec it was created
-            with; see :attr:`codec`.
+            ``"zstd"``, ``"zstd_dict"`` (then ``samples`` trains the shared
+            dictionary) or ``"narrow"`` (then ``element`` is required). An
+            existing store keeps the codec it was created with; see
+            :attr:`codec`.
+        element: with ``codec="narrow"``, the integer type every record is
+            an array of: a NumPy integer dtype or its name (``"int32"``,
+            ``np.uint16``). Records are bytes to this class, so it cannot
+            guess the type, and there is no default; a record whose length
+            is not a multiple of the type's size is stored as it is.
         readonly: open without write access; ``append``, ``delete`` and
             ``compact`` then raise :class:`io.UnsupportedOperation`.
         samples: with ``codec="zstd_dict"``, a list of byte strings
@@ -69,6 +76,7 @@ class Zrecord(StoreHandle):
         readonly: bool = False,
         samples: Sequence[Any] | None = None,
         dict_size: int | None = None,
+        element: Any = None,
     ) -> None:
         super().__init__(path)
         self._readonly = bool(readonly)
@@ -89,11 +97,20 @@ class Zrecord(StoreHandle):
             size = 0 if dict_size is None else as_int(dict_size, "dict_size")
             if size < 0:
                 raise ValueError(f"dict_size must not be negative, got {dict_size!r}")
-            kwargs = {"samples": list(samples), "dict_size": size} if codec == "zstd_dict" else {}
+            kwargs: dict[str, Any] = {"samples": list(samples), "dict_size": size} if codec == "zstd_dict" else {}
+            if codec == "narrow":
+                if element is None:
+                    raise ValueError(
+                        "codec 'narrow' needs element= (the integer dtype every record is an "
+                        "array of, such as 'int32')"
+                    )
+                kwargs["element"] = _element_name(element)
+            elif element is not None:
+                raise ValueError(f"element= applies to codec 'narrow' only, not {codec!r}")
             self._adopt(_native.store_create(self._path, codec, **kwargs))
         else:
-            if samples is not None or dict_size is not None:
-                raise ValueError("samples= and dict_size= apply only with create=True")
+            if samples is not None or dict_size is not None or element is not None:
+                raise ValueError("samples=, dict_size= and element= apply only with create=True")
             self._adopt(open_logged(self._path, readonly=self._readonly))
 
     # -- plumbing ----------------------------------------------------------
@@ -231,3 +248,13 @@ class Zrecord(StoreHandle):
             n = len(self)
             return self.gather([normalize_index(int(key), n, "Zrecord")])[0]
         return self.gather(key)
+
+
+def _element_name(element: Any) -> str:
+    """The element type name of a narrow store for ``element``, a NumPy
+    integer dtype or anything ``np.dtype`` takes for one."""
+    try:
+        dtype = np.dtype(element)
+    except TypeError as e:
+        raise ValueError(f"element={element!r} is not a NumPy dtype: {e}") from None
+    return check_narrow(dtype, f"element={element!r}")

@@ -58,7 +58,7 @@ def test_constants_and_functions_load_the_library_on_first_use() -> None:
         assert _native.loaded()
         print(sorted(modes), _native.CODEC_NAMES, _native.get_threads() > 0)
     """)
-    assert "'sequential'" in out and "('raw', 'zstd', 'zstd_dict')" in out and out.strip().endswith("True")
+    assert "'sequential'" in out and "('raw', 'zstd', 'zstd_dict', 'narrow')" in out and out.strip().endswith("True")
 
 
 def test_dataset_answers_len_without_the_library(tmp_path: Path) -> None:
@@ -78,7 +78,7 @@ def test_dataset_answers_len_without_the_library(tmp_path: Path) -> None:
 def test_header_length_and_checksum(tmp_path: Path) -> None:
     assert crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
     path = str(tmp_path / "d")
-    from_numpy(path, np.zeros((17, 2), dtype=np.int16))
+    from_numpy(path, np.zeros((17, 2), dtype=np.int16), codec="raw")
     assert header_length(path) == 17
     meta = os.path.join(path, "meta.zr")
     b = bytearray(Path(meta).read_bytes())

@@ -144,8 +144,8 @@ func (s *Store) beginAppend() error {
 }
 
 // compress fills a.phys with what each record is stored as: its zstd frame
-// when that is smaller, else the record itself; and a.sums with the
-// checksums of those bytes.
+// or narrowed form when that is smaller, else the record itself; and a.sums
+// with the checksums of those bytes.
 func (s *Store) compress(records [][]byte, a *appendScratch, workers int, total int64) error {
 	if s.codec == Raw {
 		copy(a.phys, records)
@@ -154,9 +154,11 @@ func (s *Store) compress(records [][]byte, a *appendScratch, workers int, total 
 		}
 		return nil
 	}
-	s.encOnce.Do(func() { s.enc, s.encErr = newEncoder(s.codec, s.dict, s.opts.tier) })
-	if s.encErr != nil {
-		return s.encErr
+	if s.codec.zstdFrames() {
+		s.encOnce.Do(func() { s.enc, s.encErr = newEncoder(s.codec, s.dict, s.opts.tier) })
+		if s.encErr != nil {
+			return s.encErr
+		}
 	}
 	n := len(records)
 	// Records are handed out in blocks of about compressBlockBytes from a
@@ -179,10 +181,9 @@ func (s *Store) compress(records [][]byte, a *appendScratch, workers int, total 
 			for k := blk * per; k < min(n, (blk+1)*per); k++ {
 				r := records[k]
 				start := len(arena)
-				if len(r) > 0 {
-					arena = s.enc.EncodeAll(r, arena)
-				}
-				if len(arena)-start >= len(r) {
+				var smaller bool
+				arena, smaller = encodeRecord(s.enc, s.elem, r, arena)
+				if !smaller {
 					arena = arena[:start]
 					a.spans[2*k] = -1
 					a.sums[k] = dataSum(r)

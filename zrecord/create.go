@@ -45,6 +45,12 @@ func Create(dir string, opts ...Option) (s *Store, err error) {
 	} else if len(o.dict) > 0 {
 		return nil, errf(ErrInvalidArgument, "create %s: WithDict given for codec %v", dir, o.codec)
 	}
+	if o.elemSet && o.codec != Narrow {
+		return nil, errf(ErrInvalidArgument, "create %s: WithElement given for codec %v (it is for narrow)", dir, o.codec)
+	}
+	if o.codec == Narrow && !o.elem.valid() {
+		return nil, errf(ErrInvalidArgument, "create %s: WithElement(%d, %v): the size must be 1, 2, 4 or 8 bytes", dir, o.elem.Size, o.elem.Signed)
+	}
 	fsys := o.fs
 	madeDir := false
 	if fi, err := fsys.Stat(dir); err == nil {
@@ -130,9 +136,12 @@ func Create(dir string, opts ...Option) (s *Store, err error) {
 	}
 	// The header goes last: a directory whose meta.zr lacks the magic is
 	// not a store, so a Create cut short never looks like one.
-	h := header{version: formatVersion, codec: o.codec}
+	h := header{version: headerVersion(o.codec), codec: o.codec}
 	if o.codec == ZstdDict {
 		h.dictSum = dataSum(o.dict)
+	}
+	if o.codec == Narrow {
+		h.elem = o.elem
 	}
 	hb := h.encode()
 	if err := writeFull(meta, hb[:], 0); err != nil {

@@ -17,12 +17,16 @@
 // # Format
 //
 // A store is a directory. All integers are little-endian. This package
-// writes format version 4:
+// writes format version 4, and version 5 for a store of the narrow codec:
 //
-//	meta.zr      32-byte header: magic "ZREC", version (u8) 4, codec (u8),
-//	             tail_chunk (u32), tail_offset (u32), length (u64), the
-//	             CRC-32C of the other 28 header bytes (u32), the CRC-32C of
-//	             dict.zr (u32, zero without a dictionary), 2 zero bytes
+//	meta.zr      32-byte header: magic "ZREC", version (u8) 4, codec (u8:
+//	             0 raw, 1 zstd, 2 zstd_dict), tail_chunk (u32), tail_offset
+//	             (u32), length (u64), the CRC-32C of the other 28 header
+//	             bytes (u32), the CRC-32C of dict.zr (u32, zero without a
+//	             dictionary), 2 zero bytes; in version 5 the codec is 3
+//	             (narrow) and the last 2 bytes are the element type: its
+//	             size in bytes (u8: 1, 2, 4 or 8) and whether it is signed
+//	             (u8: 1 signed, 0 unsigned), covered by the header CRC
 //	{id}.tab     record-table segment id holds the entries of indices
 //	             [id<<27, (id+1)<<27); entry i sits at (i & (1<<27-1))*24
 //	             and is six u32: offset, phys_length, logic_length,
@@ -40,6 +44,30 @@
 // record; a record whose zstd frame would not be smaller than itself is
 // stored raw, recognisable by phys_length == logic_length. The table
 // grows one segment at a time, so there is no fixed record count.
+//
+// Version 5 is version 4 with the narrow codec: each record is an array of
+// integers of the header's element type, of size es bytes, and is stored
+// either raw (phys_length == logic_length) or narrowed (phys_length <
+// logic_length), as
+//
+//	byte 0            width code w (u8): 0, 1, 2 or 4, less than es
+//	bytes 1..es       base: the record's smallest value, an es-byte element
+//	                  (two's complement when signed)
+//	then count*w      for each of the count = logic_length/es values, the
+//	                  value minus base modulo 2^(8*es), as a w-byte unsigned
+//	                  integer; with w == 0 every value equals base
+//
+// so phys_length is exactly 1 + es + count*w. The writer picks, per record,
+// the smallest w that holds the record's largest value minus its smallest;
+// a record whose length is not a multiple of es, or that would not shrink
+// (phys_length would reach logic_length), is stored raw. data_crc covers
+// the narrowed bytes as it covers a frame, and a table entry whose
+// phys_length fits no width is damage. A narrow store has its own version
+// number so that readers written before the codec (which know versions 1,
+// 3 and 4) refuse it with their version error instead of returning the
+// narrowed bytes as records; stores of the other codecs stay version 4.
+// A reader that meets a version above all it knows reports that the store
+// was written by a newer loaderx, and the versions it reads.
 //
 // Every byte a read depends on is covered by a checksum, so that damage is
 // reported instead of returned. The checksums are CRC-32C, which the
@@ -62,14 +90,16 @@
 //
 // On read, the header is checked at Open, with the dictionary; every table
 // entry is checked at Open and again whenever a Gather, GatherPacked,
-// Sizes, Delete or Compact uses it. A compressed record's stored bytes are
-// checked before every decode (the decode costs far more). A raw record's
-// are checked too, by default, on every gather: the checksum is computed
-// from the registers the copy passes the bytes through, so the bytes are
-// read once (see defaultVerifyRaw for what it costs). A raw record read
-// from a chunk that is not mapped is checked in a second pass after the
-// read. WithVerify(false) or SetVerify(false) turns the raw check off.
-// Verify scans everything regardless.
+// Sizes, Delete or Compact uses it. A compressed or narrowed record's
+// stored bytes are checked before every decode (a zstd decode costs far
+// more than the check; a widening reads half the bytes or fewer), and a
+// widening that would not give exactly the logical size is ErrDecode
+// naming the record. A raw record's are checked too, by default, on every
+// gather: the checksum is computed from the registers the copy passes the
+// bytes through, so the bytes are read once (see defaultVerifyRaw for what
+// it costs). A raw record read from a chunk that is not mapped is checked
+// in a second pass after the read. WithVerify(false) or SetVerify(false)
+// turns the raw check off. Verify scans everything regardless.
 //
 // Older formats still open and read, without verification (Stats reports
 // Version and Checksummed): version 1, this package's first, has the
@@ -79,7 +109,8 @@
 // of a compressed store is a zstd frame, even one that is not smaller than
 // its record, and that its files are preallocated sparse 4 GiB (files cut
 // to the part in use read as well). A writable Open leaves a version-3
-// store's files as they are. Upgrade rewrites an old store to version 4,
+// store's files as they are. Upgrade rewrites an old store to version 4
+// (no old store holds narrowed records; a version-5 store is current),
 // and any write (Append, Delete, Compact) upgrades it first; a version-3
 // frame that is not smaller than its record becomes a raw record then,
 // since version 4 reads phys_length == logic_length as raw.

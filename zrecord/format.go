@@ -17,6 +17,12 @@ const (
 	// version 1, except that a compressed store keeps every record as a
 	// zstd frame, even one larger than the record.
 	versionV3 = 3
+	// versionNarrow is the format of a Narrow store: version 4 with the
+	// element type in the header's last two bytes. It has its own number
+	// so that readers that predate the codec refuse such a store with
+	// their version error instead of returning narrowed bytes as records.
+	// Stores of the other codecs are still written as version 4.
+	versionNarrow = 5
 
 	headerSize = 32
 
@@ -55,19 +61,63 @@ var (
 	// layoutV1 and layoutV3: 16-byte entries, 2^28 per segment (4 GiB).
 	layoutV1 = layout{version: versionV1, entSize: 16, shift: 28, suffix: oldSegSuffix}
 	layoutV3 = layout{version: versionV3, entSize: 16, shift: 28, suffix: oldSegSuffix}
+	// layoutV5: the table of version 4.
+	layoutV5 = layout{version: versionNarrow, entSize: 24, shift: 27, suffix: segSuffix}
 )
+
+// readVersions are the format versions this package reads, in ascending
+// order. A variable only so that a test can play a reader that predates
+// one of them.
+var readVersions = []uint8{versionV1, versionV3, formatVersion, versionNarrow}
 
 // layoutOf returns the layout of format version v, or false.
 func layoutOf(v uint8) (layout, bool) {
+	known := false
+	for _, r := range readVersions {
+		known = known || r == v
+	}
+	if !known {
+		return layout{}, false
+	}
 	switch v {
 	case formatVersion:
 		return layoutV4, true
+	case versionNarrow:
+		return layoutV5, true
 	case versionV1:
 		return layoutV1, true
 	case versionV3:
 		return layoutV3, true
 	}
 	return layout{}, false
+}
+
+// versionError describes a format version this package does not read: a
+// version above every one it reads comes from a newer loaderx, which the
+// message says, with the versions this one reads.
+func versionError(path string, v uint8) error {
+	return errf(ErrVersion, "%s: %s", path, versionText(v))
+}
+
+// versionText is versionError's sentence, without the file.
+func versionText(v uint8) string {
+	names := make([]string, len(readVersions))
+	for i, r := range readVersions {
+		names[i] = strconv.Itoa(int(r))
+	}
+	list := strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+	if v > readVersions[len(readVersions)-1] {
+		return "format version " + strconv.Itoa(int(v)) + ": the store was written by a newer loaderx; this one reads format versions " + list + ", so upgrade loaderx to open it"
+	}
+	return "format version " + strconv.Itoa(int(v)) + " is not one loaderx ever wrote (this one reads format versions " + list + ")"
+}
+
+// headerVersion is the format version a store of codec c is written as.
+func headerVersion(c Codec) uint8 {
+	if c == Narrow {
+		return versionNarrow
+	}
+	return formatVersion
 }
 
 func (l layout) segEntries() int64 { return 1 << l.shift }
@@ -87,7 +137,8 @@ func (l layout) segCount(length int64) int64 {
 	return (length + l.segEntries() - 1) >> l.shift
 }
 
-// checksummed reports whether the format carries checksums.
+// checksummed reports whether the format carries checksums (versions 4
+// and 5).
 func (l layout) checksummed() bool { return l.version >= formatVersion }
 
 // header is the decoded content of meta.zr.
@@ -105,6 +156,11 @@ func (l layout) checksummed() bool { return l.version >= formatVersion }
 //	26–29 CRC-32C of dict.zr (zero without a dictionary)
 //	30–31 zero
 //
+// in version 5 (Narrow stores) the same, except bytes 30–31:
+//
+//	30    element size in bytes (1, 2, 4 or 8)
+//	31    1 if the elements are signed, else 0
+//
 // and in versions 1 and 3, zeros from byte 22 on.
 type header struct {
 	version    uint8
@@ -112,7 +168,8 @@ type header struct {
 	tailChunk  uint32
 	tailOffset uint32
 	length     uint64
-	dictSum    uint32 // version 4 only
+	dictSum    uint32  // versions 4 and 5
+	elem       Element // version 5 only
 }
 
 // headerSum is the checksum of a version-4 header: every byte but 22–25.
@@ -131,6 +188,9 @@ func (h header) encode() [headerSize]byte {
 	binary.LittleEndian.PutUint64(b[14:22], h.length)
 	if h.version >= formatVersion {
 		binary.LittleEndian.PutUint32(b[26:30], h.dictSum)
+		if h.version == versionNarrow {
+			b[30], b[31] = h.elem.headerBytes()
+		}
 		binary.LittleEndian.PutUint32(b[22:26], headerSum(b[:]))
 	}
 	return b
@@ -157,7 +217,7 @@ func decodeHeader(b []byte, path string) (header, error) {
 		return header{}, errf(ErrCorrupt, "%s: header is %d bytes, want %d", path, len(b), headerSize)
 	}
 	if _, ok := layoutOf(b[4]); !ok {
-		return header{}, errf(ErrVersion, "%s: version %d (this package reads %d, %d and %d)", path, b[4], versionV1, versionV3, formatVersion)
+		return header{}, versionError(path, b[4])
 	}
 	h := headerFields(b)
 	reserved := 22
@@ -171,6 +231,17 @@ func decodeHeader(b []byte, path string) (header, error) {
 	}
 	if !h.codec.valid() {
 		return header{}, errf(ErrCorrupt, "%s: codec byte %d", path, b[5])
+	}
+	if (h.codec == Narrow) != (h.version == versionNarrow) {
+		return header{}, errf(ErrCorrupt, "%s: codec %v in a format version %d header", path, h.codec, h.version)
+	}
+	if h.version == versionNarrow {
+		el, ok := elementOfHeader(b[30], b[31])
+		if !ok {
+			return header{}, errf(ErrCorrupt, "%s: element type bytes %#x %#x (want size 1, 2, 4 or 8 and signedness 0 or 1)", path, b[30], b[31])
+		}
+		h.elem = el
+		reserved = headerSize
 	}
 	for i := reserved; i < headerSize; i++ {
 		if b[i] != 0 {

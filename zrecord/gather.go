@@ -135,7 +135,7 @@ const coalesceMax = 1 << 20
 // cost about a fifth more (BenchmarkGatherSmall), and each check or call
 // left in this one a few ns per record.
 func (s *Store) copyPlain(locs []entry, chunks []*chunk, dst []byte, stride, k, hi int) int {
-	frames := s.dec != nil
+	frames := s.dec != nil || s.codec == Narrow // records may be encoded
 	v3 := s.lay.version == versionV3
 	var cur uint32 // the chunk d maps, when have
 	var d []byte
@@ -202,7 +202,7 @@ func (s *Store) copyPlain(locs []entry, chunks []*chunk, dst []byte, stride, k, 
 // next to it. The loop is copyPlain's otherwise, prefetching included.
 // With stream the copies use copyCRCStream.
 func (s *Store) copyChecked(locs []entry, chunks []*chunk, indices []int64, dst []byte, stride, k, hi int, stream bool) (int, error) {
-	frames := s.dec != nil
+	frames := s.dec != nil || s.codec == Narrow // records may be encoded
 	cp := copyCRCImpl.fn
 	if stream {
 		cp = copyCRCImpl.stream
@@ -579,6 +579,9 @@ func (g *gatherScratch) prepare(workers int) {
 func (s *Store) fill(g *gatherScratch, w, k int, chunks []*chunk, idx int64, out []byte) error {
 	e := g.locs[k]
 	c := chunks[e.chunk]
+	if s.isNarrowed(e) {
+		return s.fillNarrowed(g, w, c, idx, e, out)
+	}
 	frame := s.isFrame(e)
 	var src []byte
 	if d := c.bytes(); d != nil {

@@ -109,7 +109,8 @@ func (s *Store) loadFiles() (err error) {
 			return errf(ErrCorrupt, "%s: dictionary checksum %#08x, %s says %#08x", s.path(dictName), s.dictSum, metaPath, h.dictSum)
 		}
 	}
-	if s.codec != Raw {
+	s.elem = h.elem
+	if s.codec.zstdFrames() {
 		if s.dec, err = newDecoder(s.codec, s.dict); err != nil {
 			return err
 		}
@@ -354,10 +355,11 @@ func (s *Store) validate() (int64, error) {
 }
 
 var (
-	errEntryChunk = errors.New("chunk id past the tail chunk")
-	errEntryEnd   = errors.New("record extends past the end of its chunk")
-	errEntrySize  = errors.New("stored size larger than logical size or the record limit")
-	errEntryCodec = errors.New("compressed record in a raw store")
+	errEntryChunk  = errors.New("chunk id past the tail chunk")
+	errEntryEnd    = errors.New("record extends past the end of its chunk")
+	errEntrySize   = errors.New("stored size larger than logical size or the record limit")
+	errEntryCodec  = errors.New("encoded record in a raw store")
+	errEntryNarrow = errors.New("stored size of a narrowed record fits no width for its logical size")
 )
 
 // checkEntry reports why e cannot be a committed record, or nil.
@@ -371,8 +373,14 @@ func (s *Store) checkEntry(e *entry, chunks []*chunk) error {
 	if e.logic > MaxRecordSize {
 		return errEntrySize
 	}
-	if e.phys != e.logic && s.dec == nil {
-		return errEntryCodec
+	if e.phys != e.logic {
+		if s.codec == Narrow {
+			if !narrowedSizeOK(e.phys, e.logic, s.elem.Size) {
+				return errEntryNarrow
+			}
+		} else if s.dec == nil {
+			return errEntryCodec
+		}
 	}
 	if e.phys > e.logic && s.lay.version != versionV3 {
 		// Only the original format keeps frames larger than the record.
@@ -384,4 +392,9 @@ func (s *Store) checkEntry(e *entry, chunks []*chunk) error {
 // isFrame reports whether the record at e is stored as a zstd frame.
 func (s *Store) isFrame(e entry) bool {
 	return s.dec != nil && (e.phys != e.logic || s.lay.version == versionV3)
+}
+
+// isNarrowed reports whether the record at e is stored narrowed.
+func (s *Store) isNarrowed(e entry) bool {
+	return s.codec == Narrow && e.phys != e.logic
 }

@@ -24,6 +24,10 @@ type options struct {
 	keep     []string        // WithReplace's patterns
 	// verifyRaw: gathers check raw records against their checksums.
 	verifyRaw bool
+	// elem is the element type of a Narrow store (WithElement); elemSet
+	// says WithElement was given.
+	elem    Element
+	elemSet bool
 }
 
 // companionFile is a file Create writes beside the store (WithFile).
@@ -39,6 +43,7 @@ func defaultOptions() options {
 		capacity:  MaxChunkCapacity,
 		fs:        OSFS,
 		verifyRaw: defaultVerifyRaw,
+		elem:      DefaultElement,
 	}
 }
 

@@ -2,6 +2,8 @@ package zrecord
 
 import (
 	"time"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 // Probe is what ProbeCodec measured on a sample of records.
@@ -14,7 +16,8 @@ type Probe struct {
 	// each record's frame, or the record itself where the frame is not
 	// smaller (as Append stores it).
 	StoredBytes int64
-	// Compressed is how many records were stored as frames.
+	// Compressed is how many records were stored encoded (as frames, or
+	// narrowed).
 	Compressed int64
 	// DecodeNanos is the shortest of several timed passes that read every
 	// stored record back into one buffer on a single goroutine, the way a
@@ -38,9 +41,27 @@ const (
 // against dict, at the level of tier) and times reading them back on one
 // goroutine. It writes nothing to disk. For Raw it times the checked
 // copies a raw gather makes by default, the reference the codecs are
-// weighed against.
+// weighed against. Narrow needs an element type: see ProbeNarrow.
 func ProbeCodec(c Codec, tier DictTier, dict []byte, samples [][]byte) (p Probe, err error) {
 	defer recoverTo(&err, "probe codec")
+	if c == Narrow {
+		return Probe{}, errf(ErrInvalidArgument, "codec narrow needs an element type to probe with (ProbeNarrow)")
+	}
+	return probeCodec(c, tier, dict, Element{}, samples)
+}
+
+// ProbeNarrow is ProbeCodec for a Narrow store of elements el: samples are
+// narrowed as Append would store them, and read back by widening (the
+// narrowed ones) and copying (the others), as a gather does.
+func ProbeNarrow(el Element, samples [][]byte) (p Probe, err error) {
+	defer recoverTo(&err, "probe codec")
+	if !el.valid() {
+		return Probe{}, errf(ErrInvalidArgument, "probe narrow: element size %d (want 1, 2, 4 or 8)", el.Size)
+	}
+	return probeCodec(Narrow, TierBalanced, nil, el, samples)
+}
+
+func probeCodec(c Codec, tier DictTier, dict []byte, el Element, samples [][]byte) (p Probe, err error) {
 	if !c.valid() {
 		return Probe{}, errf(ErrInvalidArgument, "codec %d", uint8(c))
 	}
@@ -58,19 +79,18 @@ func ProbeCodec(c Codec, tier DictTier, dict []byte, samples [][]byte) (p Probe,
 		frames[i] = r
 	}
 	if c != Raw {
-		enc, err := newEncoder(c, dict, tier)
-		if err != nil {
-			return Probe{}, err
+		var enc *zstd.Encoder
+		if c.zstdFrames() {
+			if enc, err = newEncoder(c, dict, tier); err != nil {
+				return Probe{}, err
+			}
+			defer enc.Close()
 		}
-		defer enc.Close()
 		var arena []byte
 		for i, r := range samples {
-			if len(r) == 0 {
-				continue
-			}
 			start := len(arena)
-			arena = enc.EncodeAll(r, arena)
-			if len(arena)-start < len(r) {
+			var smaller bool
+			if arena, smaller = encodeRecord(enc, el, r, arena); smaller {
 				frames[i] = arena[start:len(arena):len(arena)]
 				compressed[i] = true
 				p.Compressed++
@@ -95,7 +115,7 @@ func ProbeCodec(c Codec, tier DictTier, dict []byte, samples [][]byte) (p Probe,
 	var dec interface {
 		DecodeAll(src, dst []byte) ([]byte, error)
 	}
-	if p.Compressed > 0 {
+	if p.Compressed > 0 && c.zstdFrames() {
 		d, err := newDecoder(c, dict)
 		if err != nil {
 			return Probe{}, err
@@ -108,7 +128,11 @@ func ProbeCodec(c Codec, tier DictTier, dict []byte, samples [][]byte) (p Probe,
 		for i, f := range frames {
 			n := len(samples[i])
 			dst := out[off : off : off+n]
-			if compressed[i] {
+			if compressed[i] && c == Narrow {
+				if err := widenRecord(out[off:off+n], f, el.Size); err != nil {
+					return errf(ErrCorrupt, "probe: sample %d does not widen: %v", i, err)
+				}
+			} else if compressed[i] {
 				got, err := dec.DecodeAll(f, dst)
 				if err != nil {
 					return errf(ErrCorrupt, "probe: sample %d does not decode: %v", i, err)

@@ -15,21 +15,26 @@ type Stats struct {
 	LogicalBytes int64
 	// Codec is the store's codec.
 	Codec Codec
+	// Element is the element type of a Narrow store's records; its Size
+	// is zero for the other codecs.
+	Element Element
 	// DictBytes is the size of the dictionary (ZstdDict stores), else 0.
 	DictBytes int64
 	// Chunks is the number of chunk files.
 	Chunks int64
 	// Version is the store's format version: 4 for stores this package
-	// writes, 1 or 3 for older ones until they are upgraded (see Upgrade).
+	// writes (5 for Narrow stores), 1 or 3 for older ones until they are
+	// upgraded (see Upgrade).
 	Version int
 	// Checksummed reports whether the format carries checksums (version
-	// 4). Records of an older store are read unverified.
+	// 4 or 5). Records of an older store are read unverified.
 	Checksummed bool
 	// Verified reports whether the gathers check every record they
-	// return against its checksum: for a version-4 store unless raw
-	// verification was turned off (WithVerify(false), SetVerify(false)),
-	// which leaves raw records, those of a compressed store that did not
-	// shrink included, unchecked (frames are checked always).
+	// return against its checksum: for a store of version 4 or 5 unless
+	// raw verification was turned off (WithVerify(false), SetVerify(false)),
+	// which leaves raw records, those of a compressed or narrow store that
+	// did not shrink included, unchecked (frames and narrowed records are
+	// checked always).
 	Verified bool
 }
 
@@ -55,6 +60,7 @@ func (s *Store) Stats() (st Stats, err error) {
 		ChunkBytes:   bytes,
 		LogicalBytes: s.logical,
 		Codec:        s.codec,
+		Element:      s.elem,
 		DictBytes:    int64(len(s.dict)),
 		Chunks:       int64(s.tail.chunk) + 1,
 		Version:      int(s.lay.version),

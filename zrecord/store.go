@@ -20,7 +20,10 @@ type Store struct {
 	readOnly bool
 	codec    Codec
 	dict     []byte
-	dec      *zstd.Decoder // nil for Raw stores
+	dec      *zstd.Decoder // nil for Raw and Narrow stores
+	// elem is the element type of a Narrow store's records; its Size is
+	// zero for the other codecs.
+	elem Element
 	// lay is the table layout of the store's format version. It changes
 	// only with mu held exclusively (Upgrade).
 	lay layout
@@ -191,6 +194,7 @@ func (s *Store) headerFor(tail position, length int64) header {
 	if s.lay.checksummed() && s.codec == ZstdDict {
 		h.dictSum = s.dictSum
 	}
+	h.elem = s.elem
 	return h
 }
 

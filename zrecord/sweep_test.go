@@ -228,8 +228,42 @@ func sweepRead(dir string, want [][]byte, writable bool) (class string) {
 	return classIdentical
 }
 
+// buildNarrowSweepStore writes a small Narrow store for the sweep: int32
+// records narrowed to 0, 1 and 2 bytes per value, one that stays raw, one
+// larger than a chunk, and an empty one, over two appends.
+func buildNarrowSweepStore(t *testing.T) *fuzzStore {
+	t.Helper()
+	fsx := &fuzzStore{dir: filepath.Join(t.TempDir(), "narrow"), codec: zrecord.Narrow}
+	s, err := zrecord.Create(fsx.dir, zrecord.WithCodec(zrecord.Narrow), zrecord.WithElement(4, true), zrecord.WithChunkCapacity(4<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := newRand(77)
+	for i := range 12 {
+		span := []uint64{0, 200, 40000, 1 << 31}[i%4]
+		n := 100 + rng.IntN(400)
+		if i == 5 {
+			n = 3000 // narrowed, still larger than a chunk
+		}
+		if i == 7 {
+			n = 0
+		}
+		fsx.recs = append(fsx.recs, narrowSpanRecord(rng, 4, int64(i)-1000, span, n))
+	}
+	for _, part := range [][][]byte{fsx.recs[:5], fsx.recs[5:]} {
+		if _, err := s.Append(part); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fsx.files = readSmallFiles(t, fsx.dir)
+	return fsx
+}
+
 func TestCorruptionSweep(t *testing.T) {
-	stores := buildFuzzStores(t)
+	stores := append(buildFuzzStores(t), buildNarrowSweepStore(t))
 	for _, fsx := range stores {
 		t.Run(fsx.codec.String(), func(t *testing.T) {
 			muts := sweepMutations(fsx.files, testing.Short())

@@ -34,7 +34,7 @@ func (s *Store) Upgrade() (err error) {
 // names it). It takes mu exclusively only when there is work to do.
 func (s *Store) upgradeFor(op string) error {
 	s.mu.RLock()
-	current := s.closed || s.readOnly || s.lay.version == formatVersion
+	current := s.closed || s.readOnly || s.lay.checksummed()
 	s.mu.RUnlock()
 	if current {
 		return nil
@@ -50,7 +50,7 @@ func (s *Store) upgradeFor(op string) error {
 // upgradeLocked upgrades the store if its version is not the current one.
 // The caller holds mu exclusively.
 func (s *Store) upgradeLocked() error {
-	if s.lay.version == formatVersion {
+	if s.lay.checksummed() { // version 4, or 5 (written only as such)
 		return nil
 	}
 	old := guardFaults()

@@ -210,7 +210,7 @@ func (v *verifier) header() (bool, error) {
 	}
 	lay, known := layoutOf(b[4])
 	if !known {
-		v.fault(metaName, -1, "format version %d", b[4])
+		v.fault(metaName, -1, "%s", versionText(b[4]))
 		return false, nil
 	}
 	v.lay = lay
@@ -225,6 +225,15 @@ func (v *verifier) header() (bool, error) {
 		h.dictSum = binary.LittleEndian.Uint32(b[26:30])
 		reserved = 30
 	}
+	if lay.version == versionNarrow {
+		reserved = headerSize
+		el, ok := elementOfHeader(b[30], b[31])
+		if !ok {
+			v.fault(metaName, -1, "element type bytes %#x %#x (want size 1, 2, 4 or 8 and signedness 0 or 1)", b[30], b[31])
+			return false, nil
+		}
+		h.elem = el
+	}
 	for i := reserved; i < headerSize; i++ {
 		if b[i] != 0 {
 			v.fault(metaName, -1, "reserved byte %d is %#x", i, b[i])
@@ -232,6 +241,10 @@ func (v *verifier) header() (bool, error) {
 	}
 	if !h.codec.valid() {
 		v.fault(metaName, -1, "codec byte %d", b[5])
+		return false, nil
+	}
+	if (h.codec == Narrow) != (lay.version == versionNarrow) {
+		v.fault(metaName, -1, "codec %v in a format version %d header", h.codec, lay.version)
 		return false, nil
 	}
 	v.r.Codec = h.codec.String()
@@ -274,7 +287,7 @@ func (v *verifier) dictionary() error {
 			return nil
 		}
 	}
-	if v.h.codec != Raw {
+	if v.h.codec.zstdFrames() {
 		dec, err := newDecoder(v.h.codec, dict)
 		if err != nil {
 			v.fault(dictName, -1, "%v", err)
@@ -391,6 +404,13 @@ func (v *verifier) record(i int64, b []byte, seg string, chunkSize map[uint32]in
 		}
 	}
 	frame := v.frames && (e.phys != e.logic || v.lay.version == versionV3)
+	if frame && v.h.codec == Narrow {
+		v.out = growBytes(v.out, int(e.logic))
+		if err := widenRecord(v.out, v.buf, v.h.elem.Size); err != nil {
+			v.fault(name, i, "%v", err)
+		}
+		return nil
+	}
 	if frame && v.dec != nil {
 		v.out = growBytes(v.out, int(e.logic))
 		got, err := v.dec.DecodeAll(v.buf, v.out[:0:e.logic])
