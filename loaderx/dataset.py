@@ -33,6 +33,7 @@ from loaderx._store import (
     StoreHandle,
     VerifyReport,
     compact_handle,
+    crc32c,
     header_length,
     open_logged,
     packed_offsets,
@@ -105,8 +106,9 @@ def _read_schema(path: str, want: str) -> tuple[np.dtype, tuple[int, ...]]:
 # checks (the number of dimensions) still holds before any record is read.
 
 _SCHEMA_KEYS = frozenset({"version", "kind", "dtype", "shape"})
-#: keys a schema may have besides those; they say nothing of the records' layout
-_SCHEMA_NOTES = frozenset({"codec_choice"})
+#: keys a schema may have besides those: "crc32c" (checked below) and notes
+#: that say nothing of the records' layout
+_SCHEMA_NOTES = frozenset({"codec_choice", "crc32c"})
 _SCALARS = {0xC0: None, 0xC2: False, 0xC3: True}
 
 
@@ -171,6 +173,15 @@ def _unpack(b: bytes, pos: int) -> tuple[Any, int]:
     return fields, pos
 
 
+def _schema_sum(fields: dict[str, Any]) -> int:
+    """The schema's checksum as capi/schemafile.go's schemaSum takes it: the
+    CRC-32C of version, kind, dtype and each dimension as text, each field
+    followed by a zero byte."""
+    text = b"".join(str(v).encode() + b"\0" for v in (fields["version"], fields["kind"], fields["dtype"]))
+    text += b"".join(str(d).encode() + b"\0" for d in fields["shape"])
+    return crc32c(text)
+
+
 def _python_schema(path: str, want: str) -> tuple[np.dtype, tuple[int, ...]] | None:
     """``(dtype, item_shape)`` from ``path``'s schema file when it is the
     plain form of a ``want`` store and names a dtype NumPy knows; None
@@ -188,6 +199,8 @@ def _python_schema(path: str, want: str) -> tuple[np.dtype, tuple[int, ...]] | N
         return None
     if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
         return None
+    if "crc32c" in fields and fields["crc32c"] != _schema_sum(fields):
+        return None  # damaged: the native reader says how
     try:
         dtype = from_schema_name(dtype_str, path)
     except (ValueError, ImportError, TypeError):
