@@ -66,7 +66,14 @@ func Create(dir string, opts ...Option) (s *Store, err error) {
 		return nil, err
 	}
 	if err := c.publish(); err != nil {
-		return nil, err
+		if c.swap != swapNone || !mountRefused(err) {
+			return nil, err
+		}
+		// The path is a mount point that shares its parent's device (a
+		// bind mount), which the checks before could not see.
+		if err := c.restartInPlace(); err != nil {
+			return nil, err
+		}
 	}
 	if s, err = load(dir, o, c.meta); err != nil {
 		return nil, err

@@ -76,3 +76,9 @@ func renamePath(oldname, newname string) error {
 		return nil
 	}
 }
+
+// mountRefused reports whether a rename failed because a path is a mount
+// point (EBUSY) or the two paths are on different mounts (EXDEV).
+func mountRefused(err error) bool {
+	return errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EXDEV)
+}

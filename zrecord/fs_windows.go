@@ -54,3 +54,6 @@ func fileIdentity(os.FileInfo) (dev, ino uint64, ok bool) { return 0, 0, false }
 
 // renamePath is os.Rename (MoveFileEx), which replaces files only.
 func renamePath(oldname, newname string) error { return os.Rename(oldname, newname) }
+
+// mountRefused is never reached on Windows (stagedCreate is false).
+func mountRefused(error) bool { return false }

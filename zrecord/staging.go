@@ -45,7 +45,10 @@ import (
 // staging) where renaming could not work or would change something the
 // caller made: on Windows (stagedCreate), when the path is a symbolic
 // link, the root or a "." or "..", when an existing empty directory at the
-// path is a mount point, and when its parent is not writable. A Create in
+// path is a mount point (seen by its device number, or, for a bind mount of
+// the same file system, by the rename failing with EBUSY or EXDEV, after
+// which the store is built again in place), and when its parent is not
+// writable. A Create in
 // place writes the header last, so it never leaves a directory that looks
 // like a store; what it leaves when cut short (store files only, and a
 // meta.zr without a header) is recognised by the next Create of the path
@@ -253,6 +256,28 @@ func (c *creation) makeStage() error {
 		return errf(ErrLocked, "create %s", c.final)
 	}
 	return nil
+}
+
+// restartInPlace drops the staged store and builds it again in place,
+// after the rename onto the path failed because the path is a mount point.
+func (c *creation) restartInPlace() error {
+	removeTree(c.fsys, c.stage, c.meta)
+	c.meta, c.inPlace, c.created = nil, true, nil
+	if c.prev != nil {
+		c.prev.Close()
+		c.prev = nil
+		ents, err := c.fsys.ReadDir(c.final)
+		if err != nil {
+			return wrapf(err, "create %s", c.final)
+		}
+		if err := removePrevious(c.fsys, c.final, ents, c.o); err != nil {
+			return err
+		}
+	}
+	if err := c.makeStage(); err != nil {
+		return err
+	}
+	return c.write()
 }
 
 // stillAt reports whether the file at p is f (where the file layer can

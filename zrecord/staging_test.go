@@ -402,7 +402,7 @@ func TestCreateLeftoverRules(t *testing.T) {
 }
 
 // TestCreateSymlinkAndDot: a path that is a symbolic link to an empty
-// directory, or ".", is built in place, through the link.
+// directory (through the link), or ".", is built in place.
 func TestCreateSymlinkAndDot(t *testing.T) {
 	parent := t.TempDir()
 	target := filepath.Join(parent, "target")
@@ -423,6 +423,26 @@ func TestCreateSymlinkAndDot(t *testing.T) {
 		t.Fatalf("the store is not where the link points")
 	}
 	if names, _ := ztDirNames(parent); !slices.Equal(names, []string{"link", "target"}) {
+		t.Fatalf("%s holds %v", parent, names)
+	}
+
+	// "." is the working directory: replacing it would leave the process
+	// in a removed directory, so the store goes into it.
+	cwd := filepath.Join(parent, "cwd")
+	mkdir(t, cwd)
+	t.Chdir(cwd)
+	s, err = zrecord.Create(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append([][]byte{[]byte("here")}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if names, _ := ztDirNames(cwd); !slices.Contains(names, "meta.zr") {
+		t.Fatalf("Create(\".\") left the working directory holding %v", names)
+	}
+	if names, _ := ztDirNames(parent); !slices.Equal(names, []string{"cwd", "link", "target"}) {
 		t.Fatalf("%s holds %v", parent, names)
 	}
 }

@@ -87,3 +87,54 @@ func TestCreateUnfinishedInPlaceLocked(t *testing.T) {
 		t.Fatalf("a refused Create left %v", names)
 	}
 }
+
+// mountFS is the OS file system, except that renaming or exchanging onto
+// busy fails with EBUSY, as for a bind mount of the parent's file system,
+// which has the parent's device number.
+type mountFS struct {
+	zrecord.FS
+	busy string
+}
+
+func (m mountFS) Rename(oldname, newname string) error {
+	if newname == m.busy || oldname == m.busy {
+		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: syscall.EBUSY}
+	}
+	return m.FS.Rename(oldname, newname)
+}
+
+func (m mountFS) Exchange(a, b string) error {
+	return &os.LinkError{Op: "exchange", Old: a, New: b, Err: syscall.EBUSY}
+}
+
+// TestCreateOnBindMount: a path the store cannot be renamed onto gets the
+// store built in place instead, for a new store and for a replace, and
+// nothing is left beside it.
+func TestCreateOnBindMount(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "s")
+	mkdir(t, dir)
+	fs := mountFS{zrecord.OSFS, dir}
+	s, err := zrecord.Create(dir, zrecord.WithFS(fs), zrecord.WithFile("schema.bin", []byte("old")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(stagedOld); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if got := pathState(dir); got != "old" {
+		t.Fatalf("the first store: %s", got)
+	}
+	s, err = zrecord.Create(dir, zrecord.WithFS(fs), zrecord.WithReplace(), zrecord.WithCodec(zrecord.Zstd), zrecord.WithFile("schema.bin", stagedSchema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if got := pathState(dir); got != "new" {
+		t.Fatalf("the replacing store: %s", got)
+	}
+	if names, _ := ztDirNames(parent); !slices.Equal(names, []string{"s"}) {
+		t.Fatalf("%s holds %v", parent, names)
+	}
+}
