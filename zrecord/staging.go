@@ -3,10 +3,12 @@ package zrecord
 import (
 	"encoding/hex"
 	"errors"
+	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode/utf8"
 )
 
 // A Create builds its store in a staging directory beside the final path
@@ -15,7 +17,8 @@ import (
 // was there before, and the staging directory beside it.
 //
 // The staging directory of a Create of .../NAME is .../.NAME.zrecord-create-
-// followed by 16 hex digits. Its meta.zr is the first file made in it, and
+// followed by 16 hex digits (a NAME past 200 bytes is cut, and a hash of it
+// appended, to keep the name within the file system's limit). Its meta.zr is the first file made in it, and
 // the Create holds an flock on it (the store's writer lock) from then on,
 // through the rename and for the life of the returned handle. A Create
 // WithReplace that cannot swap the two directories in one step (below)
@@ -97,14 +100,34 @@ type creation struct {
 // siblingName returns the name of the directory beside final of kind tag
 // (stageTag or trashTag) with suffix.
 func (c *creation) siblingName(tag, suffix string) string {
-	return filepath.Join(c.parent, "."+c.base+tag+suffix)
+	return filepath.Join(c.parent, "."+siblingStem(c.base)+tag+suffix)
+}
+
+// maxStem keeps a sibling's name within the 255 bytes most file systems
+// allow in one name: a dot, the stem, the tag and the digits.
+const maxStem = 200
+
+// siblingStem is the part of a sibling's name that stands for base: base
+// itself, or, for a long one, its first bytes (cut at a character) and a
+// hash of the whole, so that siblings of different long names differ.
+func siblingStem(base string) string {
+	if len(base) <= maxStem {
+		return base
+	}
+	h := fnv.New64a()
+	h.Write([]byte(base))
+	n := maxStem - 17
+	for n > 0 && !utf8.RuneStart(base[n]) {
+		n--
+	}
+	return base[:n] + "-" + hex.EncodeToString(h.Sum(nil))
 }
 
 // isSibling reports whether name is a staging or trash directory of a
 // Create of a path called base.
 func isSibling(name, base string) bool {
 	for _, tag := range []string{stageTag, trashTag} {
-		rest, ok := strings.CutPrefix(name, "."+base+tag)
+		rest, ok := strings.CutPrefix(name, "."+siblingStem(base)+tag)
 		if !ok || len(rest) != stageDigits {
 			continue
 		}

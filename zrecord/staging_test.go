@@ -401,6 +401,49 @@ func TestCreateLeftoverRules(t *testing.T) {
 	}
 }
 
+// TestCreateLongName: a path whose last element is as long as a name may be
+// still gets a staging directory (under a shortened name), whose leftover
+// the next Create of the same path clears, and not that of another path.
+func TestCreateLongName(t *testing.T) {
+	parent := t.TempDir()
+	long := strings.Repeat("é", 127) // 254 bytes
+	other := strings.Repeat("é", 126) + "x"
+	for _, name := range []string{long, other} {
+		s, err := zrecord.Create(filepath.Join(parent, name))
+		if err != nil {
+			t.Fatalf("Create of a %d-byte name: %v", len(name), err)
+		}
+		s.Close()
+	}
+	// Leave a dead staging directory of each: make one Create fail after
+	// its staging directory exists, then crash.
+	for _, name := range []string{long, other} {
+		fs := faultfs.New(zrecord.OSFS)
+		fs.Arm(4, faultfs.Crash) // mkdir parent, mkdir stage, create meta.zr, create 0.chunk
+		if _, err := zrecord.Create(filepath.Join(parent, name), zrecord.WithFS(fs), zrecord.WithReplace()); err == nil {
+			t.Fatal("the crashed Create succeeded")
+		}
+		fs.CloseAll()
+	}
+	names, _ := ztDirNames(parent)
+	if len(names) != 4 {
+		t.Fatalf("after two crashed Creates %s holds %d names, want 4", parent, len(names))
+	}
+	for _, n := range names {
+		if len(n) > 255 {
+			t.Fatalf("a %d-byte name", len(n))
+		}
+	}
+	s, err := zrecord.Create(filepath.Join(parent, long), zrecord.WithReplace())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if names, _ := ztDirNames(parent); len(names) != 3 || !slices.Contains(names, long) || !slices.Contains(names, other) {
+		t.Fatalf("after the next Create of one path %s holds %q", parent, names)
+	}
+}
+
 // TestCreateSymlinkAndDot: a path that is a symbolic link to an empty
 // directory (through the link), or ".", is built in place.
 func TestCreateSymlinkAndDot(t *testing.T) {
