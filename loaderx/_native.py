@@ -567,10 +567,14 @@ def store_create(
 
     ``schema``, a ``(kind, dtype, shape)`` triple as :func:`schema_write`
     takes it, is written with the store, before the store becomes visible:
-    no failure or interruption leaves the store without it. With
-    ``overwrite=True`` a previous store in ``path`` is replaced; a directory
-    that holds anything besides a store's files and its schema still raises
-    :class:`StoreExistsError`, naming what it found, and is left alone.
+    no failure or interruption leaves the store without it. The store is
+    built beside ``path`` and renamed onto it complete, so a process killed
+    during the call leaves ``path`` as it was; the next create of ``path``
+    clears what such a call left. With ``overwrite=True`` a previous store
+    in ``path`` is replaced, and stays readable until the new one takes its
+    place; a directory that holds anything besides a store's files and its
+    schema still raises :class:`StoreExistsError`, naming what it found,
+    and is left alone.
 
     With a ``cancel`` flag (see :class:`CancelFlag`) another thread can stop
     the call while the dictionary trains: it then returns within a few

@@ -12,6 +12,19 @@ leaves a valid store holding every record written so far (or no store, if
 the interrupt came before the store was created), closed and unlocked, then
 re-raises :class:`KeyboardInterrupt`.
 
+A conversion killed outright (SIGKILL, a crash, the machine stopping)
+leaves at ``path`` either what was there before or a valid store holding a
+prefix of the records, never a directory that is neither: the store is
+built in a hidden directory beside ``path`` (``.NAME.zrecord-create-*``)
+and renamed onto ``path`` whole, with its schema, before the first record
+is written. A kill before that rename leaves only the hidden directory,
+which the next conversion to ``path`` removes (while no other process is
+still writing it). With ``overwrite=True`` the previous store stays
+readable at ``path`` until the new one takes its place in one step; on
+systems without an atomic exchange of two directories (other than Linux)
+the swap is two renames, and a kill between them leaves no store at
+``path``.
+
 Its length: two public conversions share the piece-size control, the
 schema and dictionary handling, and :class:`_Output`, the interrupt-safe
 owner of the store being written; the Ctrl-C guarantees above depend on
@@ -22,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 import time
 from collections.abc import Iterable
@@ -106,19 +120,38 @@ def _check_sync(sync: Any) -> None:
 def _prepare_path(path: str, overwrite: bool) -> None:
     """Refuse to write over anything but an empty directory or, with
     ``overwrite=True``, a directory; whether that holds a previous store
-    (and nothing else) the store's creation checks, as it replaces it."""
+    (and nothing else) the store's creation checks, as it replaces it. A
+    directory that may be what an interrupted creation left is also let
+    through: the creation clears it if it is, and refuses it if not."""
     if not os.path.lexists(path):
         return
     if os.path.islink(path) or not os.path.isdir(path):
         raise StoreExistsError(f"{path!r} already exists and is not a directory")
     entries = os.listdir(path)
-    if not entries:
+    if not entries or overwrite or _maybe_unfinished(path, entries):
         return
-    if not overwrite:
-        raise StoreExistsError(
-            f"{path!r} already exists and is not empty; pass overwrite=True to replace "
-            "a previous loaderx store"
-        )
+    raise StoreExistsError(
+        f"{path!r} already exists and is not empty; pass overwrite=True to replace "
+        "a previous loaderx store"
+    )
+
+
+#: The names a store's creation writes before its header.
+_CREATE_FILE = re.compile(r"(meta\.zr|dict\.zr|schema\.msgpack|0\.chunk|0\.tab)\Z")
+
+
+def _maybe_unfinished(path: str, entries: list[str]) -> bool:
+    """Whether ``path``, holding ``entries``, looks like a store creation
+    cut short (as versions that built the store in place left it): only
+    the files a creation writes, and a ``meta.zr`` without a header."""
+    if "meta.zr" not in entries or not all(_CREATE_FILE.match(e) for e in entries):
+        return False
+    try:
+        with open(os.path.join(path, "meta.zr"), "rb") as f:
+            head = f.read(33)
+    except OSError:
+        return False
+    return len(head) <= 32 and not head.strip(b"\0")
 
 
 def _create_store(
@@ -307,7 +340,11 @@ def from_numpy(
     along axis 0 (a 1-D array becomes a dataset of scalars).
 
     Args:
-        path: the store directory to create. It must not exist or be empty.
+        path: the store directory to create. It must not exist or be empty
+            (or hold only what an interrupted conversion to it left, which
+            is cleared). A kill during the conversion leaves no store or a
+            valid one holding a prefix of ``array``: see the module's
+            docstring.
         array: an array (or anything ``np.asarray`` accepts) with at least one
             dimension and a fixed-size numeric or bool dtype. An ``np.memmap``
             is read piece by piece and its pages are released as it goes.
@@ -351,7 +388,9 @@ def from_numpy(
             is a terminal, True or False to force.
         overwrite: replace a previous loaderx store at ``path``. Only a
             directory that holds a ``meta.zr`` and nothing but store files is
-            ever removed.
+            ever removed, and only once the new store has taken its place:
+            a conversion that fails or is killed before that leaves the
+            previous store as it was.
         sync: make the store durable (fsync) before returning. By default,
             as ``np.save`` does, the store is complete and readable by any
             process when this returns, but a power cut before the system
@@ -489,6 +528,7 @@ def from_iterator(
 
     Args:
         path: the store directory to create; it must not exist or be empty.
+            A kill leaves no store or a prefix, as for :func:`from_numpy`.
         arrays: any iterable of arrays (or ``np.asarray``-able values) with at
             least one dimension. Consumed once.
         codec: ``"auto"`` (default), ``"raw"``, ``"zstd"``, ``"zstd_dict"``

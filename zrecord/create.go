@@ -1,7 +1,6 @@
 package zrecord
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -15,11 +14,12 @@ import (
 // WithChunkCapacity, WithFS, WithFile, WithReplace. The returned handle is
 // writable and holds the store's lock.
 //
-// The files are made in an order that never leaves a store half made: the
-// dictionary, the first chunk and table segment and the WithFile files are
-// written and fsynced first, the header of meta.zr last, and then the
-// directory is fsynced. A directory whose meta.zr lacks the header is not a
-// store, and a Create that fails removes what it made.
+// The store appears at dir whole or not at all: Create builds it in a
+// hidden directory beside dir and renames that onto dir once every file is
+// written and fsynced (staging.go has the details, including what a Create
+// cut short leaves and how the next Create of dir clears it). A replaced
+// store stays readable until the new one takes its place. A Create that
+// fails removes what it made.
 func Create(dir string, opts ...Option) (s *Store, err error) {
 	defer recoverTo(&err, "create "+dir)
 	o := buildOptions(opts)
@@ -51,91 +51,79 @@ func Create(dir string, opts ...Option) (s *Store, err error) {
 	if o.codec == Narrow && !o.elem.valid() {
 		return nil, errf(ErrInvalidArgument, "create %s: WithElement(%d, %v): the size must be 1, 2, 4 or 8 bytes", dir, o.elem.Size, o.elem.Signed)
 	}
-	fsys := o.fs
-	madeDir := false
-	if fi, err := fsys.Stat(dir); err == nil {
-		if !fi.IsDir() {
-			return nil, errf(ErrExists, "create %s: not a directory", dir)
-		}
-		ents, err := fsys.ReadDir(dir)
-		if err != nil {
-			return nil, wrapf(err, "create %s", dir)
-		}
-		if len(ents) > 0 && !o.replace {
-			return nil, errf(ErrExists, "create %s: directory not empty", dir)
-		}
-		if len(ents) > 0 {
-			if err := removePrevious(fsys, dir, ents, &o); err != nil {
-				return nil, err
-			}
-		}
-	} else if isNotExist(err) {
-		if err := fsys.MkdirAll(dir, 0o755); err != nil {
-			return nil, wrapf(err, "create %s", dir)
-		}
-		madeDir = true
-	} else {
-		return nil, wrapf(err, "create %s", dir)
-	}
 
-	// A failed Create removes what it made (a directory only if it made it).
-	var created []string
-	if madeDir {
-		created = append(created, dir)
-	}
-	var meta File
+	c := &creation{fsys: o.fs, o: &o, final: dir}
 	defer func() {
+		if r := recover(); r != nil {
+			c.abandon()
+			panic(r) // for recoverTo
+		}
 		if err != nil {
-			if meta != nil {
-				meta.Close()
-			}
-			for i := len(created) - 1; i >= 0; i-- {
-				fsys.Remove(created[i])
-			}
+			c.abandon()
 		}
 	}()
-	metaPath := filepath.Join(dir, metaName)
-	meta, err = fsys.OpenFile(metaPath, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		meta = nil
-		if errors.Is(err, os.ErrExist) {
-			return nil, errf(ErrExists, "create %s", metaPath)
+	if err := c.inspect(); err != nil {
+		return nil, err
+	}
+	if err := c.makeStage(); err != nil {
+		return nil, err
+	}
+	if err := c.write(); err != nil {
+		return nil, err
+	}
+	if err := c.publish(); err != nil {
+		if c.swap != swapNone || !mountRefused(err) {
+			return nil, err
 		}
-		return nil, wrapf(err, "create %s", metaPath)
+		// The path is a mount point that shares its parent's device (a
+		// bind mount), which the checks before could not see.
+		if err := c.restartInPlace(); err != nil {
+			return nil, err
+		}
 	}
-	created = append(created, metaPath)
-	if ok, err := lockFile(meta); err != nil {
-		return nil, wrapf(err, "lock %s", metaPath)
-	} else if !ok {
-		return nil, errf(ErrLocked, "create %s", dir)
+	if s, err = load(dir, o, c.meta); err != nil {
+		return nil, err
 	}
+	c.meta = nil // the store's now
+	c.finish()
+	return s, nil
+}
+
+// write writes the store's files into c.stage, whose meta.zr c.meta is
+// open and locked: the dictionary, the first chunk and table segment and
+// the WithFile files, each fsynced, then the header of meta.zr, fsynced,
+// then the directory's entries.
+func (c *creation) write() error {
+	fsys, o := c.fsys, c.o
 	newFile := func(name string, content []byte) error {
-		p := filepath.Join(dir, name)
+		p := filepath.Join(c.stage, name)
 		f, err := fsys.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 		if err != nil {
 			return wrapf(err, "create %s", p)
 		}
-		created = append(created, p)
+		c.created = append(c.created, p)
 		return writeSyncClose(f, p, content)
 	}
 	if o.codec == ZstdDict {
 		if err := newFile(dictName, o.dict); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if err := newFile(chunkName(0), nil); err != nil {
-		return nil, err
+		return err
 	}
 	if err := newFile(layoutV4.segName(0), nil); err != nil {
-		return nil, err
+		return err
 	}
 	for _, f := range o.files {
 		if err := newFile(f.name, f.data); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	// The header goes last: a directory whose meta.zr lacks the magic is
-	// not a store, so a Create cut short never looks like one.
+	// not a store, so a Create built in place and cut short never looks
+	// like one (and one built beside dir is not at dir yet).
+	metaPath := filepath.Join(c.stage, metaName)
 	h := header{version: headerVersion(o.codec), codec: o.codec}
 	if o.codec == ZstdDict {
 		h.dictSum = dataSum(o.dict)
@@ -144,35 +132,54 @@ func Create(dir string, opts ...Option) (s *Store, err error) {
 		h.elem = o.elem
 	}
 	hb := h.encode()
-	if err := writeFull(meta, hb[:], 0); err != nil {
-		return nil, wrapf(err, "write %s", metaPath)
+	if err := writeFull(c.meta, hb[:], 0); err != nil {
+		return wrapf(err, "write %s", metaPath)
 	}
-	if err := meta.Sync(); err != nil {
-		return nil, wrapf(err, "sync %s", metaPath)
+	if err := c.meta.Sync(); err != nil {
+		return wrapf(err, "sync %s", metaPath)
 	}
-	if err := syncDir(fsys, dir); err != nil {
-		return nil, wrapf(err, "sync %s", dir)
+	if err := syncDir(fsys, c.stage); err != nil {
+		return wrapf(err, "sync %s", c.stage)
 	}
-	return load(dir, o, meta)
+	return nil
 }
 
-// removePrevious empties dir, which holds ents, of the store it holds, for
-// a Create WithReplace: see WithReplace for what it accepts. It holds the
-// previous store's lock while it removes, and removes meta.zr last, so a
-// removal cut short leaves a directory it accepts again.
-func removePrevious(fsys FS, dir string, ents []os.DirEntry, o *options) error {
+// lockPrevious checks that dir, which holds ents, is a store that a Create
+// WithReplace may replace (see WithReplace for what it accepts) and returns
+// its meta.zr, open and locked, so that no writer opens it while the new
+// store is made.
+func lockPrevious(fsys FS, dir string, ents []os.DirEntry, o *options) (File, error) {
 	if !slices.ContainsFunc(ents, func(e os.DirEntry) bool { return e.Name() == metaName }) {
-		return errf(ErrExists, "create %s: the directory holds no %s, so it is not a store to replace", dir, metaName)
+		return nil, errf(ErrExists, "create %s: the directory holds no %s, so it is not a store to replace", dir, metaName)
 	}
 	for _, e := range ents {
 		if name := e.Name(); !e.Type().IsRegular() || !(isStoreFile(name) || o.companion(name)) {
-			return errf(ErrExists, "create %s: %s is not a file of a store, so the directory is not replaced", dir, name)
+			return nil, errf(ErrExists, "create %s: %s is not a file of a store, so the directory is not replaced", dir, name)
 		}
 	}
 	metaPath := filepath.Join(dir, metaName)
 	meta, err := fsys.OpenFile(metaPath, os.O_RDWR, 0)
 	if err != nil {
-		return wrapf(err, "create %s: open the previous %s", dir, metaPath)
+		return nil, wrapf(err, "create %s: open the previous %s", dir, metaPath)
+	}
+	if ok, err := lockFile(meta); err != nil {
+		meta.Close()
+		return nil, wrapf(err, "lock %s", metaPath)
+	} else if !ok {
+		meta.Close()
+		return nil, errf(ErrLocked, "create %s: replace the previous store", dir)
+	}
+	return meta, nil
+}
+
+// removePrevious empties dir, which holds ents, of the store it holds, for
+// a Create WithReplace that builds in place (staging.go). It holds the
+// previous store's lock while it removes, and removes meta.zr last, so a
+// removal cut short leaves a directory it accepts again.
+func removePrevious(fsys FS, dir string, ents []os.DirEntry, o *options) error {
+	meta, err := lockPrevious(fsys, dir, ents, o)
+	if err != nil {
+		return err
 	}
 	closed := false
 	defer func() {
@@ -180,11 +187,7 @@ func removePrevious(fsys FS, dir string, ents []os.DirEntry, o *options) error {
 			meta.Close()
 		}
 	}()
-	if ok, err := lockFile(meta); err != nil {
-		return wrapf(err, "lock %s", metaPath)
-	} else if !ok {
-		return errf(ErrLocked, "create %s: replace the previous store", dir)
-	}
+	metaPath := filepath.Join(dir, metaName)
 	for _, e := range ents {
 		if e.Name() == metaName {
 			continue

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/loaderx/loaderx/zrecord"
@@ -13,8 +14,10 @@ import (
 )
 
 // TestWithFileBeforeHeader checks that a WithFile file is written and
-// synced before the header that publishes the store, and that a Create
-// failing at any step leaves no store (and no file) behind.
+// synced, in the staging directory, before the header that publishes the
+// store, that the rename onto the path comes after both, and that a Create
+// failing at any step leaves no store (and no file, and no staging
+// directory) behind.
 func TestWithFileBeforeHeader(t *testing.T) {
 	data := []byte("the caller's schema")
 	dir := filepath.Join(t.TempDir(), "s")
@@ -29,32 +32,53 @@ func TestWithFileBeforeHeader(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	side, meta := filepath.Join(dir, "schema.bin"), filepath.Join(dir, "meta.zr")
+	side := filepath.Join(dir, "schema.bin")
+	// The staging directory is where the header is written.
+	stage := ""
+	for _, o := range log {
+		if o.Kind == "write" && filepath.Base(o.Path) == "meta.zr" {
+			stage = filepath.Dir(o.Path)
+			break
+		}
+	}
+	if !strings.HasPrefix(filepath.Base(stage), ".s.zrecord-create-") || filepath.Dir(stage) != filepath.Dir(dir) {
+		t.Fatalf("the header was written in %q, want a staging directory beside %s\n%v", stage, dir, log)
+	}
 	at := func(kind, path string) int {
 		return slices.IndexFunc(log, func(o faultfs.Op) bool { return o.Kind == kind && o.Path == path })
 	}
-	wrote, synced, header := at("write", side), at("sync", side), at("write", meta)
+	staged := filepath.Join(stage, "schema.bin")
+	wrote, synced, header := at("write", staged), at("sync", staged), at("write", filepath.Join(stage, "meta.zr"))
 	if wrote < 0 || synced < wrote || header < synced {
-		t.Fatalf("write %d, sync %d of %s and the header write %d: want the file durable first\n%v", wrote, synced, side, header, log)
+		t.Fatalf("write %d, sync %d of %s and the header write %d: want the file durable first\n%v", wrote, synced, staged, header, log)
+	}
+	metaSync, dirSync, rename, parentSync := at("sync", filepath.Join(stage, "meta.zr")), at("sync", stage), at("rename", stage), at("sync", filepath.Dir(dir))
+	if metaSync < header || dirSync < metaSync || rename < dirSync || parentSync < rename || log[rename].To != dir {
+		t.Fatalf("header synced at %d, the staging directory at %d, renamed at %d (to %s), the parent synced at %d: want that order\n%v",
+			metaSync, dirSync, rename, log[max(rename, 0)].To, parentSync, log)
 	}
 	if got, err := os.ReadFile(side); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("%s = %q, %v", side, got, err)
 	}
 
 	for k := 1; k <= steps; k++ {
-		dir := filepath.Join(t.TempDir(), "s")
+		parent := t.TempDir()
+		dir := filepath.Join(parent, "s")
 		fs := faultfs.New(zrecord.OSFS)
 		fs.Arm(k, faultfs.Fail)
 		s, err := zrecord.Create(dir, zrecord.WithFS(fs), zrecord.WithFile("schema.bin", data))
 		if err == nil {
 			s.Close()
-			if _, err := os.Stat(side); err != nil {
+			if _, err := os.Stat(filepath.Join(dir, "schema.bin")); err != nil {
 				t.Fatalf("step %d: Create succeeded without the file: %v", k, err)
 			}
 			continue
 		}
 		if names, _ := ztDirNames(dir); len(names) > 0 {
 			t.Fatalf("step %d: a failed Create (%v) left %v", k, err, names)
+		}
+		if names, _ := ztDirNames(parent); len(names) > 0 {
+			t.Fatalf("step %d: a failed Create (%v) left %v beside the store's path", k, err, names)
 		}
 	}
 }

@@ -187,10 +187,29 @@
 //     everything durable. The exceptions are listed below: the log of
 //     pending Deletes before the table takes them, and compact.journal.
 //
-// Create writes the dictionary, the first chunk and table segment and the
-// WithFile files, each fsynced, then the header of meta.zr, fsynced, then
-// fsyncs the directory. A directory whose meta.zr lacks the header is not a
-// store, so a Create cut short never looks like one.
+// Create never lets the path hold a store in the making. It builds the
+// store in a hidden directory beside the path (.NAME.zrecord-create-
+// and 16 hex digits), holding the lock on its meta.zr from the start:
+// the dictionary, the first chunk and table segment and the WithFile
+// files, each fsynced, then the header, fsynced, then that directory.
+// One rename then puts it at the path, and the parent directory is
+// fsynced; appends go to the path from then on. Killed before the rename,
+// a Create leaves the path as it was, and its hidden directory, which the
+// next Create of the path removes once it can take that lock (so never
+// one of a Create still running); killed after it, the store is there,
+// empty, and later kills leave a prefix of its records as below. With
+// WithReplace the previous store keeps the path, and its writer lock,
+// until the new one is complete; then renameat2(RENAME_EXCHANGE) swaps the
+// two in one step where the system has it (Linux), and the previous store
+// is removed from the hidden name. Elsewhere the swap is two renames
+// (the previous store to .NAME.zrecord-trash-..., the new one onto the
+// path), and a kill between them leaves no store at the path. A power
+// failure before the parent's fsync may undo the rename, which leaves the
+// same states. Where a rename cannot work (on Windows, a mount point, a
+// symbolic link, "."), Create builds in the directory itself, header
+// last: a directory whose meta.zr lacks the header is not a store, and the
+// next Create recognises such a directory (store files only, no header)
+// and clears it, as it does those that Creates of earlier versions left.
 //
 // Append writes record bytes, then table entries, then the header, and
 // syncs nothing. If the process dies at any point, the store reopens with a

@@ -8,6 +8,10 @@ import (
 // FS is the file layer every file operation of a store goes through. OSFS is
 // the real file system; tests substitute layers that inject faults.
 //
+// Rename is rename(2): a directory renamed onto an empty directory replaces
+// it (on Unix; os.Rename refuses that), which is how Create publishes a
+// store at a path that is an empty directory.
+//
 // Record bytes and table entries are read through read-only shared mappings
 // of File.Fd. A File whose Fd returns NoFd is read with ReadAt instead, and
 // a writable store on such a file system takes no lock.
@@ -32,6 +36,15 @@ type File interface {
 	Fd() uintptr
 }
 
+// exchanger is implemented by file systems that can swap two existing paths
+// in one step, so that each name refers to the other's file or directory
+// (renameat2 with RENAME_EXCHANGE on Linux). Exchange returns an error
+// matching errors.ErrUnsupported where the system or the file system at
+// those paths cannot; Create then swaps with two renames (staging.go).
+type exchanger interface {
+	Exchange(a, b string) error
+}
+
 // NoFd is what File.Fd returns for a file that has no descriptor to map or lock.
 const NoFd = ^uintptr(0)
 
@@ -48,7 +61,8 @@ func (osFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
 	return osFile{f}, nil
 }
 func (osFS) Remove(name string) error                     { return os.Remove(name) }
-func (osFS) Rename(oldname, newname string) error         { return os.Rename(oldname, newname) }
+func (osFS) Rename(oldname, newname string) error         { return renamePath(oldname, newname) }
+func (osFS) Exchange(a, b string) error                   { return exchangePaths(a, b) }
 func (osFS) Stat(name string) (os.FileInfo, error)        { return os.Stat(name) }
 func (osFS) MkdirAll(path string, perm os.FileMode) error { return os.MkdirAll(path, perm) }
 func (osFS) ReadDir(name string) ([]os.DirEntry, error)   { return os.ReadDir(name) }

@@ -4,6 +4,8 @@ package zrecord
 
 import (
 	"errors"
+	"os"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -39,4 +41,44 @@ func lockFD(fd uintptr) (bool, error) {
 			return false, err
 		}
 	}
+}
+
+// stagedCreate: Create builds a store in a sibling directory and renames it
+// into place (staging.go). On Unix a directory renames with files in it
+// open, and a rename onto an empty directory replaces it.
+const stagedCreate = true
+
+// removeOpenFile: a file may be removed while it is open (and locked), so
+// a cleanup removes a meta.zr before giving up its lock.
+const removeOpenFile = true
+
+// fileIdentity returns the device and inode numbers of fi, where fi came
+// from the operating system (ok false otherwise).
+func fileIdentity(fi os.FileInfo) (dev, ino uint64, ok bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, 0, false
+	}
+	return uint64(st.Dev), uint64(st.Ino), true
+}
+
+// renamePath is rename(2), which, unlike os.Rename, lets a directory
+// replace an empty directory.
+func renamePath(oldname, newname string) error {
+	for {
+		err := unix.Rename(oldname, newname)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: err}
+		}
+		return nil
+	}
+}
+
+// mountRefused reports whether a rename failed because a path is a mount
+// point (EBUSY) or the two paths are on different mounts (EXDEV).
+func mountRefused(err error) bool {
+	return errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EXDEV)
 }

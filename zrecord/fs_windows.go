@@ -2,6 +2,7 @@ package zrecord
 
 import (
 	"errors"
+	"os"
 
 	"golang.org/x/sys/windows"
 )
@@ -37,3 +38,22 @@ func lockFD(fd uintptr) (bool, error) {
 		return false, err
 	}
 }
+
+// stagedCreate is false on Windows: a directory holding an open file cannot
+// be renamed there, and a rename does not replace an empty directory, so
+// Create builds the store in its final directory, header last, and the
+// next Create clears what a killed one left (staging.go).
+const stagedCreate = false
+
+// removeOpenFile: Windows refuses to remove an open file, so a cleanup
+// closes (and so unlocks) a meta.zr before removing it.
+const removeOpenFile = false
+
+// fileIdentity is not needed where Create does not stage (stagedCreate).
+func fileIdentity(os.FileInfo) (dev, ino uint64, ok bool) { return 0, 0, false }
+
+// renamePath is os.Rename (MoveFileEx), which replaces files only.
+func renamePath(oldname, newname string) error { return os.Rename(oldname, newname) }
+
+// mountRefused is never reached on Windows (stagedCreate is false).
+func mountRefused(error) bool { return false }

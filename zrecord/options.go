@@ -144,8 +144,11 @@ func WithFile(name string, data []byte) Option {
 // WithFile or matched by one of the keep patterns (path.Match syntax): the
 // files a caller keeps beside its stores. Anything else, or no meta.zr, fails
 // with ErrExists naming it, and nothing is removed; a previous store that a
-// writable handle holds fails with ErrLocked. An empty or missing directory
-// is simply created into. Create only.
+// writable handle holds fails with ErrLocked. The previous store stays at
+// the path, readable, and locked against writers, until the new one is
+// complete and takes its place (see Durability in the package
+// documentation); a Create that fails leaves it as it was. An empty or
+// missing directory is simply created into. Create only.
 func WithReplace(keep ...string) Option {
 	return func(o *options) {
 		o.replace = true

@@ -3,8 +3,8 @@
 // that fills up after a byte budget.
 //
 // Mutating operations are counted in the order they reach the file system:
-// File.WriteAt, File.Truncate, File.Sync, FS.Rename, FS.Remove, FS.MkdirAll
-// and FS.OpenFile with O_CREATE, O_TRUNC or O_APPEND. Reads, Stat, ReadDir
+// File.WriteAt, File.Truncate, File.Sync, FS.Rename, FS.Exchange, FS.Remove,
+// FS.MkdirAll and FS.OpenFile with O_CREATE, O_TRUNC or O_APPEND. Reads, Stat, ReadDir
 // and Close are not counted.
 //
 // After a simulated crash every further operation on the FS and on every
@@ -21,6 +21,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -65,9 +67,9 @@ func (m Mode) String() string {
 
 // Op describes one mutating operation.
 type Op struct {
-	Kind string // "write", "truncate", "sync", "rename", "remove", "mkdir", "create"
-	Path string // the file (for rename: the old name)
-	To   string // rename target
+	Kind string // "write", "truncate", "sync", "rename", "exchange", "remove", "mkdir", "create"
+	Path string // the file (for rename and exchange: the first name)
+	To   string // rename target, or the other name of an exchange
 	Off  int64  // write offset, truncate size
 	N    int    // bytes requested by a write
 }
@@ -80,6 +82,8 @@ func (o Op) String() string {
 		return fmt.Sprintf("truncate %s to %d", o.Path, o.Off)
 	case "rename":
 		return fmt.Sprintf("rename %s -> %s", o.Path, o.To)
+	case "exchange":
+		return fmt.Sprintf("exchange %s <-> %s", o.Path, o.To)
 	}
 	return o.Kind + " " + o.Path
 }
@@ -102,6 +106,7 @@ type FS struct {
 	log     []Op
 	keepLog bool
 	hideFd  bool // Fd reports zrecord.NoFd
+	noExch  bool // Exchange reports errors.ErrUnsupported
 	open    map[*file]struct{}
 
 	// With durability tracking on, unsynced maps each file written since
@@ -255,6 +260,15 @@ func (f *FS) HideFd(on bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.hideFd = on
+}
+
+// NoExchange makes Exchange fail with errors.ErrUnsupported (without
+// counting an operation), as on a system that cannot swap two paths in one
+// step, so that callers take their fallback.
+func (f *FS) NoExchange(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.noExch = on
 }
 
 // KeepLog starts (or stops) recording every mutating operation.
@@ -418,16 +432,85 @@ func (f *FS) Rename(oldname, newname string) error {
 		return err
 	}
 	f.mu.Lock()
-	if f.track {
-		// The data moves with the name; what replaced newname is gone.
-		delete(f.unsynced, newname)
-		if p, ok := f.unsynced[oldname]; ok {
-			delete(f.unsynced, oldname)
-			f.unsynced[newname] = p
-		}
-	}
+	// The data moves with the name (a directory's files with it); what
+	// replaced newname is gone.
+	f.moveNames(func(p string) (string, bool) { return under(p, newname, "") })
+	f.moveNames(func(p string) (string, bool) { return under(p, oldname, newname) })
 	f.mu.Unlock()
 	return nil
+}
+
+// exchanger is a file layer that swaps two paths in one step.
+type exchanger interface {
+	Exchange(a, b string) error
+}
+
+// Exchange swaps a and b in one step, if the wrapped FS can (an operation
+// like Rename); it fails with errors.ErrUnsupported, uncounted, if the
+// wrapped FS has no Exchange or NoExchange is on.
+func (f *FS) Exchange(a, b string) error {
+	x, ok := f.base.(exchanger)
+	f.mu.Lock()
+	no := f.noExch
+	f.mu.Unlock()
+	if !ok || no {
+		if err := f.alive(); err != nil {
+			return &os.LinkError{Op: "exchange", Old: a, New: b, Err: err}
+		}
+		return &os.LinkError{Op: "exchange", Old: a, New: b, Err: errors.ErrUnsupported}
+	}
+	if _, err := f.step(Op{Kind: "exchange", Path: a, To: b}); err != nil {
+		return &os.LinkError{Op: "exchange", Old: a, New: b, Err: err}
+	}
+	if err := x.Exchange(a, b); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	const mid = "\x00exchange" // a name no path has
+	f.moveNames(func(p string) (string, bool) { return under(p, a, mid) })
+	f.moveNames(func(p string) (string, bool) { return under(p, b, a) })
+	f.moveNames(func(p string) (string, bool) { return under(p, mid, b) })
+	f.mu.Unlock()
+	return nil
+}
+
+// under reports whether p is dir or a path inside it, and returns p moved
+// from dir to to (to == "": dropped).
+func under(p, dir, to string) (string, bool) {
+	if p == dir {
+		return to, true
+	}
+	if rest, ok := strings.CutPrefix(p, dir+string(filepath.Separator)); ok {
+		if to == "" {
+			return "", true
+		}
+		return filepath.Join(to, rest), true
+	}
+	return "", false
+}
+
+// moveNames renames (or, to "", drops) the tracked unsynced files and the
+// names of open files for which move says so (f.mu held).
+func (f *FS) moveNames(move func(p string) (string, bool)) {
+	if f.track {
+		moved := map[string]*pending{}
+		for p, pend := range f.unsynced {
+			if to, ok := move(p); ok {
+				delete(f.unsynced, p)
+				if to != "" {
+					moved[to] = pend
+				}
+			}
+		}
+		for p, pend := range moved {
+			f.unsynced[p] = pend
+		}
+	}
+	for h := range f.open {
+		if to, ok := move(h.name); ok && to != "" {
+			h.name = to
+		}
+	}
 }
 
 // Stat implements zrecord.FS.

@@ -281,3 +281,64 @@ func TestPowerCut(t *testing.T) {
 		t.Fatal("PowerCut left files open")
 	}
 }
+
+// TestDirectoryRenameAndExchange: a renamed or exchanged directory takes
+// its files' unsynced writes and the names of its open files along, so a
+// PowerCut rewrites them where they now are; Exchange counts as a mutating
+// operation unless NoExchange makes it unsupported.
+func TestDirectoryRenameAndExchange(t *testing.T) {
+	dir := t.TempDir()
+	x, y, z := filepath.Join(dir, "x"), filepath.Join(dir, "y"), filepath.Join(dir, "z")
+	fs := faultfs.New(zrecord.OSFS)
+	for _, d := range []string{x, y} {
+		if err := fs.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fs.TrackDurability(true)
+	fs.KeepLog(true)
+	fx, fy := create(t, fs, filepath.Join(x, "f")), create(t, fs, filepath.Join(y, "f"))
+	fx.WriteAt([]byte("in x"), 0)
+	fy.WriteAt([]byte("in y"), 0)
+	fs.NoExchange(true)
+	if err := fs.Exchange(x, y); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Exchange with NoExchange = %v", err)
+	}
+	fs.NoExchange(false)
+	if err := fs.Exchange(x, y); err != nil {
+		t.Skip("no exchange here:", err)
+	}
+	if err := fs.Rename(y, z); err != nil { // y held x's file
+		t.Fatal(err)
+	}
+	fy.WriteAt([]byte("IN"), 0) // y's file, now in x
+	var kinds []string
+	for _, op := range fs.Log() {
+		kinds = append(kinds, op.Kind)
+	}
+	if want := "create create write write exchange rename write"; strings.Join(kinds, " ") != want {
+		t.Fatalf("operations %v, want %s", kinds, want)
+	}
+	if err := fs.PowerCut(func(string, int) bool { return true }); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]string{filepath.Join(x, "f"): "IN y", filepath.Join(z, "f"): "in x"} {
+		if got, err := os.ReadFile(p); err != nil || string(got) != want {
+			t.Errorf("%s = %q, %v; want %q", p, got, err, want)
+		}
+	}
+	// Nothing kept: both files lose their unsynced writes where they are now.
+	fs = faultfs.New(zrecord.OSFS)
+	fs.TrackDurability(true)
+	f := create(t, fs, filepath.Join(x, "g"))
+	f.WriteAt([]byte("lost"), 0)
+	if err := fs.Rename(x, y); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.PowerCut(func(string, int) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(y, "g")); err != nil || len(got) != 0 {
+		t.Errorf("the renamed directory's file = %q, %v; want it empty", got, err)
+	}
+}
