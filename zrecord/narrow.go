@@ -126,12 +126,9 @@ func narrowRecord(dst, r []byte, el Element) ([]byte, bool) {
 		return dst, false
 	}
 	count := len(r) / es
-	lo, hi := recordRange(r, el)
-	// The span is taken modulo the element's range: a signed record's
-	// bounds come as their two's-complement bits.
-	span := hi - lo
-	if es < 8 {
-		span &= 1<<(8*es) - 1
+	lo, span, ok := recordSpan(r, el)
+	if !ok {
+		return dst, false
 	}
 	w := narrowWidth(span)
 	if w >= es || narrowedSize(es, w, count) >= len(r) {
@@ -146,36 +143,78 @@ func narrowRecord(dst, r []byte, el Element) ([]byte, bool) {
 	return dst, true
 }
 
-// recordRange returns the smallest and largest value of r (elements of
-// type el), as the low 8*Size bits of a uint64 each.
-func recordRange(r []byte, el Element) (lo, hi uint64) {
+// spanBlock is how many bytes of a record recordSpan scans between checks
+// of the span it has seen: a record that cannot narrow (noise over the
+// whole range of its type) is given up on after its first block instead
+// of being scanned to its end.
+const spanBlock = 1 << 10
+
+// maxNarrowSpan is the largest span of values that a record of es-byte
+// elements can be narrowed with: the width must stay below es.
+func maxNarrowSpan(es int) uint64 {
+	switch es {
+	case 1:
+		return 0
+	case 2:
+		return 0xff
+	case 4:
+		return 0xffff
+	}
+	return 0xffffffff
+}
+
+// recordSpan returns the smallest value of r (elements of type el, as the
+// low 8*Size bits of a uint64) and the span from it to the largest,
+// modulo the element's range; ok is false, and the scan stops early, once
+// the span is too wide to narrow.
+func recordSpan(r []byte, el Element) (lo, span uint64, ok bool) {
+	es := el.Size
+	mask := ^uint64(0)
+	if es < 8 {
+		mask = 1<<(8*es) - 1
+	}
+	limit := maxNarrowSpan(es)
+	first := getElem(r, es)
+	lo, hi := first, first
+	for off := 0; off < len(r); off += spanBlock {
+		lo, hi = rangeBlock(r[off:min(off+spanBlock, len(r))], el, lo, hi)
+		// The span is taken modulo the element's range: a signed
+		// record's bounds come as their two's-complement bits.
+		if span = (hi - lo) & mask; span > limit {
+			return lo, span, false
+		}
+	}
+	return lo, span, true
+}
+
+// rangeBlock widens the bounds lo and hi (bits of elements of type el) to
+// the smallest and largest value of the block r.
+func rangeBlock(r []byte, el Element, lo, hi uint64) (uint64, uint64) {
 	switch el.Size {
 	case 1:
 		if el.Signed {
-			a, b := int8(r[0]), int8(r[0])
+			a, b := int8(lo), int8(hi)
 			for _, c := range r {
 				v := int8(c)
 				a, b = min(a, v), max(b, v)
 			}
 			return uint64(uint8(a)), uint64(uint8(b))
 		}
-		a, b := r[0], r[0]
+		a, b := uint8(lo), uint8(hi)
 		for _, c := range r {
 			a, b = min(a, c), max(b, c)
 		}
 		return uint64(a), uint64(b)
 	case 2:
 		if el.Signed {
-			a := int16(binary.LittleEndian.Uint16(r))
-			b := a
+			a, b := int16(lo), int16(hi)
 			for i := 0; i+2 <= len(r); i += 2 {
 				v := int16(binary.LittleEndian.Uint16(r[i:]))
 				a, b = min(a, v), max(b, v)
 			}
 			return uint64(uint16(a)), uint64(uint16(b))
 		}
-		a := binary.LittleEndian.Uint16(r)
-		b := a
+		a, b := uint16(lo), uint16(hi)
 		for i := 0; i+2 <= len(r); i += 2 {
 			v := binary.LittleEndian.Uint16(r[i:])
 			a, b = min(a, v), max(b, v)
@@ -183,16 +222,14 @@ func recordRange(r []byte, el Element) (lo, hi uint64) {
 		return uint64(a), uint64(b)
 	case 4:
 		if el.Signed {
-			a := int32(binary.LittleEndian.Uint32(r))
-			b := a
+			a, b := int32(lo), int32(hi)
 			for i := 0; i+4 <= len(r); i += 4 {
 				v := int32(binary.LittleEndian.Uint32(r[i:]))
 				a, b = min(a, v), max(b, v)
 			}
 			return uint64(uint32(a)), uint64(uint32(b))
 		}
-		a := binary.LittleEndian.Uint32(r)
-		b := a
+		a, b := uint32(lo), uint32(hi)
 		for i := 0; i+4 <= len(r); i += 4 {
 			v := binary.LittleEndian.Uint32(r[i:])
 			a, b = min(a, v), max(b, v)
@@ -200,16 +237,14 @@ func recordRange(r []byte, el Element) (lo, hi uint64) {
 		return uint64(a), uint64(b)
 	}
 	if el.Signed {
-		a := int64(binary.LittleEndian.Uint64(r))
-		b := a
+		a, b := int64(lo), int64(hi)
 		for i := 0; i+8 <= len(r); i += 8 {
 			v := int64(binary.LittleEndian.Uint64(r[i:]))
 			a, b = min(a, v), max(b, v)
 		}
 		return uint64(a), uint64(b)
 	}
-	a := binary.LittleEndian.Uint64(r)
-	b := a
+	a, b := lo, hi
 	for i := 0; i+8 <= len(r); i += 8 {
 		v := binary.LittleEndian.Uint64(r[i:])
 		a, b = min(a, v), max(b, v)
@@ -245,12 +280,33 @@ func putElem(b []byte, es int, v uint64) {
 
 // packValues writes each value of r (es bytes each) minus base into dst,
 // w bytes each; every difference fits w bytes (narrowRecord chose w so).
+// The common pairs have loops of their own, the rest share one.
 func packValues(dst, r []byte, es, w int, base uint64) {
-	if w == 0 {
-		return
-	}
-	for i, j := 0, 0; i < len(r); i, j = i+es, j+w {
-		putElem(dst[j:], w, getElem(r[i:], es)-base)
+	n := len(r) / es
+	switch {
+	case w == 0:
+	case es == 4 && w == 2:
+		b := uint32(base)
+		for i := 0; i < n; i++ {
+			binary.LittleEndian.PutUint16(dst[2*i:], uint16(binary.LittleEndian.Uint32(r[4*i:])-b))
+		}
+	case es == 4 && w == 1:
+		b := uint32(base)
+		for i := 0; i < n; i++ {
+			dst[i] = byte(binary.LittleEndian.Uint32(r[4*i:]) - b)
+		}
+	case es == 8 && w == 4:
+		for i := 0; i < n; i++ {
+			binary.LittleEndian.PutUint32(dst[4*i:], uint32(binary.LittleEndian.Uint64(r[8*i:])-base))
+		}
+	case es == 8 && w == 2:
+		for i := 0; i < n; i++ {
+			binary.LittleEndian.PutUint16(dst[2*i:], uint16(binary.LittleEndian.Uint64(r[8*i:])-base))
+		}
+	default:
+		for i, j := 0, 0; i < len(r); i, j = i+es, j+w {
+			putElem(dst[j:], w, getElem(r[i:], es)-base)
+		}
 	}
 }
 

@@ -175,7 +175,16 @@ class ZrecordZstdict(ZrecordStore):
     compresses = True
 
 
-STORES: list[type[Store]] = [ZrecordRaw, ZrecordRawNoVerify, ZrecordZstd, ZrecordZstdict]
+class ZrecordNarrow(ZrecordStore):
+    """Integer records narrowed to the fewest bytes per value; refused
+    (skipped with the converter's message) for a float --dtype."""
+
+    name = "zrecord-narrow"
+    codec = "narrow"
+    compresses = True
+
+
+STORES: list[type[Store]] = [ZrecordRaw, ZrecordRawNoVerify, ZrecordZstd, ZrecordZstdict, ZrecordNarrow]
 
 
 # ---------------------------------------------------------------------------
