@@ -223,12 +223,15 @@ def test_a_killed_worker_fails_its_step_and_a_new_worker_goes_on(stores, deadlin
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"workers": "processes"}, ValueError, r"workers must be 'thread' .* or 'process' .*got 'processes'"),
-        ({"workers": 2}, ValueError, r"workers must be 'thread'.*got 2"),
+        ({"workers": "processes"}, ValueError,
+         r"workers must be 'auto' .*'thread' .* or 'process' .*got 'processes'"),
+        ({"workers": 2}, ValueError, r"workers must be 'auto'.*got 2"),
         ({"workers": "process", "start_method": "fork"}, ValueError,
          r"start_method must be 'spawn' or 'forkserver', got 'fork' \(the Go runtime"),
         ({"workers": "process", "start_method": "Spawn"}, ValueError, r"start_method must be .*got 'Spawn'"),
-        ({"start_method": "spawn"}, ValueError, r"start_method='spawn' applies to workers='process' only"),
+        ({"workers": "thread", "start_method": "spawn"}, ValueError,
+         r"start_method='spawn' applies to workers='process' or 'auto' only"),
+        ({"start_method": "Spawn"}, ValueError, r"start_method must be .*got 'Spawn'"),  # checked for auto too
         ({"workers": "process", "num_workers": 0}, ValueError, r"workers='process' needs num_workers of 1"),
         ({"workers": "process", "transform": lambda b: b}, TypeError,
          r"workers='process' needs transform to be picklable, and <function <lambda>"),
