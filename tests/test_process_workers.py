@@ -128,7 +128,7 @@ def test_process_batches_equal_thread_batches(stores, deadline, kind, settings, 
     kw = {"batch_size": funcs.BATCH, "transform": transform, "num_workers": 2, **settings}
     if "epoch" not in settings:
         kw["steps"] = 40  # several cycles: slots are recycled and reused
-    threads = DataLoader(make_streams(d, kind), **kw)
+    threads = DataLoader(make_streams(d, kind), workers="thread", **kw)
     want = [copy_tree(b) for b in threads]
     threads.close()
     held = []
@@ -147,7 +147,7 @@ def test_process_batches_equal_thread_batches(stores, deadline, kind, settings, 
 def test_resume_continues_bit_identically(stores, deadline):
     d = stores["dir"]
     kw = {"batch_size": funcs.BATCH, "transform": funcs.flip_scale, "num_workers": 2, "seed": 5}
-    with DataLoader(make_streams(d, "stores"), **kw) as straight:
+    with DataLoader(make_streams(d, "stores"), workers="thread", **kw) as straight:
         want = [copy_tree(next(straight)) for _ in range(20)]
     with DataLoader(make_streams(d, "stores"), workers="process", **kw) as first:
         for step in range(7):
@@ -386,7 +386,7 @@ def test_a_worker_that_cannot_set_up_breaks_the_loader(stores, deadline):
 def test_forkserver_workers_yield_the_same_batches(stores, deadline):
     d = stores["dir"]
     kw = {"batch_size": funcs.BATCH, "transform": funcs.flip_scale, "num_workers": 2, "seed": 8, "steps": 12}
-    with DataLoader(make_streams(d, "arrays"), **kw) as threads:
+    with DataLoader(make_streams(d, "arrays"), workers="thread", **kw) as threads:
         want = [copy_tree(b) for b in threads]
     with DataLoader(make_streams(d, "arrays"), workers="process", start_method="forkserver", **kw) as procs:
         assert "workers='process'" in repr(procs)
