@@ -43,6 +43,17 @@ seconds count as nothing.
   a process does each step without those seconds, so with ``k`` workers a
   step gains about ``(blocked + kernel) / k`` seconds.
 
+These figures predict; they do not promise. A process also copies each
+finished batch into shared memory, gathers on one core instead of fanning
+out, and competes with whatever else the machine runs. So the loader checks
+the prediction: it notes the pace at which its consumer received steps on
+threads (from the step after the warm-up to the verdict) and, after the
+move, the pace of :data:`TRIAL_STEPS` steps on processes (after the
+prefetch window the processes filled while the threads finished).
+:func:`keep_processes` keeps the processes only when they are at least
+:data:`KEEP_GAIN` times as fast; otherwise the loader moves back to threads
+for good, at a step boundary, the batches unchanged.
+
 Whether the switch is *safe* (what pickles, which streams a worker can
 reopen, what the transform returns) is the loader's to check; this module
 only measures and judges. Tests replace the measured figures through
@@ -91,6 +102,11 @@ MIN_TRANSFORM_SECONDS = 0.002
 #: how fast a worker process copies a finished batch into shared memory:
 #: 64 MiB took 5-12 ms on the bench's machine; the slow end is taken
 COPY_BYTES_PER_SECOND = 5e9
+#: steps on processes whose pace is compared with the threads'
+TRIAL_STEPS = 8
+#: how much faster than threads the processes must deliver steps to be
+#: kept: at par, threads win, as they hold no second copy of each batch
+KEEP_GAIN = 1.05
 #: seconds that starting the worker processes costs (each imports NumPy,
 #: loaderx and the user's script, and unpickles the recipe): two workers
 #: were ready 1.0-1.6 s after the start on the 2-CPU machine the bench runs
@@ -325,3 +341,20 @@ def decide(times: list[StepTimes], workers: int, remaining: int | None, batch_by
         f"the transform is {transform / step:.0%} of a step and was blocked or in the kernel "
         f"{lost / transform:.0%} of its time: {why}",
     )
+
+
+def pace(times: list[float]) -> float | None:
+    """Mean seconds between consecutive times (when a consumer received its
+    steps), or None with fewer than three of them."""
+    if len(times) < 3:
+        return None
+    return (times[-1] - times[0]) / (len(times) - 1)
+
+
+def keep_processes(thread_step_s: float | None, process_step_s: float) -> bool:
+    """Whether steps that came every ``process_step_s`` seconds on processes
+    beat the ``thread_step_s`` of threads by :data:`KEEP_GAIN` (without a
+    thread figure there is nothing to compare with: keep them)."""
+    if thread_step_s is None:
+        return True
+    return process_step_s * KEEP_GAIN <= thread_step_s

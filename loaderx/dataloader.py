@@ -37,7 +37,18 @@ from typing import Any
 import numpy as np
 
 from loaderx._args import MODES, as_int, check_mode, check_seed, check_shard, check_step
-from loaderx._autoworkers import ENV_VAR, WORKER_KINDS, StepTimer, Verdict, decide, env_workers
+from loaderx._autoworkers import (
+    ENV_VAR,
+    TRIAL_STEPS,
+    WARMUP_STEPS,
+    WORKER_KINDS,
+    StepTimer,
+    Verdict,
+    decide,
+    env_workers,
+    keep_processes,
+    pace,
+)
 from loaderx._pipeline import ArrayStream as _ArrayStream
 from loaderx._pipeline import Batch, BufferPool, Pipeline, Stream
 from loaderx._procpool import (
@@ -431,8 +442,12 @@ class DataLoader:
     go on making steps; the threads finish the steps they claimed and the
     processes take over at the next one, so no step is lost, repeated or
     made differently (the transform must be a function of its batch, as for
-    ``workers="process"``). The move is logged once (INFO, logger
-    ``loaderx``); :meth:`stats` says which workers run and why. The
+    ``workers="process"``). Then it checks the move: unless the consumer
+    receives its next :data:`~loaderx._autoworkers.TRIAL_STEPS` steps
+    :data:`~loaderx._autoworkers.KEEP_GAIN` times as fast as it did on
+    threads, the loader goes back to threads for good, again at a step
+    boundary. Each move is logged once (INFO, logger ``loaderx``);
+    :meth:`stats` says which workers run and why. The
     environment variable ``LOADERX_WORKERS`` (``thread``, ``process`` or
     ``auto``) forces the mode of every ``workers="auto"`` loader; an explicit
     ``workers=`` argument always wins.
@@ -650,6 +665,13 @@ class DataLoader:
         self._handoff: int | None = None  # the step processes take over at, while threads finish
         self._next_pipe: ProcessPipeline | None = None
         self._pending_since = 0.0
+        #: when the consumer received each step, while the threads are timed
+        #: and, after a move, on processes (the trial); tests replace the clock
+        self._clock = time.perf_counter
+        self._received: list[float] = []
+        self._thread_pace: float | None = None
+        self._trial: list[float] | None = None
+        self._trial_skip = 0
         #: with True, a loader that decided to move waits for its processes
         #: at the next step instead of going on with threads meanwhile
         #: (tests make the move land at a known step with it)
@@ -706,9 +728,14 @@ class DataLoader:
             )
 
     def _advance(self, item: Any) -> None:
-        """After a step made on threads with ``workers="auto"``: judge the
-        measured window, start the processes, or hand over to them."""
+        """After a step with ``workers="auto"``: judge the measured window,
+        start the processes, hand over to them, or judge their trial."""
+        if self._trial is not None:
+            self._try_processes()
+            return
         timer = self._timer
+        if timer is not None:
+            self._received.append(self._clock())
         if timer is not None and timer.full:
             self._timer = None
             self._judge(timer, item)
@@ -775,6 +802,8 @@ class DataLoader:
         self._pending = pool
         self._pending_since = time.monotonic()
         self._reason = why
+        self._thread_pace = pace(self._received[WARMUP_STEPS:])
+        self._received = []
 
     def _finish_handoff(self) -> None:
         """The threads' last step is out: the processes take over."""
@@ -784,6 +813,41 @@ class DataLoader:
         self._pipe, self._next_pipe = nxt, None
         self._mode = "process"
         self._switch_step, self._handoff = self._handoff, None
+        self._trial, self._trial_skip = [], self._prefetch
+
+    def _try_processes(self) -> None:
+        """Time the consumer's steps on processes; once :data:`TRIAL_STEPS`
+        are in, keep the processes or go back to threads for good."""
+        trial = self._trial
+        assert trial is not None
+        if self._trial_skip:  # made while the threads finished: not the processes' pace
+            self._trial_skip -= 1
+            return
+        trial.append(self._clock())
+        if len(trial) < TRIAL_STEPS + 1:
+            return
+        self._trial = None
+        took = pace(trial)
+        assert took is not None
+        threads = self._thread_pace
+        if keep_processes(threads, took):
+            return
+        assert threads is not None
+        pipe, self._pipe = self._pipe, None
+        assert pipe is not None
+        self._step = pipe.next_out
+        pipe.stop()
+        procs, self._procs = self._procs, None
+        if procs is not None:
+            procs.close()
+        self._mode = "thread"
+        self._switch_step = None
+        self._reason = (
+            f"moved back to threads at step {self._step}: on processes a step came every "
+            f"{took * 1e3:.1f} ms, on threads every {threads * 1e3:.1f} ms (the verdict was: "
+            f"{self._reason})"
+        )
+        log.info("DataLoader(workers='auto'): %s", self._reason)
 
     def stats(self) -> dict[str, Any]:
         """What the loader runs on and why::
@@ -929,7 +993,7 @@ class DataLoader:
             pipe = self._pipe
             assert pipe is not None
         item = pipe.next()
-        if self._timer is not None or self._pending is not None:
+        if self._timer is not None or self._pending is not None or self._trial is not None:
             self._advance(item)
         return item
 
@@ -988,6 +1052,10 @@ class DataLoader:
             nxt.stop()
             self._mode = "process"
             self._switch_step, self._handoff = self._step, None
+            self._trial, self._trial_skip = [], self._prefetch
+        elif self._trial is not None:  # the trial starts over from the new position
+            self._trial, self._trial_skip = [], self._prefetch
+        self._received = []  # consumer paces across a seek mean nothing
 
     def close(self) -> None:
         """Stop the workers and drop prefetched batches. Safe to call twice;

@@ -4,8 +4,10 @@ and that a move to worker processes changes no batch, at any step, across
 state_dict() / load_state_dict() made before, during and after it.
 
 No test depends on the machine's speed: the step figures are injected
-(``StepTimer.inject``), and the loaders that move wait for their processes
-(``wait_for_workers``) so the move lands within the steps a test takes.
+(``StepTimer.inject``), so is the clock that times the consumer's steps
+before and after a move (the trial), and the loaders that move wait for
+their processes (``wait_for_workers``) so the move lands within the steps a
+test takes.
 """
 
 from __future__ import annotations
@@ -69,13 +71,23 @@ def streams_of(d: Path) -> dict[str, DenseDataset]:
     return {"data": DenseDataset(d / "data"), "label": DenseDataset(d / "label")}
 
 
-def auto_loader(streams: Any, figures: aw.StepTimes | None, **kw: Any) -> DataLoader:
-    """A workers="auto" loader whose measured steps report ``figures``."""
+def auto_loader(streams: Any, figures: aw.StepTimes | None, *, thread_pace: float = 0.1,
+                process_pace: float = 0.05, **kw: Any) -> DataLoader:
+    """A workers="auto" loader whose measured steps report ``figures`` and
+    whose consumer receives a step every ``thread_pace`` seconds on threads
+    and every ``process_pace`` on processes."""
     loader = DataLoader(streams, **{"batch_size": funcs.BATCH, "num_workers": 2, **kw})
     loader.wait_for_workers = True
     if figures is not None:
         assert loader._timer is not None, loader.stats()
         loader._timer.inject = lambda step: figures
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += thread_pace if loader._mode == "thread" else process_pace
+        return now[0]
+
+    loader._clock = clock
     return loader
 
 
@@ -139,6 +151,15 @@ def test_what_keeps_the_loader_on_threads(times, workers, remaining, nbytes, why
 
 def test_a_long_enough_finite_run_moves():
     assert aw.decide([GIL_BOUND] * aw.WINDOW_STEPS, 2, 151, 0).processes
+
+
+def test_processes_are_kept_only_when_faster():
+    assert aw.pace([1.0, 1.5, 2.0, 2.5]) == 0.5
+    assert aw.pace([1.0, 2.0]) is None
+    assert aw.keep_processes(0.1, 0.09)
+    assert not aw.keep_processes(0.1, 0.099)  # at par threads win
+    assert not aw.keep_processes(0.1, 0.2)
+    assert aw.keep_processes(None, 0.2)  # nothing to compare with
 
 
 def test_the_timer_leaves_out_the_warmup_and_stops_when_full():
@@ -304,6 +325,31 @@ def test_a_move_to_processes_changes_no_batch(stores, deadline, caplog):
             resumed.load_state_dict(states[at])
             for step in range(at, steps):
                 assert_same(next(resumed), want[step], f"resumed at {at}, step {step}")
+
+
+def test_processes_slower_than_threads_hand_back_to_threads(stores, deadline, caplog):
+    steps = 50
+    want = reference(stores, steps, seed=4)
+    got = []
+    with caplog.at_level(logging.INFO, logger="loaderx"):
+        loader = auto_loader(streams_of(stores), GIL_BOUND, transform=funcs.flip_scale, seed=4,
+                             thread_pace=0.05, process_pace=0.08)
+        with loader:
+            modes = []
+            for _ in range(steps):
+                got.append(copy_tree(next(loader)))
+                modes.append(loader.stats()["workers_chosen"])
+            s = loader.stats()
+            assert loader._procs is None  # the processes are gone
+    for step in range(steps):
+        assert_same(got[step], want[step], f"step {step}")
+    assert "process" in modes and modes[-1] == "thread"
+    back = modes.index("thread", modes.index("process"))
+    assert modes[back:] == ["thread"] * (steps - back)  # for good
+    assert s["workers_chosen"] == "thread" and s["workers_switch_step"] is None
+    assert "moved back to threads" in s["workers_reason"]
+    assert "every 80.0 ms, on threads every 50.0 ms" in s["workers_reason"]
+    assert len([r for r in caplog.records if "moved back to threads" in r.getMessage()]) == 1
 
 
 def test_seeking_during_and_after_the_move(stores, deadline):
