@@ -714,8 +714,9 @@ class DataLoader:
             sum(pool.nbytes for _, _, pool in self._streams),
         )
 
-    def _stay(self, reason: str, warn: str | None = None) -> None:
-        """Settle on threads for good (``warn``: why processes could not be used)."""
+    def _stay(self, reason: str, warn: str | None = None, depth: int = 0) -> None:
+        """Settle on threads for good (``warn``: why processes could not be
+        used; ``depth``: the calls between ``__next__`` and this one)."""
         self._timer = None
         self._pending = None
         self._reason = reason
@@ -724,7 +725,7 @@ class DataLoader:
                 f"DataLoader(workers='auto') stays on worker threads: {reason}. workers='process' "
                 f"would need {warn}",
                 WorkersWarning,
-                stacklevel=4,
+                stacklevel=4 + depth,  # the caller of next()
             )
 
     def _advance(self, item: Any) -> None:
@@ -796,6 +797,7 @@ class DataLoader:
                 "the transform, the sampler and every stream to pickle (define the transform at "
                 "module level), every stream to be a store or a np.memmap, and batches of NumPy "
                 f"arrays; here {blocker}",
+                depth=1,
             )
             return
         pool.start()

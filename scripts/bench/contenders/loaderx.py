@@ -235,8 +235,9 @@ class LoaderxLoader(LoaderContender):
             return next(it)["data"]
 
         def settled() -> bool:
-            """Whether workers="auto" has judged and any move to processes is done."""
-            return dl._timer is None and dl._pending is None and dl._handoff is None
+            """Whether workers="auto" has judged, and any move to processes is
+            done and checked (kept, or undone)."""
+            return dl._timer is None and dl._pending is None and dl._handoff is None and dl._trial is None
 
         def mode() -> dict[str, Any]:
             s = dl.stats()
