@@ -424,3 +424,19 @@ def _zombie(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_torch_iterable_loaders_stay_on_threads(stores, monkeypatch):
+    """Inside torch's worker processes a loader must not start processes of
+    its own, whatever the environment forces."""
+    pytest.importorskip("torch")
+    import multiprocessing
+
+    from loaderx.torch import LoaderIterable
+
+    monkeypatch.setenv(aw.ENV_VAR, "process")
+    it = LoaderIterable({"data": str(stores / "data"), "label": str(stores / "label")}, batch_size=8,
+                        steps=4, num_threads=2, transform=funcs.flip_scale)
+    batches = list(it)
+    assert len(batches) == 4
+    assert multiprocessing.active_children() == []
