@@ -26,7 +26,13 @@ no I/O is blocked when it waits for the GIL (or for another lock of the
 process, such as the one page faults take), which is exactly what a separate
 process would not wait for. Without schedstat (not Linux) the time waiting
 for a CPU counts as blocked too; without ``RUSAGE_THREAD`` the kernel's
-seconds count as nothing.
+seconds count as nothing. On a machine whose CPUs are busy with other work
+the measure undercounts the GIL: every hand-over of the GIL wakes the
+waiting thread, and its wait for a CPU after the wake-up is charged to the
+machine (two threads of a pure-Python loop at a load average of 8 on 2 CPUs:
+each 62 ms transform spent 16 ms on the CPU, 15 ms blocked and 31 ms waiting
+for a CPU). Such a transform may stay on threads; ``LOADERX_WORKERS=process``
+or ``workers="process"`` moves it.
 
 :func:`decide` turns the figures of :data:`WINDOW_STEPS` steps into a
 :class:`Verdict`. It says "processes" when, over the window,
