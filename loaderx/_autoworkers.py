@@ -26,13 +26,17 @@ no I/O is blocked when it waits for the GIL (or for another lock of the
 process, such as the one page faults take), which is exactly what a separate
 process would not wait for. Without schedstat (not Linux) the time waiting
 for a CPU counts as blocked too; without ``RUSAGE_THREAD`` the kernel's
-seconds count as nothing. On a machine whose CPUs are busy with other work
-the measure undercounts the GIL: every hand-over of the GIL wakes the
-waiting thread, and its wait for a CPU after the wake-up is charged to the
-machine (two threads of a pure-Python loop at a load average of 8 on 2 CPUs:
-each 62 ms transform spent 16 ms on the CPU, 15 ms blocked and 31 ms waiting
-for a CPU). Such a transform may stay on threads; ``LOADERX_WORKERS=process``
-or ``workers="process"`` moves it.
+seconds count as nothing. The wait for a CPU is left out of the
+transform's seconds, as it is the machine's load, not the transform's; a
+thread woken to take the GIL waits there too, so on busy CPUs part of the
+GIL's cost goes uncounted, but not enough to hide it: two threads of a
+pure-Python loop at a load average of 8 on 2 CPUs spent, per 62 ms
+transform, 16 ms on a CPU, 15 ms blocked and 31 ms waiting for a CPU, which
+is 15 of the 31 ms the transform counts, 49 %, blocked. A transform shorter
+than the GIL's switch interval (5 ms) is seldom made to give the GIL up, so
+its threads wait for the GIL between transforms instead, where this
+measure does not look; ``LOADERX_WORKERS=process`` or ``workers="process"``
+moves such a transform when it matters.
 
 :func:`decide` turns the figures of :data:`WINDOW_STEPS` steps into a
 :class:`Verdict`. It says "processes" when, over the window,
