@@ -37,6 +37,11 @@ consumer died unlinks the segments it knows, so a killed consumer leaves
 nothing behind either. No segment is registered with multiprocessing's
 resource tracker, so it never warns about (or unlinks) them behind the
 pool's back.
+
+The file is past the size of most modules because the worker's loop and the
+consumer's dispatch speak one message protocol (job, done, error, grow,
+slot, drop, cancel, skip, ready, fatal, stop) and own the segments between
+them; split, each half would only make sense next to the other.
 """
 
 from __future__ import annotations

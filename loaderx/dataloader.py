@@ -22,6 +22,13 @@ serialise. The default, ``workers="auto"``, starts on threads, measures the
 first steps (:mod:`loaderx._autoworkers`) and moves to worker processes at a
 step boundary when the transform holds the GIL and the move is safe; the
 batches are the same either way.
+
+The module is longer than the others because :class:`DataLoader` is one
+state machine over one set of fields (the running pipeline, the position,
+the process pool, a hand-over under way): iteration, ``load_state_dict``,
+``close`` and the moves of ``workers="auto"`` all change them, so they stay
+together; what is measured and judged lives in :mod:`loaderx._autoworkers`,
+the threads and the processes in their own modules.
 """
 
 from __future__ import annotations
