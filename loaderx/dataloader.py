@@ -866,6 +866,8 @@ class DataLoader:
              "workers_reason": why, with the figures measured,
              "workers_switch_step": the first step made by processes after
                  a move from threads, or None,
+             "workers_settled": False while workers="auto" still times the
+                 threads, starts processes, hands over to them or checks them,
              "num_workers", "prefetch",
              "measured": {"steps", "gather_s", "transform_s", "blocked_s",
                  "kernel_s"}
@@ -882,6 +884,8 @@ class DataLoader:
             "workers_chosen": self._mode,
             "workers_reason": self._reason,
             "workers_switch_step": self._switch_step,
+            "workers_settled": self._timer is None and self._pending is None and self._handoff is None
+            and self._trial is None,
             "num_workers": self._workers,
             "prefetch": self._prefetch,
             "measured": measured,

@@ -195,7 +195,10 @@ def test_the_default_is_auto():
 
 
 def test_auto_without_a_transform_or_with_one_worker_never_times(stores):
+    with auto_loader(streams_of(stores), GIL_FREE, transform=funcs.flip_scale) as timed:
+        assert not timed.stats()["workers_settled"]  # timing the first steps
     with DataLoader(streams_of(stores), batch_size=8) as loader:
+        assert loader.stats()["workers_settled"]
         assert loader._timer is None
         assert "without a transform" in loader.stats()["workers_reason"]
     with DataLoader(streams_of(stores), batch_size=8, num_workers=1, transform=funcs.flip_scale) as loader:
@@ -314,6 +317,7 @@ def test_a_move_to_processes_changes_no_batch(stores, deadline, caplog):
         assert_same(got[step], want[step], f"step {step}")
     switch = s["workers_switch_step"]
     assert s["workers_chosen"] == "process" and switch is not None and JUDGED < switch < steps
+    assert s["workers_settled"]  # judged, moved and checked within the 40 steps
     assert modes[switch - 1] == "thread" and modes[switch] == "process"
     assert [st["step"] for st in states] == list(range(steps))  # no step lost or repeated
     assert len(pids) == 2

@@ -237,7 +237,7 @@ class LoaderxLoader(LoaderContender):
         def settled() -> bool:
             """Whether workers="auto" has judged, and any move to processes is
             done and checked (kept, or undone)."""
-            return dl._timer is None and dl._pending is None and dl._handoff is None and dl._trial is None
+            return bool(dl.stats()["workers_settled"])
 
         def mode() -> dict[str, Any]:
             s = dl.stats()
