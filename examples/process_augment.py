@@ -3,9 +3,12 @@
 The transform below loops over the images of a batch in Python, the way
 augmentation code usually looks. On worker threads the GIL runs one such
 loop at a time; with ``workers="process"`` each worker process runs its own.
-The script times both modes on the same synthetic images, checks that they
-yield the same batches, and that a process-mode loader resumed from its
-``state_dict`` continues exactly. It needs only NumPy and runs in seconds::
+The default, ``workers="auto"``, starts on threads, times the first steps
+and moves to processes when they would be faster. The script times the
+three modes on the same synthetic images, prints what the default chose and
+why, checks that all three yield the same batches, and that a process-mode
+loader resumed from its ``state_dict`` continues exactly. It needs only
+NumPy and runs in seconds::
 
     python3 examples/process_augment.py --steps 40
 
@@ -54,9 +57,10 @@ def make_stores(workdir: str, n: int) -> dict[str, DenseDataset]:
     return {"image": DenseDataset(image_path), "label": DenseDataset(label_path)}
 
 
-def run(workdir: str, workers: str, steps: int, num_workers: int) -> tuple[float, list[np.ndarray]]:
+def run(workdir: str, workers: str, steps: int, num_workers: int) -> tuple[float, list[np.ndarray], str]:
     """Seconds for ``steps`` batches (after the first, which includes
-    starting the workers) and a checksum per batch."""
+    starting the workers), a checksum per batch, and what the loader says
+    it ran on."""
     sums = []
     with DataLoader(make_stores(workdir, 4096), batch_size=128, transform=augment, seed=0,
                     num_workers=num_workers, workers=workers) as loader:
@@ -65,7 +69,11 @@ def run(workdir: str, workers: str, steps: int, num_workers: int) -> tuple[float
         t0 = time.perf_counter()
         for _ in range(steps):
             sums.append(next(loader)["image"].sum(axis=(1, 2)))
-        return time.perf_counter() - t0, sums
+        seconds = time.perf_counter() - t0
+        stats = loader.stats()
+    moved = stats["workers_switch_step"]
+    where = f"{stats['workers_chosen']}s" + (f" from step {moved}" if moved is not None else "")
+    return seconds, sums, f"{where}: {stats['workers_reason']}"
 
 
 def main() -> None:
@@ -76,13 +84,15 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         workdir = args.workdir or tmp
-        t_threads, threads = run(workdir, "thread", args.steps, args.workers)
-        t_procs, procs = run(workdir, "process", args.steps, args.workers)
-        same = all(np.array_equal(a, b) for a, b in zip(threads, procs))
+        t_threads, threads, _ = run(workdir, "thread", args.steps, args.workers)
+        t_procs, procs, _ = run(workdir, "process", args.steps, args.workers)
+        t_auto, auto, chose = run(workdir, "auto", args.steps, args.workers)
         print(f"threads:   {args.steps / t_threads:6.1f} batches/s")
         print(f"processes: {args.steps / t_procs:6.1f} batches/s ({t_threads / t_procs:.2f}x)")
-        assert same, "thread and process workers disagree"
-        print("same batches in both modes")
+        print(f"default:   {args.steps / t_auto:6.1f} batches/s ({t_threads / t_auto:.2f}x), on {chose}")
+        assert all(np.array_equal(a, b) for a, b in zip(threads, procs)), "thread and process workers disagree"
+        assert all(np.array_equal(a, b) for a, b in zip(threads, auto)), "the default loader disagrees"
+        print("same batches in both modes (and with the default)")
 
         # resume: stop after 10 steps, continue from the saved state in a new loader
         kw = {"batch_size": 128, "transform": augment, "seed": 0, "num_workers": args.workers,

@@ -30,7 +30,7 @@ reads this table and checks the imports against it)::
     _autocodec
     sampler  _store  dlpack  _state
     _native
-    errors  _args  _pages  _progress  _dtypes
+    errors  _args  _pages  _progress  _dtypes  _autoworkers
 
 ``__main__`` runs ``cli``, the ``loaderx`` command line. ``torch`` and
 ``jax`` fit a loader into those frameworks' habits (an ``IterableDataset``
@@ -39,8 +39,10 @@ prefetched); each imports its framework, so nothing else imports them.
 ``dataloader`` is
 the public loader over ``_pipeline`` (worker threads, the step window,
 recycled batch buffers), ``_procpool`` (worker processes handing batches back
-in shared memory, for ``workers="process"``) and ``_ragged`` (a ragged stream's packed gather
-into recycled buffers, and its padding). ``arrow`` converts Arrow tables, Parquet files and
+in shared memory, for ``workers="process"``), ``_autoworkers`` (the timing of
+the first steps on threads and the verdict of ``workers="auto"``: stay on
+threads or move to processes) and ``_ragged`` (a ragged stream's packed
+gather into recycled buffers, and its padding). ``arrow`` converts Arrow tables, Parquet files and
 Hugging Face datasets into a directory of aligned stores and opens such a
 directory as one multi-stream dataset. ``converter`` writes stores;
 ``dataset`` and ``zrecord`` read them, both built on ``_store`` (the one
@@ -50,7 +52,8 @@ to frameworks. ``_native`` is
 the binding, the only module that knows the C ABI. At the bottom, with no
 loaderx imports: ``errors`` (exceptions), ``_args`` (argument checks),
 ``_pages`` (releasing pages of a memory-mapped source), ``_progress`` (the
-progress line) and ``_dtypes`` (the element types a store holds, ml_dtypes
+progress line), ``_autoworkers`` (the timing and verdict above, plain
+Python) and ``_dtypes`` (the element types a store holds, ml_dtypes
 included, and their schema names). This package module loads the public names on first use.
 """
 

@@ -166,6 +166,9 @@ class Pipeline:
             gather already spreads over every core).
         end: the first step not produced (a finite pass ends there: ``next``
             raises StopIteration), or None for an endless run.
+        timer: None, or a :class:`loaderx._autoworkers.StepTimer` that is
+            told, while it is ``active``, how long each step's gather and
+            transform took (``workers="auto"`` decides from it).
 
     ``sampler`` is called as ``sampler(step, out)`` with an int64 buffer of
     ``sampler.batch_size`` and returns the indices to gather; it may return
@@ -183,6 +186,7 @@ class Pipeline:
         start_step: int,
         one_gatherer: bool,
         end: int | None = None,
+        timer: Any = None,
     ) -> None:
         self.streams = streams
         self.sampler = sampler
@@ -195,6 +199,7 @@ class Pipeline:
         self.next_out = start_step  # the next step handed to the consumer
         self.next_claim = start_step  # the next step a worker will produce
         self.end = end
+        self.timer = timer
         self.results: dict[int, Any] = {}
         self.lock = threading.Lock()
         self.ready = threading.Condition(self.lock)  # consumer waits for a step
@@ -237,12 +242,22 @@ class Pipeline:
 
     def produce(self, step: int, indices: np.ndarray) -> Finished:
         """Sample, gather and transform ``step``."""
-        batch, raw = self.gather(step, indices)
+        batch, raw = self.timed_gather(step, indices)
         if self.transform is not None:
             out = self.apply(step, batch)
             del batch
             return out, raw
         return batch, raw
+
+    def timed_gather(self, step: int, indices: np.ndarray) -> tuple[Batch, list[np.ndarray]]:
+        """:meth:`gather`, its seconds told to the timer while it measures."""
+        timer = self.timer
+        if timer is None or not timer.active or self.transform is None:
+            return self.gather(step, indices)
+        t0 = time.perf_counter()
+        got = self.gather(step, indices)
+        timer.gathered(step, time.perf_counter() - t0)
+        return got
 
     def apply(self, step: int, batch: Batch) -> Any:
         """Run the transform on the batch of ``step``. A StopIteration it
@@ -250,8 +265,14 @@ class Pipeline:
         a RuntimeError (chained) naming the step."""
         transform = self.transform
         assert transform is not None
+        timer = self.timer
         try:
-            return transform(batch)
+            if timer is None or not timer.active:
+                return transform(batch)
+            start = timer.transform_start()
+            out = transform(batch)
+            timer.transformed(step, start)
+            return out
         except StopIteration as e:
             raise RuntimeError(
                 f"the DataLoader's transform {transform!r} raised StopIteration at step {step}; "
@@ -341,7 +362,7 @@ class Pipeline:
         indices = np.empty(self.sampler.batch_size, dtype=np.int64)
 
         def hand_on(step: int, _: None) -> None:
-            self.gathered.put((step, self.gather(step, indices)))
+            self.gathered.put((step, self.timed_gather(step, indices)))
 
         self._serve(self._claim_step, hand_on)
 
@@ -409,6 +430,16 @@ class Pipeline:
             self.next_out = step + 1
             self.space.notify()
         return item
+
+    def stop_claiming(self) -> int:
+        """Let the workers claim no step past those already claimed (they
+        finish those, then end) and return the first step left unclaimed:
+        the step where another pipeline takes over."""
+        with self.lock:
+            step = self.next_out if self.num_workers == 0 else self.next_claim
+            self.end = step if self.end is None else min(self.end, step)
+            self.space.notify_all()
+            return self.end
 
     def stop(self, join_timeout: float = _JOIN_TIMEOUT) -> None:
         """Stop the workers and drop finished steps, waiting up to

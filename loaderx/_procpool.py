@@ -37,6 +37,11 @@ consumer died unlinks the segments it knows, so a killed consumer leaves
 nothing behind either. No segment is registered with multiprocessing's
 resource tracker, so it never warns about (or unlinks) them behind the
 pool's back.
+
+The file is past the size of most modules because the worker's loop and the
+consumer's dispatch speak one message protocol (job, done, error, grow,
+slot, drop, cancel, skip, ready, fatal, stop) and own the segments between
+them; split, each half would only make sense next to the other.
 """
 
 from __future__ import annotations
@@ -312,6 +317,7 @@ def _worker_main(conn: Any, recipe: bytes) -> None:
         except BaseException as e:
             conn.send(("fatal", *_exception_message(e)))
             return
+        conn.send(("ready",))
         indices = np.empty(pipe.sampler.batch_size, dtype=np.int64)
         _serve(conn, pipe, indices, maps, known)
     except (EOFError, OSError):
@@ -423,13 +429,14 @@ def _drop(maps: dict[str, tuple[mmap.mmap, np.ndarray]], name: str) -> None:
 
 
 class _Worker:
-    __slots__ = ("index", "proc", "conn", "heard")
+    __slots__ = ("index", "proc", "conn", "heard", "ready")
 
     def __init__(self, index: int, proc: Any, conn: Any) -> None:
         self.index = index
         self.proc = proc
         self.conn = conn
         self.heard = False  # has it sent anything yet
+        self.ready = False  # has it set up its streams, sampler and transform
 
 
 class _Failure:
@@ -482,6 +489,34 @@ def check_picklable(obj: Any, what: str) -> bytes:
             f"({type(e).__name__}: {e}); define it at module level (a lambda, a nested "
             "function or an object holding an open file or lock cannot cross to a worker process)"
         ) from e
+
+
+def process_blocker(streams: list[Stream]) -> str | None:
+    """Why a worker process could not reopen one of ``streams`` without a
+    copy, or None when each is a store or a file-backed memmap (an
+    in-memory array would be copied whole into shared memory)."""
+    for name, ds, _ in streams:
+        if isinstance(ds, ArrayStream):
+            if _memmap_source(ds.array) is None:
+                return f"stream {name!r} is an in-memory NumPy array (a worker process needs a store or a np.memmap)"
+            continue
+        try:
+            pickle.dumps(ds)
+        except Exception as e:
+            return f"stream {name!r} does not pickle ({type(e).__name__}: {e})"
+    return None
+
+
+def batch_blocker(batch: Any) -> tuple[str | None, int]:
+    """Why a worker process could not hand ``batch`` (a transform's result)
+    back (None when it can), and the bytes of its arrays (what a worker
+    copies into shared memory)."""
+    arrays: list[np.ndarray] = []
+    try:
+        _flatten(batch, arrays, "the batch")
+    except TypeError as e:
+        return str(e), 0
+    return None, sum(a.nbytes for a in arrays)
 
 
 def portable_streams(streams: list[Stream], names: _Names) -> tuple[list[tuple[str, Any]], list[mmap.mmap]]:
@@ -596,6 +631,27 @@ class ProcessPool:
         self._redo.clear()
         self.next_out = self._claim = start_step
         self._end = end
+
+    def start(self) -> None:
+        """Start every worker process now rather than at the first step (they
+        set up while the caller goes on: see :meth:`ready`)."""
+        for k in range(self.num_workers):
+            self._worker(k)
+
+    def ready(self, timeout: float = 0.0) -> bool:
+        """Whether every worker has set up its streams, sampler and
+        transform, waiting up to ``timeout`` seconds for them to report.
+        Raises the :class:`loaderx.errors.WorkerError` of a worker that
+        could not."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._pump(min(max(0.0, deadline - time.monotonic()), _POLL))
+            if self._broken is not None:
+                raise self._broken
+            if all(w is not None and w.ready for w in self._workers):
+                return True
+            if time.monotonic() >= deadline:
+                return False
 
     def pids(self) -> list[int]:
         """The process ids of the running workers."""
@@ -739,6 +795,9 @@ class ProcessPool:
 
     def _handle(self, w: _Worker, msg: tuple[Any, ...]) -> None:
         kind = msg[0]
+        if kind == "ready":
+            w.ready = True
+            return
         if kind == "fatal":
             blob, tname, text, tb = msg[1:]
             err = WorkerError(
@@ -876,6 +935,10 @@ class ProcessPipeline:
     @property
     def next_out(self) -> int:
         return self.pool.next_out
+
+    def prime(self) -> None:
+        """Dispatch the first steps now, before the first ``next()``."""
+        self.pool._fill()
 
     def next(self) -> Any:
         return self.pool.next()

@@ -18,22 +18,53 @@ window and the recycled batch buffers live in :mod:`loaderx._pipeline`. With
 ``workers="process"`` the same steps are made in spawned worker processes
 that hand finished batches back through shared memory
 (:mod:`loaderx._procpool`), for transforms whose Python code the GIL would
-serialise.
+serialise. The default, ``workers="auto"``, starts on threads, measures the
+first steps (:mod:`loaderx._autoworkers`) and moves to worker processes at a
+step boundary when the transform holds the GIL and the move is safe; the
+batches are the same either way.
+
+The module is longer than the others because :class:`DataLoader` is one
+state machine over one set of fields (the running pipeline, the position,
+the process pool, a hand-over under way): iteration, ``load_state_dict``,
+``close`` and the moves of ``workers="auto"`` all change them, so they stay
+together; what is measured and judged lives in :mod:`loaderx._autoworkers`,
+the threads and the processes in their own modules.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
+import time
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from loaderx._args import MODES, as_int, check_mode, check_seed, check_shard, check_step
+from loaderx._autoworkers import (
+    ENV_VAR,
+    TRIAL_STEPS,
+    WARMUP_STEPS,
+    WORKER_KINDS,
+    StepTimer,
+    Verdict,
+    decide,
+    env_workers,
+    keep_processes,
+    pace,
+)
 from loaderx._pipeline import ArrayStream as _ArrayStream
 from loaderx._pipeline import Batch, BufferPool, Pipeline, Stream
-from loaderx._procpool import START_METHODS, ProcessPipeline, ProcessPool
+from loaderx._procpool import (
+    START_METHODS,
+    ProcessPipeline,
+    ProcessPool,
+    batch_blocker,
+    process_blocker,
+)
 from loaderx._ragged import (
     PackedBatch,
     PaddedBatch,
@@ -44,10 +75,12 @@ from loaderx._ragged import (
 )
 from loaderx._state import check_state, epoch_steps, make_state, sampler_identity
 from loaderx.dataset import DenseDataset, RaggedDataset
-from loaderx.errors import ClosedError
+from loaderx.errors import ClosedError, WorkerError, WorkersWarning
 from loaderx.sampler import IndexSampler, Sampler
 
 __all__ = ["DataLoader", "LoaderOptions", "PackedBatch", "PaddedBatch"]
+
+log = logging.getLogger("loaderx")
 
 #: torch.utils.data.DataLoader arguments that loaderx has no argument for,
 #: with what to do instead
@@ -160,8 +193,9 @@ def _check_bool(value: Any, name: str) -> bool:
         raise TypeError(f"{name} must be True or False, got {value!r}")
     return bool(value)
 
-#: what ``workers=`` accepts
-WORKER_KINDS = ("thread", "process")
+#: seconds a ``workers="auto"`` loader lets its worker processes take to set
+#: up before it gives up on them and stays on threads
+READY_TIMEOUT = 60.0
 #: LoaderOptions fields its repr shows only when they differ from the default
 _QUIET_FIELDS = ("steps", "epoch", "drop_last", "workers", "start_method")
 
@@ -193,10 +227,13 @@ class LoaderOptions:
         steps: stop after this many steps (counted from step 0), or None.
         epoch: one pass over the records, each exactly once.
         drop_last: in an ``epoch`` pass, drop the short last batch.
-        workers: ``"thread"`` (worker threads of this process) or
-            ``"process"`` (worker processes, for a Python transform).
+        workers: ``"auto"`` (threads, moved to processes when the
+            transform turns out to hold the GIL), ``"thread"`` (worker
+            threads of this process) or ``"process"`` (worker processes,
+            for a Python transform).
         start_method: how worker processes start, ``"spawn"`` or
-            ``"forkserver"``; None is ``"spawn"`` (process workers only).
+            ``"forkserver"``; None is ``"spawn"`` (``"auto"`` and
+            ``"process"`` workers only).
     """
 
     batch_size: int = 256
@@ -209,7 +246,7 @@ class LoaderOptions:
     steps: int | None = None
     epoch: bool = False
     drop_last: bool = False
-    workers: str = "thread"
+    workers: str = "auto"
     start_method: str | None = None
 
     def __post_init__(self) -> None:
@@ -253,15 +290,15 @@ class LoaderOptions:
                 f"shard={self.shard!r} applies to the built-in samplers; a custom sampler "
                 "shards itself (its indices(step) returns this rank's batch)"
             )
-        if self.workers not in WORKER_KINDS:
+        if not isinstance(self.workers, str) or self.workers not in WORKER_KINDS:
             raise ValueError(
-                f"workers must be 'thread' (worker threads) or 'process' (worker processes), "
-                f"got {self.workers!r}"
+                "workers must be 'auto' (threads, moved to processes when that is faster), "
+                f"'thread' (worker threads) or 'process' (worker processes), got {self.workers!r}"
             )
         if self.start_method is not None:
-            if self.workers != "process":
+            if self.workers == "thread":
                 raise ValueError(
-                    f"start_method={self.start_method!r} applies to workers='process' only"
+                    f"start_method={self.start_method!r} applies to workers='process' or 'auto' only"
                 )
             if self.start_method not in START_METHODS:
                 why = (
@@ -275,7 +312,7 @@ class LoaderOptions:
         if self.workers == "process" and self.num_workers < 1:
             raise ValueError(
                 f"workers='process' needs num_workers of 1 or more, got num_workers={self.num_workers!r} "
-                "(num_workers=0 runs everything in the caller: use the default workers='thread')"
+                "(num_workers=0 runs everything in the caller: use workers='thread' or the default 'auto')"
             )
 
     def __repr__(self) -> str:
@@ -307,7 +344,7 @@ class LoaderOptions:
             return self.prefetch
         by_count = max(2, 2 * self.worker_threads)
         by_bytes = PREFETCH_BYTES // max(1, batch_bytes)
-        least = self.worker_threads if self.workers == "process" else 1
+        least = self.worker_threads if self.workers == "process" else 1  # "auto" starts on threads
         return max(least, min(by_count, by_bytes))
 
 
@@ -373,10 +410,12 @@ class DataLoader:
             ``m``, so a few shapes recur).
         offsets_dtype: ``np.int64`` (default) or ``np.int32``, the dtype of a
             packed batch's offsets.
-        workers: ``"thread"`` (default) runs the workers as threads of this
-            process. ``"process"`` runs them as processes (``num_workers`` of
-            them, at most one per CPU), for a Python ``transform`` the GIL
-            would serialise: each worker opens the stores read-only by path,
+        workers: ``"auto"`` (default) starts on threads and moves to worker
+            processes when that is faster and safe (below). ``"thread"`` runs
+            the workers as threads of this process, always. ``"process"``
+            runs them as processes (``num_workers`` of them, at most one per
+            CPU), for a Python ``transform`` the GIL would serialise: each
+            worker opens the stores read-only by path,
             makes whole steps (sample, gather, transform) and copies the
             batch into shared memory, and the loader yields NumPy views of
             it in step order, the same batches as with threads. The
@@ -388,9 +427,37 @@ class DataLoader:
             worker that dies, raises :class:`loaderx.errors.WorkerError`
             naming the step; :meth:`close` ends the processes and frees
             their shared memory.
-        start_method: with ``workers="process"``: ``"spawn"`` (the default)
-            or ``"forkserver"``. ``"fork"`` is refused: the Go runtime of
-            the native library does not survive a fork.
+        start_method: with ``workers="process"`` or ``"auto"``: ``"spawn"``
+            (the default) or ``"forkserver"``. ``"fork"`` is refused: the Go
+            runtime of the native library does not survive a fork.
+
+    With ``workers="auto"`` and a ``transform``, the loader times the steps
+    after the first :data:`loaderx._autoworkers.WARMUP_STEPS`, for
+    :data:`~loaderx._autoworkers.WINDOW_STEPS` steps: each gather, each
+    transform, and how long the transform's thread was blocked (waiting for
+    the GIL). It moves to ``num_workers`` worker processes when the
+    transform is at least :data:`~loaderx._autoworkers.TRANSFORM_SHARE` of a
+    step, was blocked at least :data:`~loaderx._autoworkers.BLOCKED_SHARE`
+    of its time, two or more workers run, and a finite run has steps enough
+    left to win back :data:`~loaderx._autoworkers.SPAWN_SECONDS` of process
+    start. It moves only when the transform, the sampler and every stream
+    pickle, every stream is a store or a ``np.memmap`` (an in-memory array
+    would be copied whole), and the transform's result is one a process can
+    hand back; otherwise it stays on threads and warns once
+    (:class:`loaderx.errors.WorkersWarning`) with the figures and what
+    ``workers="process"`` would need. The processes start while the threads
+    go on making steps; the threads finish the steps they claimed and the
+    processes take over at the next one, so no step is lost, repeated or
+    made differently (the transform must be a function of its batch, as for
+    ``workers="process"``). Then it checks the move: unless the consumer
+    receives its next :data:`~loaderx._autoworkers.TRIAL_STEPS` steps
+    :data:`~loaderx._autoworkers.KEEP_GAIN` times as fast as it did on
+    threads, the loader goes back to threads for good, again at a step
+    boundary. Each move is logged once (INFO, logger ``loaderx``);
+    :meth:`stats` says which workers run and why. The
+    environment variable ``LOADERX_WORKERS`` (``thread``, ``process`` or
+    ``auto``) forces the mode of every ``workers="auto"`` loader; an explicit
+    ``workers=`` argument always wins.
 
     Batches are yielded in step order and depend only on the settings and the
     step, so a run restored with :meth:`load_state_dict` continues exactly as
@@ -455,13 +522,15 @@ class DataLoader:
         drop_last: bool = False,
         pad: Mapping[str, Any] | None = None,
         offsets_dtype: Any = np.int64,
-        workers: str = "thread",
+        workers: str = "auto",
         start_method: str | None = None,
         **unsupported: Any,
     ) -> None:
         self._pipe: Pipeline | ProcessPipeline | None = None
         self._procs: ProcessPool | None = None
         self._closed = False
+        self._timer: StepTimer | None = None
+        self._pending: ProcessPool | None = None
         if unsupported:
             key = next(iter(unsupported))
             hint = _TORCH_ARGS.get(key)
@@ -585,16 +654,242 @@ class DataLoader:
             for name, ds in sources.items()
         ]
         self._step = opts.start_step  # next step to yield while no pipeline runs
-        if opts.workers == "process":
-            self._procs = ProcessPool(
-                self._streams,
-                self.sampler,
-                transform,
-                workers,
-                self._prefetch,
-                opts.start_method or "spawn",
-                sum(pool.nbytes for _, _, pool in self._streams),
+        self._init_workers()
+
+    # -- worker mode -------------------------------------------------------
+
+    def _init_workers(self) -> None:
+        """Settle the workers to start on: processes for ``"process"`` (or
+        ``"auto"`` forced so by the environment), threads otherwise; with
+        ``"auto"``, whether the first steps are timed."""
+        opts = self.options
+        mode = opts.workers
+        #: the workers in use ("thread" or "process") and why
+        self._mode = "thread"
+        self._reason = "workers='thread' was asked for"
+        self._verdict: Verdict | None = None
+        self._switch_step: int | None = None
+        self._handoff: int | None = None  # the step processes take over at, while threads finish
+        self._next_pipe: ProcessPipeline | None = None
+        self._pending_since = 0.0
+        #: when the consumer received each step, while the threads are timed
+        #: and, after a move, on processes (the trial); tests replace the clock
+        self._clock = time.perf_counter
+        self._received: list[float] = []
+        self._thread_pace: float | None = None
+        self._trial: list[float] | None = None
+        self._trial_skip = 0
+        #: with True, a loader that decided to move waits for its processes
+        #: at the next step instead of going on with threads meanwhile
+        #: (tests make the move land at a known step with it)
+        self.wait_for_workers = False
+        if mode == "auto":
+            forced = env_workers()
+            if forced == "process" and self._workers < 1:
+                self._reason = f"{ENV_VAR}=process, but num_workers=0 makes every step in the caller"
+                return
+            if forced in ("thread", "process"):
+                mode = forced
+                self._reason = f"forced by {ENV_VAR}={forced}"
+        if mode == "process":
+            self._mode = "process"
+            if opts.workers == "process":
+                self._reason = "workers='process' was asked for"
+            self._procs = self._process_pool()
+            return
+        if mode == "thread":
+            return
+        if self._transform is None:
+            self._reason = "workers='auto' without a transform: a gather runs with the GIL released"
+        elif self._workers < 2:
+            self._reason = f"workers='auto' with {self._workers} worker: processes need 2 or more"
+        else:
+            self._timer = StepTimer()
+            self._reason = "workers='auto': timing the first steps on threads"
+
+    def _process_pool(self) -> ProcessPool:
+        prefetch = self._prefetch
+        if self.options.prefetch is None:  # a process each at least, as workers='process' has
+            prefetch = max(prefetch, self._workers)
+        return ProcessPool(
+            self._streams,
+            self.sampler,
+            self._transform,
+            self._workers,
+            prefetch,
+            self.options.start_method or "spawn",
+            sum(pool.nbytes for _, _, pool in self._streams),
+        )
+
+    def _stay(self, reason: str, warn: str | None = None, depth: int = 0) -> None:
+        """Settle on threads for good (``warn``: why processes could not be
+        used; ``depth``: the calls between ``__next__`` and this one)."""
+        self._timer = None
+        self._pending = None
+        self._reason = reason
+        if warn is not None:
+            warnings.warn(
+                f"DataLoader(workers='auto') stays on worker threads: {reason}. workers='process' "
+                f"would need {warn}",
+                WorkersWarning,
+                stacklevel=4 + depth,  # the caller of next()
             )
+
+    def _advance(self, item: Any) -> None:
+        """After a step with ``workers="auto"``: judge the measured window,
+        start the processes, hand over to them, or judge their trial."""
+        if self._trial is not None:
+            self._try_processes()
+            return
+        timer = self._timer
+        if timer is not None:
+            self._received.append(self._clock())
+        if timer is not None and timer.full:
+            self._timer = None
+            self._judge(timer, item)
+        pool = self._pending
+        if pool is None or self._handoff is not None:
+            return
+        try:
+            ready = pool.ready(READY_TIMEOUT if self.wait_for_workers else 0.0)
+        except WorkerError as e:
+            pool.close()
+            self._stay(
+                f"{self._reason}, but a worker process failed to set up ({e})",
+                "the transform, the sampler and the streams to unpickle in a fresh interpreter",
+            )
+            return
+        if not ready:
+            if time.monotonic() - self._pending_since > READY_TIMEOUT:
+                pool.close()
+                self._stay(f"{self._reason}, but the worker processes were not ready in {READY_TIMEOUT:.0f} s")
+            return
+        pipe = self._pipe
+        assert isinstance(pipe, Pipeline)
+        handoff = pipe.stop_claiming()
+        self._procs, self._pending = pool, None
+        nxt = ProcessPipeline(pool, handoff, self._end)
+        nxt.prime()
+        self._next_pipe, self._handoff = nxt, handoff
+        verdict = self._verdict
+        assert verdict is not None
+        log.info(
+            "DataLoader(workers='auto'): %s; moving to %d worker processes at step %d",
+            verdict.figures(),
+            self._workers,
+            handoff,
+        )
+
+    def _judge(self, timer: StepTimer, item: Any) -> None:
+        """Decide from the measured window; start the processes if they win
+        and can be used."""
+        step = self.step
+        remaining = None if self._end is None else self._end - step
+        unfit, nbytes = batch_blocker(item)
+        verdict = decide(timer.window(), self._workers, remaining, nbytes)
+        self._verdict = verdict
+        if not verdict.processes:
+            self._stay(f"{verdict.reason} ({verdict.figures()})")
+            return
+        why = f"{verdict.reason} ({verdict.figures()})"
+        blocker = process_blocker(self._streams) or unfit
+        if blocker is None:
+            try:
+                pool = self._process_pool()
+            except TypeError as e:  # the transform or the sampler does not pickle
+                blocker = str(e)
+        if blocker is not None:
+            self._stay(
+                why,
+                "the transform, the sampler and every stream to pickle (define the transform at "
+                "module level), every stream to be a store or a np.memmap, and batches of NumPy "
+                f"arrays; here {blocker}",
+                depth=1,
+            )
+            return
+        pool.start()
+        self._pending = pool
+        self._pending_since = time.monotonic()
+        self._reason = why
+        self._thread_pace = pace(self._received[WARMUP_STEPS:])
+        self._received = []
+
+    def _finish_handoff(self) -> None:
+        """The threads' last step is out: the processes take over."""
+        pipe, nxt = self._pipe, self._next_pipe
+        assert pipe is not None and nxt is not None
+        pipe.stop()
+        self._pipe, self._next_pipe = nxt, None
+        self._mode = "process"
+        self._switch_step, self._handoff = self._handoff, None
+        self._trial, self._trial_skip = [], self._prefetch
+
+    def _try_processes(self) -> None:
+        """Time the consumer's steps on processes; once :data:`TRIAL_STEPS`
+        are in, keep the processes or go back to threads for good."""
+        trial = self._trial
+        assert trial is not None
+        if self._trial_skip:  # made while the threads finished: not the processes' pace
+            self._trial_skip -= 1
+            return
+        trial.append(self._clock())
+        if len(trial) < TRIAL_STEPS + 1:
+            return
+        self._trial = None
+        took = pace(trial)
+        assert took is not None
+        threads = self._thread_pace
+        if keep_processes(threads, took):
+            return
+        assert threads is not None
+        pipe, self._pipe = self._pipe, None
+        assert pipe is not None
+        self._step = pipe.next_out
+        pipe.stop()
+        procs, self._procs = self._procs, None
+        if procs is not None:
+            procs.close()
+        self._mode = "thread"
+        self._switch_step = None
+        self._reason = (
+            f"moved back to threads at step {self._step}: on processes a step came every "
+            f"{took * 1e3:.1f} ms, on threads every {threads * 1e3:.1f} ms (the verdict was: "
+            f"{self._reason})"
+        )
+        log.info("DataLoader(workers='auto'): %s", self._reason)
+
+    def stats(self) -> dict[str, Any]:
+        """What the loader runs on and why::
+
+            {"step", "workers": as asked ("auto", "thread", "process"),
+             "workers_chosen": in use now ("thread" or "process"),
+             "workers_reason": why, with the figures measured,
+             "workers_switch_step": the first step made by processes after
+                 a move from threads, or None,
+             "workers_settled": False while workers="auto" still times the
+                 threads, starts processes, hands over to them or checks them,
+             "num_workers", "prefetch",
+             "measured": {"steps", "gather_s", "transform_s", "blocked_s",
+                 "kernel_s"}
+                 (means per step) once workers="auto" judged, else None}
+        """
+        v = self._verdict
+        measured = None
+        if v is not None:
+            measured = {"steps": v.steps, "gather_s": v.gather_s, "transform_s": v.transform_s,
+                        "blocked_s": v.blocked_s, "kernel_s": v.kernel_s}
+        return {
+            "step": self.step,
+            "workers": self.options.workers,
+            "workers_chosen": self._mode,
+            "workers_reason": self._reason,
+            "workers_switch_step": self._switch_step,
+            "workers_settled": self._timer is None and self._pending is None and self._handoff is None
+            and self._trial is None,
+            "num_workers": self._workers,
+            "prefetch": self._prefetch,
+            "measured": measured,
+        }
 
     # -- properties --------------------------------------------------------
 
@@ -666,7 +961,11 @@ class DataLoader:
             finite = f", epoch=True, drop_last={o.drop_last}"
         if self._end is not None:
             finite += f", len={self._end}"
-        kind = "" if o.workers == "thread" else f", workers={o.workers!r}"
+        kind = ""  # the default, on threads
+        if o.workers != "auto":
+            kind = f", workers={o.workers!r}"
+        elif self._mode != "thread":
+            kind = f", workers='auto' (now {self._mode!r})"
         return (
             f"DataLoader(streams={[name for name, _, _ in self._streams]}, "
             f"batch_size={o.batch_size}, sampler={o.sampler!r}, seed={seed}, "
@@ -684,7 +983,7 @@ class DataLoader:
         if pipe is None:
             if self._closed:
                 raise ClosedError("the DataLoader is closed")
-            if self._procs is not None:
+            if self._procs is not None and self._mode == "process":
                 self._pipe = ProcessPipeline(self._procs, self._step, self._end)
                 return self._pipe.next()
             batch_bytes = sum(pool.nbytes for _, _, pool in self._streams)
@@ -697,11 +996,19 @@ class DataLoader:
                 self._step,
                 one_gatherer=batch_bytes >= SHARED_GATHER_BYTES,
                 end=self._end,
+                timer=self._timer,
             )
             self._pipe = pipe
             if pipe.num_workers:
                 pipe.start()
-        return pipe.next()
+        if self._handoff is not None and pipe.next_out >= self._handoff:
+            self._finish_handoff()
+            pipe = self._pipe
+            assert pipe is not None
+        item = pipe.next()
+        if self._timer is not None or self._pending is not None or self._trial is not None:
+            self._advance(item)
+        return item
 
     # -- state -------------------------------------------------------------
 
@@ -753,6 +1060,15 @@ class DataLoader:
         if pipe is not None:
             self._step = pipe.next_out
             pipe.stop()
+        nxt, self._next_pipe = self._next_pipe, None
+        if nxt is not None:  # a hand-over in progress: the processes take over from here
+            nxt.stop()
+            self._mode = "process"
+            self._switch_step, self._handoff = self._step, None
+            self._trial, self._trial_skip = [], self._prefetch
+        elif self._trial is not None:  # the trial starts over from the new position
+            self._trial, self._trial_skip = [], self._prefetch
+        self._received = []  # consumer paces across a seek mean nothing
 
     def close(self) -> None:
         """Stop the workers and drop prefetched batches. Safe to call twice;
@@ -760,6 +1076,10 @@ class DataLoader:
         datasets stay open."""
         self._closed = True
         self._reset()
+        self._timer = None
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.close()
         if self._procs is not None:
             self._procs.close()
 
@@ -774,8 +1094,8 @@ class DataLoader:
             pipe = self._pipe
             if pipe is not None:
                 pipe.stop(join_timeout=0.0)
-            procs = self._procs
-            if procs is not None:
-                procs.close(timeout=0.2)
+            for procs in (self._procs, self._pending):
+                if procs is not None:
+                    procs.close(timeout=0.2)
         except Exception:
             pass

@@ -7,7 +7,9 @@ missing path, ``OSError`` for an I/O error). The message is the one the native
 library wrote; it names the file, index or value at fault. An ``OSError``
 carries the operating system's error number as ``errno`` (``ENOSPC``,
 ``EACCES`` ...), and damage to a store, a file of it missing included, is
-always :class:`CorruptStoreError`.
+always :class:`CorruptStoreError`. One warning lives here too:
+:class:`WorkersWarning`, from a ``workers="auto"`` loader that stays on
+threads although it measured that processes would be faster.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ __all__ = [
     "StoreLockedError",
     "StoreExistsError",
     "WorkerError",
+    "WorkersWarning",
 ]
 
 
@@ -61,3 +64,9 @@ class WorkerError(LoaderxError, RuntimeError):
     process: an exception while making it (chained as the cause, with the
     worker's traceback as its own cause), or the process died. The message
     names the step."""
+
+
+class WorkersWarning(UserWarning):
+    """A loader with ``workers="auto"`` measured that worker processes would
+    make its steps faster but cannot use them (the message gives the figures
+    and what ``workers="process"`` would need)."""

@@ -205,7 +205,7 @@ class LoaderIterable(torch.utils.data.IterableDataset):
         # every step's indices, as one loader with these settings draws them
         full = DataLoader(
             self.streams, sampler=o.sampler, seed=o.seed, shard=o.shard, steps=o.steps,
-            epoch=o.epoch, drop_last=o.drop_last, num_workers=0, **common,
+            epoch=o.epoch, drop_last=o.drop_last, num_workers=0, workers="thread", **common,
         )
         end = self._end()
         first = self.start_step + worker  # this worker's first global step
@@ -218,6 +218,7 @@ class LoaderIterable(torch.utils.data.IterableDataset):
             self.streams, sampler=_EveryKth(full, first, workers, len(next(iter(self.streams.values())))),
             num_workers=o.num_workers,
             transform=self.transform, steps=mine, **common,
+            workers="thread",  # torch's worker processes are the parallelism already
         )
         with loader:
             yield from loader

@@ -128,7 +128,7 @@ def test_process_batches_equal_thread_batches(stores, deadline, kind, settings, 
     kw = {"batch_size": funcs.BATCH, "transform": transform, "num_workers": 2, **settings}
     if "epoch" not in settings:
         kw["steps"] = 40  # several cycles: slots are recycled and reused
-    threads = DataLoader(make_streams(d, kind), **kw)
+    threads = DataLoader(make_streams(d, kind), workers="thread", **kw)
     want = [copy_tree(b) for b in threads]
     threads.close()
     held = []
@@ -147,7 +147,7 @@ def test_process_batches_equal_thread_batches(stores, deadline, kind, settings, 
 def test_resume_continues_bit_identically(stores, deadline):
     d = stores["dir"]
     kw = {"batch_size": funcs.BATCH, "transform": funcs.flip_scale, "num_workers": 2, "seed": 5}
-    with DataLoader(make_streams(d, "stores"), **kw) as straight:
+    with DataLoader(make_streams(d, "stores"), workers="thread", **kw) as straight:
         want = [copy_tree(next(straight)) for _ in range(20)]
     with DataLoader(make_streams(d, "stores"), workers="process", **kw) as first:
         for step in range(7):
@@ -223,12 +223,15 @@ def test_a_killed_worker_fails_its_step_and_a_new_worker_goes_on(stores, deadlin
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"workers": "processes"}, ValueError, r"workers must be 'thread' .* or 'process' .*got 'processes'"),
-        ({"workers": 2}, ValueError, r"workers must be 'thread'.*got 2"),
+        ({"workers": "processes"}, ValueError,
+         r"workers must be 'auto' .*'thread' .* or 'process' .*got 'processes'"),
+        ({"workers": 2}, ValueError, r"workers must be 'auto'.*got 2"),
         ({"workers": "process", "start_method": "fork"}, ValueError,
          r"start_method must be 'spawn' or 'forkserver', got 'fork' \(the Go runtime"),
         ({"workers": "process", "start_method": "Spawn"}, ValueError, r"start_method must be .*got 'Spawn'"),
-        ({"start_method": "spawn"}, ValueError, r"start_method='spawn' applies to workers='process' only"),
+        ({"workers": "thread", "start_method": "spawn"}, ValueError,
+         r"start_method='spawn' applies to workers='process' or 'auto' only"),
+        ({"start_method": "Spawn"}, ValueError, r"start_method must be .*got 'Spawn'"),  # checked for auto too
         ({"workers": "process", "num_workers": 0}, ValueError, r"workers='process' needs num_workers of 1"),
         ({"workers": "process", "transform": lambda b: b}, TypeError,
          r"workers='process' needs transform to be picklable, and <function <lambda>"),
@@ -383,7 +386,7 @@ def test_a_worker_that_cannot_set_up_breaks_the_loader(stores, deadline):
 def test_forkserver_workers_yield_the_same_batches(stores, deadline):
     d = stores["dir"]
     kw = {"batch_size": funcs.BATCH, "transform": funcs.flip_scale, "num_workers": 2, "seed": 8, "steps": 12}
-    with DataLoader(make_streams(d, "arrays"), **kw) as threads:
+    with DataLoader(make_streams(d, "arrays"), workers="thread", **kw) as threads:
         want = [copy_tree(b) for b in threads]
     with DataLoader(make_streams(d, "arrays"), workers="process", start_method="forkserver", **kw) as procs:
         assert "workers='process'" in repr(procs)

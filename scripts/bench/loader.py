@@ -34,6 +34,8 @@ BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(BENCH_DIR))
 
 SHM_DIR = "/dev/shm"
+#: the longest warm-up a loader that is still choosing its workers gets, seconds
+SETTLE_S = 30.0
 SHM_PREFIXES = ("psm_", "sem.mp-", "torch_", "loaderx-")
 
 
@@ -67,18 +69,26 @@ def loader_child(cfg: dict[str, Any]) -> None:
     else:
         assert tuple(x.shape) == (b, *shape), (tuple(x.shape), (b, *shape))
     print("FLOW", flush=True)
+    # warm up for warmup_s, and until a loader that chooses its workers as it
+    # runs (loaderx's workers="auto") has chosen and moved: the figure is the
+    # steady state, as torch's is once its workers are up (at most SETTLE_S)
+    settled = getattr(get, "settled", None)
     t0 = time.perf_counter()
     k = 0
-    while k < 2 or time.perf_counter() - t0 < cfg["warmup_s"]:
+    while k < 2 or time.perf_counter() - t0 < cfg["warmup_s"] or (
+            settled is not None and not settled() and time.perf_counter() - t0 < SETTLE_S):
         get()
         k += 1
+    settle_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     k = 0
     while k < 3 or time.perf_counter() - t0 < cfg["measure_s"]:
         get()
         k += 1
     dt = time.perf_counter() - t0
-    print("RESULT " + json.dumps({"batches": k, "seconds": dt}), flush=True)
+    mode = getattr(get, "mode", None)
+    res = {"batches": k, "seconds": dt, "warmup_s": settle_s, **(mode() if mode else {})}
+    print("RESULT " + json.dumps(res), flush=True)
     del x
     close()  # a clean shutdown lets the workers release their shared memory
 
@@ -308,8 +318,20 @@ def _summarize(per: dict[str, list[dict[str, Any]]], cands: list[dict[str, Any]]
                      "peak_pss": max(x["peak_pss"] for x in rs),
                      "peak_shm": max(x["peak_shm"] for x in rs),
                      "peak_anon_shm": max(x["peak_anon_shm"] for x in rs),
-                     "procs": max(x["procs"] for x in rs), "runs": rs})
+                     "procs": max(x["procs"] for x in rs), "workers": _workers_used(rs), "runs": rs})
     return rows
+
+
+def _workers_used(rs: list[dict[str, Any]]) -> str:
+    """What a loaderx loader's runs measured on: "thread", "process", or
+    "process from step S" after a move (the runs' first such step); "—" for
+    other loaders."""
+    chosen = {x.get("workers_chosen") for x in rs} - {None}
+    if not chosen:
+        return "—"
+    switches = sorted(x["workers_switch_step"] for x in rs if x.get("workers_switch_step") is not None)
+    text = "/".join(sorted(chosen))
+    return f"{text} from step {switches[0]}" if switches else text
 
 
 def bench_loader(args: argparse.Namespace, results: dict[str, Any], tmp: str) -> None:
@@ -370,7 +392,11 @@ def bench_dense_loader(args: argparse.Namespace, results: dict[str, Any], tmp: s
                 log(f"[loader] {c['name']} failed:\n{res['error']}")
                 continue
             res["bps"] = res["batches"] / res["seconds"]
-            log(f"[loader]   {res['bps']:.1f} batches/s, peak RSS {res['peak_rss'] / MiB:.0f} MiB, "
+            kind = {"thread": "threads", "process": "processes"}.get(res.get("workers_chosen") or "")
+            chosen = (f" on {kind} (from step {res['workers_switch_step']})"
+                      if res.get("workers_switch_step") is not None else f" on {kind}" if kind else "")
+            log(f"[loader]   {res['bps']:.1f} batches/s{chosen}, warm-up {res.get('warmup_s', 0):.1f} s, "
+                f"peak RSS {res['peak_rss'] / MiB:.0f} MiB, "
                 f"PSS {res['peak_pss'] / MiB:.0f} MiB, {res['procs']} processes"
                 + (f"; removed {res['leftover_shm']} shared-memory files it left in {SHM_DIR}"
                    if res.get("leftover_shm") else ""))
@@ -382,12 +408,16 @@ def bench_dense_loader(args: argparse.Namespace, results: dict[str, Any], tmp: s
     if errors:
         out()
     out(table(["loader", "batches/s", "per batch", "samples/s", "throughput", "peak RSS",
-               "peak PSS", "shm Δ", "anon + shm", "processes"],
+               "peak PSS", "shm Δ", "anon + shm", "processes", "workers"],
               [[r["loader"], f"{r['batches_per_s']:.1f}", f"{r['ms_per_batch']:.2f} ms",
                 f"{r['samples_per_s']:,.0f}", f"{r['mib_s']:,.0f} MiB/s",
                 f"{r['peak_rss'] / MiB:,.0f} MiB", f"{r['peak_pss'] / MiB:,.0f} MiB",
                 f"{r['peak_shm'] / MiB:,.0f} MiB", f"{r['peak_anon_shm'] / MiB:,.0f} MiB",
-                r["procs"]] for r in rows]))
+                r["procs"], r["workers"]] for r in rows]))
+    out()
+    out("`workers` is what each loaderx row's batches were measured on: a row with workers=\"auto\" "
+        "(the default; every row but the `-thread` and `-process` ones) is warmed up until it has "
+        "chosen, and `from step S` is where it moved to worker processes.")
     out()
     vs_orig = _original_ratios(rows, per)
     if vs_orig:
@@ -444,7 +474,7 @@ def _torch_ratios(rows: list[dict[str, Any]], per: dict[str, list[dict[str, Any]
     if not t:
         return []
     res = []
-    for ours in ("loaderx", "loaderx-raw", "loaderx (defaults)"):
+    for ours in ("loaderx", "loaderx-raw", "loaderx (defaults)", "loaderx-raw-thread"):
         a = by.get(ours)
         if not a:
             continue

@@ -149,7 +149,13 @@ TARGETS: list[Target] = [
     Target("loader", "loaderx", "grain", 1.0,
            reason="one process, one native call per batch per stream"),
     Target("loader", "loaderx", "torch", None, transform="augment",
-           reason="a known loss: a per-sample Python transform is serialised by the GIL on threads"),
+           reason="workers='auto' moves the transform to processes, but each batch also pays a zstd decode "
+                  "that torch's .npy reads do not"),
+    Target("loader", "loaderx (defaults)", "torch", 1.3, transform="augment",
+           reason="the quick start as written: workers='auto' measures the transform faulting in a fresh "
+                  "output per batch on threads and moves it to worker processes, which keep their memory"),
+    Target("loader", "loaderx-raw-thread", "torch", None, transform="augment",
+           reason="what threads alone give: every batch's fresh output array is faulted in anew"),
     Target("loader", "loaderx-raw-process", "torch", 1.5, transform="augment",
            reason="worker processes run the Python transform side by side on the same uncompressed "
                   "bytes; batches come back in recycled shared memory, never pickled"),

@@ -195,9 +195,10 @@ class LoaderxLoader(LoaderContender):
     """loaderx's DataLoader over a data store of one codec and a raw label store.
     With codec None, both stores are converted as the README's quick start
     does, with every default left alone (codec "auto"), and the loader is
-    built with the quick start's arguments only."""
+    built with the quick start's arguments only (workers "auto" included).
+    ``workers`` is the loader's own default ("auto") unless a row names one."""
 
-    def __init__(self, name: str, codec: str | None, workers: str = "thread") -> None:
+    def __init__(self, name: str, codec: str | None, workers: str = "auto") -> None:
         self.name, self.codec, self.workers = name, codec, workers
 
     def available(self) -> str | None:
@@ -243,6 +244,18 @@ class LoaderxLoader(LoaderContender):
         def get() -> np.ndarray:
             return next(it)["data"]
 
+        def settled() -> bool:
+            """Whether workers="auto" has judged, and any move to processes is
+            done and checked (kept, or undone)."""
+            return bool(dl.stats()["workers_settled"])
+
+        def mode() -> dict[str, Any]:
+            s = dl.stats()
+            return {k: s[k] for k in ("workers_chosen", "workers_reason", "workers_switch_step")}
+
+        get.settled = settled  # type: ignore[attr-defined]
+        get.mode = mode  # type: ignore[attr-defined]
+
         def close() -> None:
             dl.close()
             data.close()
@@ -254,6 +267,8 @@ LOADERS: list[LoaderContender] = [
     LoaderxLoader("loaderx", "zstd"),
     LoaderxLoader("loaderx-raw", "raw"),
     LoaderxLoader("loaderx (defaults)", None),
+    # worker threads whatever the transform: what workers="auto" starts on
+    LoaderxLoader("loaderx-raw-thread", "raw", workers="thread"),
     # worker processes, for a Python transform (spawned; batches come back in shared memory)
     LoaderxLoader("loaderx-process", "zstd", workers="process"),
     LoaderxLoader("loaderx-raw-process", "raw", workers="process"),
