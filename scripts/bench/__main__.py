@@ -23,8 +23,10 @@ $LOADERX_BENCH_ORIG, default ~/.cache/loaderx-bench/orig-1.5.2;
 also `loaderx`, so every figure of it is measured in a child interpreter with
 PYTHONPATH=DIR, and every table gets a `loaderx / original` ratio.
 
---quick runs a small configuration (about a minute and a half without the original,
-two with it, on a loaded two-core machine).
+--quick runs a small configuration: about 11 minutes for `all` with the original
+on a two-core machine under a load average of 8 (the store layer has two dozen
+contenders on four workloads); `store --quick --no-original` alone took 3.5
+minutes there.
 
 Every contender is driven through the binding a client actually uses, so the
 foreign-call cost, the GIL and NumPy allocations are inside the timings. Each

@@ -147,6 +147,7 @@ def _write_all(args: argparse.Namespace, shape: tuple[int, ...], src: np.ndarray
             else:
                 wt = rows[owner.name]["write_s"]
             st.open()
+            note = st.note()
         except Exception as e:
             skipped.append(f"{cls.name}: write/open failed: {type(e).__name__}: {str(e)[:200]}")
             with contextlib.suppress(Exception):
@@ -161,7 +162,7 @@ def _write_all(args: argparse.Namespace, shape: tuple[int, ...], src: np.ndarray
                          "allocates": st.allocates, "how": st.how, "compresses": st.compresses,
                          "shares": cls.shares if owner is not None else None,
                          "train_s": getattr(st, "train_seconds", None) if owner is None else None,
-                         "note": st.note() if hasattr(st, "note") else None}
+                         "note": note}
         log(f"{tag}   {cls.name}: {logical / wt / MiB:.0f} MiB/s, {human_bytes(disk)} on disk")
         stores.append(st)
     return stores, rows, skipped
@@ -191,43 +192,56 @@ def _same_values(got: np.ndarray, want: np.ndarray) -> bool:
         return False
 
 
+def _warm_and_check_one(args: argparse.Namespace, st: Store, src: np.ndarray, buf: np.ndarray,
+                        rng: np.random.Generator) -> tuple[int, str | None]:
+    """One store's warm-up sweep (capped at --warm-cap seconds) and the check of a
+    random batch and a window: (records swept, how a read differs or None)."""
+    n, b = len(src), len(buf)
+    t0 = time.perf_counter()
+    done = 0
+    for s in range(0, n, b):
+        e = min(n, s + b)
+        if e - s == b:
+            st.window(s, e, buf)
+        else:
+            st.gather(np.arange(s, e, dtype=np.int64), buf[: e - s])
+        done = e
+        if time.perf_counter() - t0 > args.warm_cap:
+            break
+    idx = np.sort(rng.choice(n, b, replace=False)).astype(np.int64)
+    s0 = int(rng.integers(0, max(1, n - b + 1)))
+    reads: list[tuple[str, Callable[..., Any], tuple[Any, ...], np.ndarray]] = [
+        ("gather", st.gather, (idx, buf), src[idx]),
+        ("window", st.window, (s0, s0 + b, buf), src[s0:s0 + b]),
+    ]
+    for what, read, read_args, want in reads:
+        buf.fill(0)
+        why = batch_mismatch(read(*read_args), want)
+        if why:
+            return done, f"{why} ({what})"
+    return done, None
+
+
 def _warm_and_verify(args: argparse.Namespace, shape: tuple[int, ...], src: np.ndarray, stores: list[Store],
                      rows: dict[str, dict[str, Any]], buf: np.ndarray) -> list[str]:
     """Read every file once, then every record through the store itself (capped at
     --warm-cap seconds); check one random batch and one window of each store
     against the source, byte for byte with dtype and shape, and mark a store that
     returns anything else (rows[name]["mismatch"]). Returns the capped stores."""
-    n, b = len(src), len(buf)
+    n = len(src)
     warm_notes = []
     rng = np.random.default_rng(12345)
     for st in stores:
         read_files_allocated(st.disk_path())
-        t0 = time.perf_counter()
-        done = 0
-        for s in range(0, n, b):
-            e = min(n, s + b)
-            if e - s == b:
-                st.window(s, e, buf)
-            else:
-                st.gather(np.arange(s, e, dtype=np.int64), buf[: e - s])
-            done = e
-            if time.perf_counter() - t0 > args.warm_cap:
-                break
+        try:
+            done, why = _warm_and_check_one(args, st, src, buf, rng)
+        except Exception as e:  # a read that raises: reported like other rows, not timed
+            rows[st.name]["mismatch"] = why = f"raised {type(e).__name__}: {str(e)[:160]}"
+            rows[st.name]["read_failed"] = True
+            log(f"[store {shape_str(shape)}] {st.name}: a read {why}: reported, not timed")
+            continue
         if done < n:
             warm_notes.append(f"{st.name} {100 * done / n:.0f}%")
-        idx = np.sort(rng.choice(n, b, replace=False)).astype(np.int64)
-        s0 = int(rng.integers(0, max(1, n - b + 1)))
-        why = None
-        reads: list[tuple[str, Callable[..., Any], tuple[Any, ...], np.ndarray]] = [
-            ("gather", st.gather, (idx, buf), src[idx]),
-            ("window", st.window, (s0, s0 + b, buf), src[s0:s0 + b]),
-        ]
-        for what, read, read_args, want in reads:
-            buf.fill(0)
-            why = batch_mismatch(read(*read_args), want)
-            if why:
-                why = f"{why} ({what})"
-                break
         if why:
             rows[st.name]["mismatch"] = why
             log(f"[store {shape_str(shape)}] {st.name} returns {why}: reported, not timed")
@@ -240,7 +254,8 @@ def _print_store_table(args: argparse.Namespace, out_rows: list[dict[str, Any]],
     trows = []
     for r in out_rows:
         if r.get("mismatch"):
-            timing = [f"returns other bytes/dtype: {r['mismatch']}", "not timed", "—", "—"]
+            what = "read failed" if r.get("read_failed") else "returns other bytes/dtype"
+            timing = [f"{what}: {r['mismatch']}", "not timed", "—", "—"]
         else:
             timing = [fmt_num(r["rnd_mib_s"], 0, " MiB/s"), fmt_num(r["seq_mib_s"], 0, " MiB/s"),
                       fmt_num(r["ms_per_batch"], 2, " ms"), fmt_ratio(r["vs_memcpy"])]
@@ -273,7 +288,7 @@ def _print_store_table(args: argparse.Namespace, out_rows: list[dict[str, Any]],
                 "rounded up to whole filesystem blocks.")
             out()
     if warm_notes:
-        out(f"Warm-up through the store API was capped at {args.warm_cap:.0f}s for: "
+        out(f"Warm-up through the store API was capped at {args.warm_cap:g}s for: "
             + ", ".join(warm_notes) + " (every file was still read into the page cache).")
         out()
 
@@ -435,7 +450,8 @@ def bench_store_shape(args: argparse.Namespace, wl: Workload, n: int, tmp: str, 
 
 def _print_disk_table(res: list[dict[str, Any]]) -> None:
     """Bytes on disk of every store, as a ratio to the raw bytes, one column per workload."""
-    cols = [f"{human_bytes(s['record_bytes'])} {s['workload']}" for s in res]
+    cols = [human_bytes(s["record_bytes"]) + ("" if s["workload"][0].isdigit() else f" {s['workload']}")
+            for s in res]
     names = list(dict.fromkeys(r["store"] for s in res for r in s["rows"]
                                if r.get("disk_bytes") and not r.get("shares")))
     if not names or len(res) < 2:

@@ -56,9 +56,9 @@ def installed(name: str) -> bool:
 
 @contextlib.contextmanager
 def stdout_to_stderr() -> Iterator[None]:
-    """Send file descriptor 1 to stderr for the block, child processes included:
-    stdout is the report, and some libraries print progress there while they
-    convert (their worker processes write to the descriptor, past sys.stdout)."""
+    """Send file descriptor 1 to stderr for the block: stdout is the report, and
+    a library converting data may print its progress there, from native code
+    or a child process as well as through sys.stdout."""
     sys.stdout.flush()
     saved = os.dup(1)
     try:
@@ -160,6 +160,11 @@ class Store:
 
     def close(self) -> None:
         pass
+
+    def note(self) -> str | None:
+        """What the store decided by itself for this data (a codec it chose, a
+        decode window), for a line under the table; called once, after open()."""
+        return None
 
     def disk_path(self) -> str:
         return self.path
