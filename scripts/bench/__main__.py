@@ -3,12 +3,17 @@
     python3 scripts/bench {sampler|store|loader|all} [options]
 
 sampler  index generation alone: numpy's two random APIs against zsampler.
-store    batch gather from a record store: zrecord (raw / zstd / zstd+dict)
-         against .npy memory maps, HDF5, Blosc2, TensorStore and ArrayRecord,
-         with a memcpy of the same rows from RAM as the ceiling.
+store    batch gather from a record store: zrecord (its defaults, raw verified
+         and unverified, zstd, zstd+dict) against .npy memory maps, HDF5,
+         Blosc2, TensorStore, ArrayRecord, Hugging Face datasets, Lance,
+         MosaicML Streaming and LitData, with a memcpy of the same rows from
+         RAM as the ceiling, on four workloads: photo-like records of 256 KiB
+         and 12 KiB, 2 KiB int32 feature rows and LLM token rows (int32[2048]
+         Zipf ids below 50,000; --workloads picks among 256k, 12k, 2k, tokens).
 loader   the whole input pipeline (sample, fetch, collate, hand over a batch):
-         loaderx against PyTorch's DataLoader and Grain, with the peak memory
-         of each loader's whole process tree.
+         loaderx against PyTorch's DataLoader, Grain and Hugging Face datasets
+         (torch's DataLoader over it when torch is installed), with the peak
+         memory of each loader's whole process tree.
 maint    ragged conversion and gather, delete 10 % of a store and compact it.
 
 The original Zig loaderx (loaderx==1.5.2 on PyPI) takes part in every layer
@@ -18,8 +23,10 @@ $LOADERX_BENCH_ORIG, default ~/.cache/loaderx-bench/orig-1.5.2;
 also `loaderx`, so every figure of it is measured in a child interpreter with
 PYTHONPATH=DIR, and every table gets a `loaderx / original` ratio.
 
---quick runs a small configuration (about a minute and a half without the original,
-two with it, on a loaded two-core machine).
+--quick runs a small configuration: about 11 minutes for `all` with the original
+on a two-core machine under a load average of 8 (the store layer has two dozen
+contenders on four workloads); `store --quick --no-original` alone took 3.5
+minutes there.
 
 Every contender is driven through the binding a client actually uses, so the
 foreign-call cost, the GIL and NumPy allocations are inside the timings. Each
@@ -32,8 +39,11 @@ README reports, against its target (report.TARGETS).
 
 loaderx must be importable (installed, or PYTHONPATH=<repo root>). Contenders
 that are not installed are skipped with a line saying so. The optional ones
-install with:  pip install h5py blosc2 tensorstore array-record grain torch
-matplotlib (or pip install -e '.[bench]').
+install with:  pip install -e '.[bench]'  (h5py blosc2 tensorstore array-record
+grain torch datasets pylance litdata, and what MosaicML Streaming imports),
+then MosaicML Streaming on its own, without its dependencies, since 0.13 pins
+numpy<2.2:  pip install --no-deps mosaicml-streaming  (its skip line says so
+when it is missing). Streaming and LitData need torch.
 
 Layout: machine.py (the machine block), contenders/ (one adapter per library,
 registered per layer in contenders/__init__.py), data.py (the records and the
@@ -62,7 +72,7 @@ from machine import machine_info, print_machine
 from maint import bench_maint
 from report import checks, out, plot, write_json
 from sampler import bench_sampler
-from store import DEFAULT_RECORDS, SMALL_FACTOR, bench_store
+from store import DEFAULT_RECORDS, WORKLOAD_KEYS, WORKLOADS, bench_store
 
 # The layers in the order `all` runs them: name -> bench(args, results, work dir).
 LAYERS: dict[str, Callable[[argparse.Namespace, dict[str, Any], str], None]] = {
@@ -100,8 +110,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--dtype", default="uint8",
                     help="record dtype (the default store runs' 2 KiB shape is always int32[512])")
     ap.add_argument("--records", type=int, default=None,
-                    help=f"records (default {DEFAULT_RECORDS}; the default store run's 12 KiB "
-                         f"shape gets {SMALL_FACTOR}x as many)")
+                    help=f"records (default {DEFAULT_RECORDS}; the store runs of smaller records get more: "
+                         + ", ".join(f"{w.key} {w.factor}x" for w in WORKLOADS if w.factor > 1) + ")")
+    ap.add_argument("--workloads", type=lambda s: [x.strip() for x in s.split(",") if x.strip()], default=None,
+                    help="comma-separated store workloads: " + ", ".join(WORKLOAD_KEYS)
+                         + ", or shape (the --shape run); default: all, or shape when --shape is given")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--workers", type=int, default=4, help="loader workers (threads or processes)")
     ap.add_argument("--threads", type=int, default=None,

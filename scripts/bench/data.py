@@ -1,5 +1,6 @@
-"""The workload: the records every contender stores, the per-sample transform
-of `--transform augment`, and file helpers (disk usage, page-cache warming).
+"""The workloads: the records every contender stores (photo-like arrays and
+LLM token rows), the per-sample transform of `--transform augment`, and file
+helpers (disk usage, page-cache warming).
 """
 
 from __future__ import annotations
@@ -45,6 +46,37 @@ def make_data(n: int, shape: tuple[int, ...], dtype: Any, seed: int = 0) -> np.n
     raw = raw.reshape((n, *shape))
     dt = np.dtype(dtype)
     return raw if dt == np.uint8 else raw.astype(dt)
+
+
+#: the token workload: ids below VOCAB with Zipf weights (id k drawn with
+#: probability proportional to (k + 1) ** -ZIPF_A): a few ids are most of the
+#: text and the long tail is rare, as in a tokenised corpus
+TOKEN_LEN, VOCAB, ZIPF_A = 2048, 50_000, 1.2
+_TABLE_BITS = 24
+
+
+def make_token_rows(n: int, length: int = TOKEN_LEN, seed: int = 0) -> np.ndarray:
+    """n int32 rows of `length` Zipf-distributed token ids below VOCAB: a
+    tokenised corpus cut into fixed-length training rows.
+
+    Draws go through a 2**24-entry inverse-CDF table (each id holds a run of
+    entries in proportion to its probability, rounded; the rarest id still
+    gets several), so a draw is one uniform integer and one lookup: the
+    default 50,000 rows take about 8 s here, against 29 s for numpy's
+    rejection-sampling `zipf`."""
+    weights = np.arange(1, VOCAB + 1, dtype=np.float64) ** -ZIPF_A
+    cum = np.rint(np.cumsum(weights) / weights.sum() * (1 << _TABLE_BITS)).astype(np.int64)
+    counts = np.diff(cum, prepend=0)
+    if counts.min() < 1:
+        raise ValueError(f"a {1 << _TABLE_BITS}-entry table cannot hold every id of Zipf({ZIPF_A}) below {VOCAB}")
+    table = np.repeat(np.arange(VOCAB, dtype=np.int32), counts)
+    rng = np.random.default_rng(seed)
+    out = np.empty((n, length), np.int32)
+    step = max(1, (16 << 20) // length)
+    for s in range(0, n, step):
+        e = min(n, s + step)
+        np.take(table, rng.integers(0, len(table), size=(e - s, length), dtype=np.intp), out=out[s:e])
+    return out
 
 
 def augment_sample(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -443,12 +443,24 @@ def bench_dense_loader(args: argparse.Namespace, results: dict[str, Any], tmp: s
                   [[f"{r['ours']} / torch", fmt_ratio(r["speed"]),
                     f"{r['anon_shm']:.2f}" if r["anon_shm"] is not None else "—"] for r in vs_torch]))
         out()
+    vs_hf = _torch_ratios(rows, per, ref="hf-datasets")
+    if vs_hf:
+        out("loaderx / Hugging Face datasets (" + ("torch's DataLoader over the dataset, shuffled, "
+            f"{args.workers} worker processes" if any(c.get("torch") for c in cands if c["name"] == "hf-datasets")
+            else "batched reads of shuffled indices in one process; torch is not installed")
+            + f"; the data column read with with_format(\"numpy\", dtype={dtype.name}), the label as int64): "
+            "batches/s above 1 means loaderx is faster, anon + shm below 1 means it uses less.")
+        out()
+        out(table(["pair", "batches/s", "anon + shm"],
+                  [[f"{r['ours']} / hf-datasets", fmt_ratio(r["speed"]),
+                    f"{r['anon_shm']:.2f}" if r["anon_shm"] is not None else "—"] for r in vs_hf]))
+        out()
     results["loader"] = {"shape": list(shape), "dtype": dtype.name, "records": n, "batch": b,
                          "workers": args.workers, "transform": args.transform, "rows": rows,
                          "skipped": skipped, "errors": errors, "runs": args.loader_runs,
                          # per-run figures, paired by run for the checks' ratios
                          "per_run": {k: [x["bps"] for x in v] for k, v in per.items()},
-                         "vs_original": vs_orig, "vs_torch": vs_torch,
+                         "vs_original": vs_orig, "vs_torch": vs_torch, "vs_hf_datasets": vs_hf,
                          "defaults_codec_choice": defaults_choice}
 
 
@@ -467,10 +479,11 @@ def _original_ratios(rows: list[dict[str, Any]], per: dict[str, list[dict[str, A
     return res
 
 
-def _torch_ratios(rows: list[dict[str, Any]], per: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """loaderx / torch for each loaderx loader measured in this run with torch."""
+def _torch_ratios(rows: list[dict[str, Any]], per: dict[str, list[dict[str, Any]]],
+                  ref: str = "torch") -> list[dict[str, Any]]:
+    """loaderx / `ref` (torch, or another loader) for each loaderx loader measured in this run with it."""
     by = {r["loader"]: r for r in rows}
-    t = by.get("torch")
+    t = by.get(ref)
     if not t:
         return []
     res = []
@@ -478,7 +491,7 @@ def _torch_ratios(rows: list[dict[str, Any]], per: dict[str, list[dict[str, Any]
         a = by.get(ours)
         if not a:
             continue
-        speed = median([x["bps"] / y["bps"] for x, y in zip(per[ours], per["torch"])])
+        speed = median([x["bps"] / y["bps"] for x, y in zip(per[ours], per[ref])])
         res.append({"ours": ours, "speed": speed,
                     "anon_shm": a["peak_anon_shm"] / t["peak_anon_shm"] if t["peak_anon_shm"] else None})
     return res

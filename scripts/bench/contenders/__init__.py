@@ -12,20 +12,36 @@ import fnmatch
 from collections.abc import Sequence
 from types import ModuleType
 
-from contenders import arrayrecord, blosc2, grain, hdf5, loaderx, numpy, original, tensorstore, torch
+from contenders import (
+    arrayrecord,
+    blosc2,
+    grain,
+    hdf5,
+    hfdatasets,
+    lance,
+    litdata,
+    loaderx,
+    numpy,
+    original,
+    streaming,
+    tensorstore,
+    torch,
+)
 from contenders.base import LoaderContender, SamplerContender, Store
 from contenders.ragged import RAGGED_LOADERS
 
 SAMPLER_MODULES: tuple[ModuleType, ...] = (numpy, loaderx, original)
-STORE_MODULES: tuple[ModuleType, ...] = (loaderx, original, numpy, hdf5, blosc2, tensorstore, arrayrecord)
-LOADER_MODULES: tuple[ModuleType, ...] = (loaderx, original, torch, grain)
+STORE_MODULES: tuple[ModuleType, ...] = (loaderx, original, numpy, hdf5, blosc2, tensorstore, arrayrecord,
+                                         hfdatasets, lance, streaming, litdata)
+LOADER_MODULES: tuple[ModuleType, ...] = (loaderx, original, torch, grain, hfdatasets)
 
 STORES: list[type[Store]] = [cls for m in STORE_MODULES for cls in m.STORES]
 LOADERS: list[LoaderContender] = [c for m in LOADER_MODULES for c in m.LOADERS]
 
 # (import name, distribution) of every optional library, for the machine block
 VERSIONED: list[tuple[str, str]] = [
-    m.VERSION for m in (hdf5, blosc2, tensorstore, arrayrecord, torch, grain) if hasattr(m, "VERSION")
+    m.VERSION for m in (hdf5, blosc2, tensorstore, arrayrecord, torch, grain, hfdatasets, lance, streaming,
+                        litdata) if hasattr(m, "VERSION")
 ]
 
 

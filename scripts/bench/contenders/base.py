@@ -22,10 +22,13 @@ measured, and a store that times its own conversion sets ``write_seconds``).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
+import os
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +54,22 @@ def installed(name: str) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Send file descriptor 1 to stderr for the block: stdout is the report, and
+    a library converting data may print its progress there, from native code
+    or a child process as well as through sys.stdout."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 # ---------------------------------------------------------------------------
 # sampler layer
 
@@ -72,7 +91,10 @@ class SamplerContender:
 # Each store writes the same in-memory array, then answers two reads:
 # gather(idx) for sorted random indices and window(start, stop) for a
 # consecutive run. Where the library can fill a caller's buffer, that path is
-# the one timed (`allocates` says which do not).
+# the one timed (`allocates` says which do not). What a read returns must be
+# the rows written, byte for byte, in their dtype and shape: the store layer
+# checks one batch of each read before timing, and a store that returns other
+# bytes, another dtype or another shape gets a row that says so, untimed.
 
 
 def timed_batches(fn: Callable[..., Any], batches: Sequence[tuple[Any, ...]], buf: np.ndarray,
@@ -118,6 +140,12 @@ class Store:
             return True, ""
         return try_import(cls.module)
 
+    @classmethod
+    def unsupported(cls, shape: tuple[int, ...], dtype: np.dtype[Any]) -> str | None:
+        """Why this store cannot hold records of this shape and dtype (the skip
+        line), or None when it can."""
+        return None
+
     def write(self, arr: np.ndarray) -> None:
         raise NotImplementedError
 
@@ -132,6 +160,11 @@ class Store:
 
     def close(self) -> None:
         pass
+
+    def note(self) -> str | None:
+        """What the store decided by itself for this data (a codec it chose, a
+        decode window), for a line under the table; called once, after open()."""
+        return None
 
     def disk_path(self) -> str:
         return self.path

@@ -115,7 +115,8 @@ SAMPLERS = [
 
 
 class ZrecordStore(Store):
-    codec = "raw"
+    codec: str | None = "raw"      # None: from_numpy's default (codec "auto")
+    verify: bool | None = None     # None: the library's default, set_verify not called
     how = "DenseDataset.gather(idx, out=buf): one native call per batch"
 
     @classmethod
@@ -126,12 +127,17 @@ class ZrecordStore(Store):
 
     def write(self, arr: np.ndarray) -> None:
         from loaderx.converter import from_numpy
-        from_numpy(self.path, arr, codec=self.codec)
+        if self.codec is None:
+            from_numpy(self.path, arr)
+        else:
+            from_numpy(self.path, arr, codec=self.codec)
 
     def open(self) -> None:
         from loaderx.dataset import DenseDataset
         self.ds: Any = DenseDataset(self.path)
         assert len(self.ds) > 0
+        if self.verify is not None:
+            self.ds.set_verify(self.verify)
 
     def gather(self, idx: np.ndarray, buf: np.ndarray) -> np.ndarray:
         self.ds.gather(idx, out=buf)
@@ -143,24 +149,88 @@ class ZrecordStore(Store):
             ds.close()
             self.ds = None
 
+    def note(self) -> str | None:
+        """What the store chose or checks by itself, for the line under the table."""
+        st = self.ds.stats()
+        parts = []
+        choice = st.get("codec_choice")
+        if self.codec is None and choice:
+            parts.append(f"codec \"auto\" chose {choice['codec']}: {choice['reason']}")
+        if self.verify is None and st.get("codec") == "raw":
+            parts.append("raw gathers are " + ("verified" if st.get("verified") else "not verified")
+                         + " by default (stats()['verified'])")
+        return "; ".join(parts) or None
+
+
+class _Indexed:
+    """Mixin: the same store read as most code reads an array, ds[idx] and
+    ds[a:b], each a new array."""
+
+    allocates = "yes (ds[idx] returns a new array)"
+
+    def gather(self, idx: np.ndarray, buf: np.ndarray) -> np.ndarray:
+        return self.ds[idx]  # type: ignore[attr-defined]
+
+    def window(self, start: int, stop: int, buf: np.ndarray) -> np.ndarray:
+        return self.ds[start:stop]  # type: ignore[attr-defined]
+
+
+class ZrecordDefaults(ZrecordStore):
+    """The README's path: from_numpy(path, arr) and DenseDataset(path) with every
+    default left alone; codec "auto" decides raw or a codec itself."""
+
+    name = "zrecord (defaults)"
+    codec = None
+    how = ("from_numpy(path, arr) and DenseDataset(path), every default left alone (codec \"auto\", "
+           "the library's verification default); gather(idx, out=buf)")
+
+
+class ZrecordDefaultsIndexed(_Indexed, ZrecordDefaults):
+    name = "zrecord (defaults) ds[idx]"
+    shares = "zrecord (defaults)"
+    how = "the zrecord (defaults) store read with ds[idx] / ds[a:b]"
+
 
 class ZrecordRaw(ZrecordStore):
     name = "zrecord-raw"
     codec = "raw"
+    how = ("from_numpy(codec=\"raw\"), set_verify not called (the library's default); "
+           "DenseDataset.gather(idx, out=buf): one native call per batch")
 
 
-class ZrecordRawNoVerify(ZrecordStore):
-    """zrecord-raw with the check of raw records against their checksums
-    turned off (set_verify(False)); zrecord-raw checks them, by default, as
-    it copies them: the pair of rows is what raw verification costs."""
+class ZrecordRawIndexed(_Indexed, ZrecordRaw):
+    name = "zrecord-raw ds[idx]"
+    shares = "zrecord-raw"
+    how = "the zrecord-raw store read with ds[idx] / ds[a:b]"
 
-    name = "zrecord-raw-noverify"
-    codec = "raw"
-    how = "as zrecord-raw, with set_verify(False): raw records copied unchecked"
 
-    def open(self) -> None:
-        super().open()
-        self.ds.set_verify(False)
+class ZrecordRawUnverified(ZrecordRaw):
+    """zrecord-raw with raw verification switched off explicitly, whatever the default is."""
+
+    name = "zrecord-raw-unverified"
+    shares = "zrecord-raw"
+    verify = False
+    how = "the zrecord-raw store with set_verify(False); gather(idx, out=buf)"
+
+
+class ZrecordRawUnverifiedIndexed(_Indexed, ZrecordRawUnverified):
+    name = "zrecord-raw-unverified ds[idx]"
+    how = "the zrecord-raw store with set_verify(False); ds[idx] / ds[a:b]"
+
+
+class ZrecordRawVerify(ZrecordRaw):
+    """zrecord-raw with every record checked against its checksum on gather
+    (set_verify(True)): with the unverified rows, what raw verification costs."""
+
+    name = "zrecord-raw-verify"
+    shares = "zrecord-raw"
+    verify = True
+    how = "the zrecord-raw store with set_verify(True): every record checked against its CRC-32C"
+
+
+class ZrecordRawVerifyIndexed(_Indexed, ZrecordRawVerify):
+    name = "zrecord-raw-verify ds[idx]"
+    how = "the zrecord-raw store with set_verify(True); ds[idx] / ds[a:b]"
 
 
 class ZrecordZstd(ZrecordStore):
@@ -184,7 +254,17 @@ class ZrecordNarrow(ZrecordStore):
     compresses = True
 
 
-STORES: list[type[Store]] = [ZrecordRaw, ZrecordRawNoVerify, ZrecordZstd, ZrecordZstdict, ZrecordNarrow]
+STORES: list[type[Store]] = [
+    ZrecordDefaults, ZrecordDefaultsIndexed, ZrecordRaw, ZrecordRawIndexed, ZrecordRawUnverified,
+    ZrecordRawUnverifiedIndexed, ZrecordRawVerify, ZrecordRawVerifyIndexed, ZrecordZstd, ZrecordZstdict,
+    ZrecordNarrow,
+]
+
+#: (verified, unverified) row pairs: the report's verified / unverified ratio per read form
+VERIFY_PAIRS = [
+    ("gather(out=)", ZrecordRawVerify.name, ZrecordRawUnverified.name),
+    ("ds[idx]", ZrecordRawVerifyIndexed.name, ZrecordRawUnverifiedIndexed.name),
+]
 
 
 # ---------------------------------------------------------------------------
