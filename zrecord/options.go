@@ -91,23 +91,31 @@ func WithChunkCapacity(n int64) Option {
 // reads the mapped bytes once, as an unverified one does; the check used
 // to be a second pass over the copy and cost 0.61-0.69x of unverified
 // throughput. Measured side by side on the 2-core development machine (an
-// AMD EPYC of the Zen 3 generation, shared: a load average of 8-14 during
+// AMD EPYC of the Zen 3 generation, shared: a load average of 2-14 during
 // the runs, so single figures swing 2x), BenchmarkGatherVerified with
-// LOADERX_BENCH_ROUNDS=5, the median over the rounds of the throughput
-// with the check over the throughput without, on the default path
-// (avx2-vpclmul) for batches of 256 random / 256 consecutive records:
+// LOADERX_BENCH_ROUNDS=5, the medians over the rounds of the throughput
+// with the check over the throughput without (wall time, then CPU time),
+// on the default path (avx2-vpclmul), for batches of 256 random and of 256
+// consecutive records:
 //
-//	 2 KiB  1.06 / 0.54    12 KiB  0.96 / 0.87
-//	147 KiB  1.51 / 0.83   256 KiB  1.46 / 0.93
+//	          random       consecutive
+//	  2 KiB   0.93  0.83   1.02  0.94
+//	 12 KiB   0.73  0.83   0.67  0.77
+//	147 KiB   1.35  1.39   1.25  0.94
+//	256 KiB   1.32  1.25   0.69  0.79
 //
-// Batches of more than streamMin a goroutine write with streaming stores,
-// which is why large random batches run faster checked than not. Where
-// consecutive records are gathered the unchecked loop copies a run of
-// them in one piece (REP MOVS, which neither reads the destination first
-// nor pays a call per record), and the checked copy, bound by the
+// An earlier run of the same (before copyChecked prefetched whole small
+// records) gave 0.92-1.06 for random 2 KiB and 12 KiB records and 0.83-0.97
+// for consecutive ones from 12 KiB up. Batches of more than streamMin a
+// goroutine write with streaming stores, which is why large random batches
+// run faster checked than not. The checked copy falls short where the
+// unchecked loop copies whole runs of consecutive records in one piece
+// (REP MOVS, which neither reads the destination first nor pays a call per
+// record) and on mid-sized records, where the copy is bound by the
 // multiplier (a 256-bit VPCLMULQDQ every other cycle, about 8 bytes a
-// cycle), does not hide under the memory time: that is where it falls
-// short. The sse42 path measured 0.35-1.06, the generic one 0.40-0.92.
+// cycle) and its profile shows the loop waiting on its loads, which the
+// multiplications keep it from running far enough ahead of. The sse42 path
+// measured 0.38-0.93, the generic one 0.40-0.85.
 const defaultVerifyRaw = true
 
 // WithVerify sets whether Gather, GatherPacked and GatherRagged check raw
