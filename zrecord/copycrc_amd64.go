@@ -18,6 +18,12 @@ func cpuid7ECX() uint32
 // "sse42" 64 bytes in four XMM registers (it needs PCLMULQDQ as well as
 // SSE4.2, which every x86-64 CPU with SSE4.2 since 2010 has), and
 // "generic" copies and checksums a cache-sized block at a time.
+//
+// The folding runs at about 8 bytes a cycle on Zen 3, where a 256-bit
+// VPCLMULQDQ issues every other cycle. Sending half of each 256-byte
+// block through four CRC32Q chains beside the multiplier, their results
+// XORed into the folded data, passed the tests but measured slower here
+// (2 KiB in the L1 cache: 183 against 113 ns), so the path folds only.
 func copyCRCPaths() []crcPath {
 	var p []crcPath
 	if cpu.X86.HasSSE42 && cpu.X86.HasPCLMULQDQ {
