@@ -8,7 +8,7 @@ STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 LIB := loaderx/lib/libloaderx.so
 GO_SOURCES := $(shell find capi zrecord zsampler -name '*.go' -not -name '*_test.go' 2>/dev/null)
 
-.PHONY: all build setup demo test test-go test-race test-py check bench bench-deps clean wheels wheels-deps wheels-check sdist
+.PHONY: all build setup demo test test-go test-race test-py test-matrix check bench bench-deps clean wheels wheels-deps wheels-check sdist
 
 all: build
 
@@ -47,6 +47,12 @@ test-race:
 
 test-py: $(LIB)
 	$(PYTHON) -m pytest -q tests
+
+## test-matrix: the wheel, the quick start and the suite on CPython 3.11 (host) and 3.13, 3.14,
+##        3.15 (Debian sid's, in a chroot made once under ~/.cache/loaderx-matrix); root; slow,
+##        not part of test. VERSIONS="3.14" runs a subset.
+test-matrix:
+	bash python/test_matrix.sh
 
 ## bench: install the contenders and run the three-layer benchmark
 bench-deps:
