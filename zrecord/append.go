@@ -155,7 +155,7 @@ func (s *Store) compress(records [][]byte, a *appendScratch, workers int, total 
 		return nil
 	}
 	if s.codec.zstdFrames() {
-		s.encOnce.Do(func() { s.enc, s.encErr = newEncoder(s.codec, s.dict, s.opts.tier) })
+		s.encOnce.Do(func() { s.enc, s.encErr = newRecordEncoder(s.codec, s.dict, s.opts.tier) })
 		if s.encErr != nil {
 			return s.encErr
 		}

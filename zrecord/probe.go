@@ -2,8 +2,6 @@ package zrecord
 
 import (
 	"time"
-
-	"github.com/klauspost/compress/zstd"
 )
 
 // Probe is what ProbeCodec measured on a sample of records.
@@ -79,9 +77,9 @@ func probeCodec(c Codec, tier DictTier, dict []byte, el Element, samples [][]byt
 		frames[i] = r
 	}
 	if c != Raw {
-		var enc *zstd.Encoder
+		var enc *recordEncoder
 		if c.zstdFrames() {
-			if enc, err = newEncoder(c, dict, tier); err != nil {
+			if enc, err = newRecordEncoder(c, dict, tier); err != nil {
 				return Probe{}, err
 			}
 			defer enc.Close()
