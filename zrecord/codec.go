@@ -2,11 +2,12 @@ package zrecord
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
+	"sync"
 
+	"github.com/klauspost/compress/huff0"
 	"github.com/klauspost/compress/zstd"
 )
 
@@ -95,8 +96,11 @@ func encodeRecord(enc *recordEncoder, el Element, r, arena []byte) ([]byte, bool
 		return narrowRecord(arena, r, el)
 	}
 	arena = enc.huff.EncodeAll(r, arena)
-	if enc.plain != nil && len(r) <= plainLiteralsMaxSize {
-		arena = enc.preferPlain(r, arena, start)
+	if enc.plain && len(r) <= plainLiteralsMaxSize {
+		var raw bool
+		if arena, raw = enc.preferPlain(r, arena, start); raw {
+			return arena, false
+		}
 	}
 	return arena, len(arena)-start < len(r)
 }
@@ -130,118 +134,186 @@ const (
 	plainLiteralsSlack = 4
 )
 
-// recordEncoder holds the encoders of a zstd codec's records: huff
-// entropy-codes literals; plain, for the Zstd codec only, leaves them as
-// they are. A ZstdDict frame refers to the Huffman table its dictionary
-// carries instead of holding one, so it has no table to read and plain is
-// nil. Both are safe for concurrent EncodeAll calls.
+// recordEncoder holds the encoder of a zstd codec's records, and for the
+// Zstd codec the state to rewrite a small record's frame with plain
+// literals. A ZstdDict frame refers to the Huffman table its dictionary
+// carries instead of holding one, so it has no table to read and is left as
+// it is. It is safe for concurrent use.
 type recordEncoder struct {
-	huff  *zstd.Encoder
-	plain *zstd.Encoder
+	huff *zstd.Encoder
+	// plain: frames may be rewritten with plain literals (Zstd only).
+	plain bool
+	// tables holds *huff0.Scratch for reading the literals back.
+	tables sync.Pool
 }
 
-// newRecordEncoder returns the encoders of codec c.
+// newRecordEncoder returns the encoder of codec c.
 func newRecordEncoder(c Codec, dict []byte, tier DictTier) (*recordEncoder, error) {
 	huff, err := newEncoder(c, dict, tier)
 	if err != nil {
 		return nil, err
 	}
-	e := &recordEncoder{huff: huff}
-	if c == Zstd {
-		e.plain, err = zstd.NewWriter(nil,
-			zstd.WithEncoderLevel(encoderLevel(c, tier)),
-			zstd.WithEncoderConcurrency(codecWorkers()),
-			zstd.WithEncoderCRC(false),
-			zstd.WithNoEntropyCompression(true))
-		if err != nil {
-			huff.Close()
-			return nil, fmt.Errorf("zrecord: zstd encoder: %w", err)
-		}
-	}
-	return e, nil
+	return &recordEncoder{huff: huff, plain: c == Zstd}, nil
 }
 
-// Close releases both encoders.
-func (e *recordEncoder) Close() error {
-	err := e.huff.Close()
-	if e.plain != nil {
-		err = errors.Join(err, e.plain.Close())
-	}
-	return err
+// Close releases the encoder.
+func (e *recordEncoder) Close() error { return e.huff.Close() }
+
+// literalTables is what preferPlain reads a frame's literals with: a
+// Huffman table and room for the literals of a record of up to
+// plainLiteralsMaxSize bytes, with slack for decoders that write a little
+// past the literals.
+type literalTables struct {
+	table *huff0.Scratch
+	buf   [plainLiteralsMaxSize + 64]byte
 }
 
 // preferPlain is given arena ending in the entropy-coded frame of r, which
-// begins at start, and returns it ending in the frame to store: the plain
-// literal one when it is at most 1/plainLiteralsSlack larger, else the
-// frame it was given. The size of the plain frame is predicted from the
-// first one's literals section (plainFrameSize), so r is encoded a second
-// time only when the plain frame is to be kept. The choice depends on r
-// alone: the same record is stored as the same bytes in any batch.
-func (e *recordEncoder) preferPlain(r, arena []byte, start int) []byte {
-	huff := len(arena) - start
-	limit := huff + huff/plainLiteralsSlack
-	if want, ok := plainFrameSize(arena[start:]); !ok || want > limit {
-		return arena
+// begins at start, and returns it ending in the frame to store: the same
+// frame with its literals stored plain when that is at most
+// 1/plainLiteralsSlack larger and smaller than r, else the frame it was
+// given; raw reports that r itself, the plainest form, is within that
+// bound and its plain frame would not be smaller than it: r is to be
+// stored raw. The plain frame is made from the first one by decoding its
+// literals (a few µs for 2 KiB) rather than by encoding r again (tens of
+// µs); the sequences are copied as they are. The choice depends on r
+// alone, so the same record is stored as the same bytes in any batch.
+func (e *recordEncoder) preferPlain(r, arena []byte, start int) (_ []byte, raw bool) {
+	frame := arena[start:]
+	lits, ok := parseLiterals(frame)
+	if !ok || lits.regen > plainLiteralsMaxSize {
+		return arena, false
+	}
+	size := lits.plainSize(len(frame))
+	limit := len(frame) + len(frame)/plainLiteralsSlack
+	if size >= len(r) {
+		return arena, len(r) <= limit
+	}
+	if size > limit {
+		return arena, false
+	}
+	t, _ := e.tables.Get().(*literalTables)
+	if t == nil {
+		t = new(literalTables)
+	}
+	defer e.tables.Put(t)
+	table, rest, err := huff0.ReadTable(frame[lits.table:lits.end], t.table)
+	if err != nil {
+		return arena, false
+	}
+	t.table = table
+	var out []byte
+	if lits.streams == 1 {
+		out, err = table.Decoder().Decompress1X(t.buf[:0:lits.regen], rest)
+	} else {
+		out, err = table.Decoder().Decompress4X(t.buf[:0:lits.regen], rest)
+	}
+	if err != nil || len(out) != lits.regen {
+		return arena, false
 	}
 	mid := len(arena)
-	arena = e.plain.EncodeAll(r, arena)
-	if n := len(arena) - mid; n <= limit {
-		copy(arena[start:], arena[mid:])
-		return arena[:start+n]
+	block := size - lits.block - 3
+	arena = append(arena, frame[:lits.block]...)
+	bh := 1 | 2<<1 | uint32(block)<<3 // last block, compressed, its size
+	arena = append(arena, byte(bh), byte(bh>>8), byte(bh>>16))
+	switch {
+	case lits.regen < 16:
+		arena = append(arena, byte(lits.regen<<3))
+	case lits.regen < 2048:
+		arena = append(arena, byte(1<<2|lits.regen<<4), byte(lits.regen>>4))
+	default:
+		arena = append(arena, byte(3<<2|lits.regen<<4), byte(lits.regen>>4), byte(lits.regen>>12))
 	}
-	// The encoder parsed r differently from the prediction: keep the
-	// entropy-coded frame.
-	return arena[:mid]
+	arena = append(arena, out...)
+	arena = append(arena, frame[lits.end:]...) // the sequences section
+	if len(arena)-mid != size {
+		return arena[:mid], false
+	}
+	copy(arena[start:], arena[mid:])
+	return arena[:start+size], false
 }
 
-// plainFrameSize predicts the size of frame with its literals stored raw,
-// for a single-block frame whose literals are Huffman-coded with their own
-// table (the only kind whose literals cost a table read); ok is false for
-// any other frame. Both encoders find the same matches, so the frames
-// differ only in the literals section: its header and its bytes.
-func plainFrameSize(frame []byte) (size int, ok bool) {
+// frameLiterals locates the literals section of a single-block frame whose
+// literals are Huffman-coded with their own table (the only kind whose
+// literals cost a table read).
+type frameLiterals struct {
+	block   int // offset of the block header
+	table   int // offset of the Huffman table, after the literals header
+	end     int // offset just past the compressed literals
+	regen   int // number of literals
+	streams int // 1 or 4
+}
+
+// plainSize is the size of the frame of frameLen bytes with its literals
+// stored plain: both frames have the same header and sequences, and
+// differ only in the literals section.
+func (l frameLiterals) plainSize(frameLen int) int {
+	// The encoder writes a plain literals header of 1, 2 or 3 bytes for
+	// fewer than 16, 2048 or more literals (the format would allow 32
+	// and 4096); preferPlain writes the same.
+	head := 1
+	if l.regen >= 2048 {
+		head = 3
+	} else if l.regen >= 16 {
+		head = 2
+	}
+	return frameLen - (l.end - l.block - 3) + head + l.regen
+}
+
+// parseLiterals returns where frame's literals are; ok is false for a
+// frame of more than one block, of a raw or RLE block, or whose literals
+// are plain, RLE or coded with a repeated table.
+func parseLiterals(frame []byte) (l frameLiterals, ok bool) {
 	if len(frame) < 6 || binary.LittleEndian.Uint32(frame) != zstdMagic {
-		return 0, false
+		return l, false
 	}
 	fhd := frame[4]
-	single := fhd>>5&1 == 1
 	at := 5 + [4]int{0, 1, 2, 4}[fhd&3] + [4]int{0, 2, 4, 8}[fhd>>6]
-	if !single {
+	if fhd>>5&1 == 0 {
 		at++ // window descriptor
 	} else if fhd>>6 == 0 {
 		at++ // one-byte content size
 	}
 	if len(frame) < at+3+5 {
-		return 0, false
+		return l, false
 	}
 	bh := uint32(frame[at]) | uint32(frame[at+1])<<8 | uint32(frame[at+2])<<16
-	if bh&1 == 0 || bh>>1&3 != 2 {
-		return 0, false // more than one block, or not a compressed one
+	if bh&1 == 0 || bh>>1&3 != 2 || int(bh>>3) != len(frame)-at-3 {
+		return l, false // more than one block, not a compressed one, or cut
 	}
 	lit := frame[at+3:]
 	if lit[0]&3 != 2 {
-		return 0, false // raw, RLE or treeless literals: no table to read
+		return l, false
 	}
-	var head, regen, comp int
+	var head, comp int
 	h := uint64(lit[0]) | uint64(lit[1])<<8 | uint64(lit[2])<<16 | uint64(lit[3])<<24 | uint64(lit[4])<<32
+	l.streams = 4
 	switch lit[0] >> 2 & 3 {
-	case 0, 1:
-		head, regen, comp = 3, int(h>>4&0x3ff), int(h>>14&0x3ff)
+	case 0:
+		l.streams = 1
+		head, l.regen, comp = 3, int(h>>4&0x3ff), int(h>>14&0x3ff)
+	case 1:
+		head, l.regen, comp = 3, int(h>>4&0x3ff), int(h>>14&0x3ff)
 	case 2:
-		head, regen, comp = 4, int(h>>4&0x3fff), int(h>>18&0x3fff)
+		head, l.regen, comp = 4, int(h>>4&0x3fff), int(h>>18&0x3fff)
 	default:
-		head, regen, comp = 5, int(h>>4&0x3ffff), int(h>>22&0x3ffff)
+		head, l.regen, comp = 5, int(h>>4&0x3ffff), int(h>>22&0x3ffff)
 	}
-	// The encoder writes a raw literals header of 1, 2 or 3 bytes for
-	// fewer than 16, 2048 or more literals (the format would allow 32 and
-	// 4096).
-	rawHead := 1
-	if regen >= 2048 {
-		rawHead = 3
-	} else if regen >= 16 {
-		rawHead = 2
+	l.block, l.table, l.end = at, at+3+head, at+3+head+comp
+	if l.end > len(frame) {
+		return l, false
 	}
-	return len(frame) - head - comp + rawHead + regen, true
+	return l, true
+}
+
+// plainFrameSize predicts the size of frame with its literals stored
+// plain; ok is false where parseLiterals finds no table-coded literals.
+func plainFrameSize(frame []byte) (size int, ok bool) {
+	l, ok := parseLiterals(frame)
+	if !ok {
+		return 0, false
+	}
+	return l.plainSize(len(frame)), true
 }
 
 // zstdMagic opens every zstd frame.

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 // featureRow returns a 2 KiB record of 512 little-endian int32 values: a
@@ -46,6 +48,17 @@ func noisyPixels(id, n int) []byte {
 	return b
 }
 
+// plainEncoder returns an encoder that never entropy-codes literals: the
+// reference the frames preferPlain makes are compared with.
+func plainEncoder() *zstd.Encoder {
+	e, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderCRC(false),
+		zstd.WithNoEntropyCompression(true), zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		panic(err)
+	}
+	return e
+}
+
 // literalsKind returns the literals type of a single-block frame (0 raw,
 // 1 RLE, 2 Huffman with its table, 3 Huffman with a repeated table), or -1
 // when frame is not one.
@@ -73,6 +86,8 @@ func TestPlainFrameSizePredicts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer enc.Close()
+	pe := plainEncoder()
+	defer pe.Close()
 	checked := 0
 	for id := range 40 {
 		for _, r := range [][]byte{
@@ -86,7 +101,7 @@ func TestPlainFrameSizePredicts(t *testing.T) {
 			}
 			// The plain encoder writes a compressed block of the predicted
 			// size, or a raw block when that is smaller.
-			plain := enc.plain.EncodeAll(r, nil)
+			plain := pe.EncodeAll(r, nil)
 			switch k := literalsKind(t, plain); {
 			case k == 0 && want != len(plain):
 				t.Fatalf("record %d of %d bytes: predicted a plain frame of %d bytes, the encoder wrote %d", id, len(r), want, len(plain))
@@ -146,6 +161,14 @@ func TestPlainLiteralsChoice(t *testing.T) {
 		if huff := enc.huff.EncodeAll(c.r, nil); c.kind == 0 && len(frame) > len(huff)+len(huff)/plainLiteralsSlack {
 			t.Errorf("%s: plain frame of %d bytes is more than a quarter larger than %d", c.name, len(frame), len(huff))
 		}
+		if c.kind == 0 {
+			pe := plainEncoder()
+			ref := pe.EncodeAll(c.r, nil)
+			pe.Close()
+			if !bytes.Equal(frame, ref) {
+				t.Errorf("%s: the rewritten frame (%d bytes) is not the plain encoder's (%d bytes)", c.name, len(frame), len(ref))
+			}
+		}
 		again, _ := encodeRecord(enc, Element{}, c.r, []byte("prefix"))
 		if !bytes.Equal(again[6:], frame) {
 			t.Errorf("%s: a second encoding stored other bytes", c.name)
@@ -168,8 +191,14 @@ func TestPlainLiteralsChoice(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer denc.Close()
-	if denc.plain != nil {
-		t.Fatal("a ZstdDict encoder has a plain-literal encoder")
+	if denc.plain {
+		t.Fatal("a ZstdDict encoder rewrites frames with plain literals")
+	}
+	for _, r := range samples[:8] {
+		f, _ := encodeRecord(denc, Element{}, r, nil)
+		if !bytes.Equal(f, denc.huff.EncodeAll(r, nil)) {
+			t.Fatal("a ZstdDict record is stored other than as its encoder's frame")
+		}
 	}
 }
 
@@ -195,6 +224,8 @@ func TestPlainLiteralsStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer enc.Close()
+	pe := plainEncoder()
+	defer pe.Close()
 	root := t.TempDir()
 	var chunks [][]byte
 	for _, per := range []int{1, 7, len(recs)} {
@@ -224,15 +255,20 @@ func TestPlainLiteralsStore(t *testing.T) {
 			if e.chunk != 0 {
 				t.Fatalf("record %d past chunk 0: %+v", i, e)
 			}
+			huff := len(enc.huff.EncodeAll(recs[i], nil))
 			if e.phys == e.logic {
+				// Kept raw: its frames are not smaller, or the record
+				// itself is within the bound.
+				if huff < len(recs[i]) && len(recs[i]) > huff+huff/plainLiteralsSlack {
+					t.Fatalf("record %d kept raw, entropy-coded %d bytes", i, huff)
+				}
 				kinds[-1]++
 				continue
 			}
 			// Each frame kind is the one the rule asks for.
 			k := literalsKind(t, chunk[e.off:e.off+e.phys])
 			kinds[k]++
-			huff := len(enc.huff.EncodeAll(recs[i], nil))
-			plain := len(enc.plain.EncodeAll(recs[i], nil))
+			plain := len(pe.EncodeAll(recs[i], nil))
 			if fits := plain <= huff+huff/plainLiteralsSlack; (k == 0) != fits {
 				t.Fatalf("record %d stored with literals of kind %d: entropy-coded %d bytes, plain %d", i, k, huff, plain)
 			}
