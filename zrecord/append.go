@@ -144,8 +144,9 @@ func (s *Store) beginAppend() error {
 }
 
 // compress fills a.phys with what each record is stored as: its zstd frame
-// or narrowed form when that is smaller, else the record itself; and a.sums
-// with the checksums of those bytes.
+// (with plain or entropy-coded literals, see encodeRecord) or narrowed form
+// when that is smaller, else the record itself; and a.sums with the
+// checksums of those bytes.
 func (s *Store) compress(records [][]byte, a *appendScratch, workers int, total int64) error {
 	if s.codec == Raw {
 		copy(a.phys, records)

@@ -11,8 +11,10 @@ type Probe struct {
 	// LogicalBytes is their total size.
 	LogicalBytes int64
 	// StoredBytes is what a store of the probed codec would hold for them:
-	// each record's frame, or the record itself where the frame is not
-	// smaller (as Append stores it).
+	// each record's frame (for small records of the zstd codecs, with
+	// plain literals where that is at most a quarter larger), or the record
+	// itself where no frame is smaller or the record is within that
+	// quarter, as Append stores it (encodeRecord).
 	StoredBytes int64
 	// Compressed is how many records were stored encoded (as frames, or
 	// narrowed).
