@@ -340,3 +340,56 @@ func checkAllGathers(t *testing.T, s *Store, recs [][]byte) {
 		}
 	}
 }
+
+// TestPlainLiteralsDictStore is TestPlainLiteralsStore for a ZstdDict
+// store: frames the encoder gave a Huffman table, rewritten with plain
+// literals, read back through every gather path and Verify.
+func TestPlainLiteralsDictStore(t *testing.T) {
+	var recs, samples [][]byte
+	for id := range 64 {
+		recs = append(recs, featureRow(200+id))
+		samples = append(samples, featureRow(300+id), tokenRow(300+id, 2048))
+	}
+	dict, err := TrainDict(samples, TierFast, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "d")
+	s, err := Create(dir, WithCodec(ZstdDict), WithDict(dict), WithDictTier(TierFast))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Append(recs); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	enc, err := newEncoder(ZstdDict, dict, TierFast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer enc.Close()
+	chunk, err := os.ReadFile(filepath.Join(dir, chunkName(0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rewritten := 0
+	for i := range recs {
+		e, err := s.entryAt(*s.segs.Load(), int64(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.phys < e.logic && literalsKind(t, chunk[e.off:e.off+e.phys]) == 0 && literalsKind(t, enc.EncodeAll(recs[i], nil)) == 2 {
+			rewritten++
+		}
+	}
+	if rewritten == 0 {
+		t.Fatal("no frame of the ZstdDict store was rewritten with plain literals")
+	}
+	checkAllGathers(t, s, recs)
+	if rep, err := s.Verify(); err != nil || !rep.OK() {
+		t.Fatalf("Verify: %+v, %v", rep, err)
+	}
+}
