@@ -144,8 +144,9 @@ func (s *Store) beginAppend() error {
 }
 
 // compress fills a.phys with what each record is stored as: its zstd frame
-// or narrowed form when that is smaller, else the record itself; and a.sums
-// with the checksums of those bytes.
+// (with plain or entropy-coded literals, see encodeRecord) or narrowed form
+// when that is smaller, else the record itself; and a.sums with the
+// checksums of those bytes.
 func (s *Store) compress(records [][]byte, a *appendScratch, workers int, total int64) error {
 	if s.codec == Raw {
 		copy(a.phys, records)
@@ -155,7 +156,7 @@ func (s *Store) compress(records [][]byte, a *appendScratch, workers int, total 
 		return nil
 	}
 	if s.codec.zstdFrames() {
-		s.encOnce.Do(func() { s.enc, s.encErr = newEncoder(s.codec, s.dict, s.opts.tier) })
+		s.encOnce.Do(func() { s.enc, s.encErr = newRecordEncoder(s.codec, s.dict, s.opts.tier) })
 		if s.encErr != nil {
 			return s.encErr
 		}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/loaderx/loaderx/zrecord"
 	"github.com/loaderx/loaderx/zrecord/internal/faultfs"
 )
@@ -817,4 +818,102 @@ func BenchmarkAppendRawVsWrite(b *testing.B) {
 			})
 		})
 	}
+}
+
+// featureRows returns count records of 512 little-endian int32 values
+// taken from photo-like bytes: the 2 KiB feature rows of the Python
+// benchmark, three zero bytes after each value.
+func featureRows(count int) [][]byte {
+	recs := make([][]byte, count)
+	for i := range recs {
+		p := pieceRecord(i, 512)
+		r := make([]byte, 4*len(p))
+		for k, v := range p {
+			r[4*k] = v
+		}
+		recs[i] = r
+	}
+	return recs
+}
+
+// BenchmarkDecodeLiterals decodes batches of 256 records of 2 KiB stored
+// each way a Zstd store may keep them: every frame with entropy-coded
+// literals ("huffman"), every frame with plain literals ("plain"), and
+// the frame the store chooses for each record ("chosen"); a record whose
+// frame would not be smaller is copied, as a gather does. Frames are
+// decoded on one goroutine into one buffer through capped slices.
+// stored-B/rec is the mean stored size. The kinds run in turn, round after
+// round (LOADERX_BENCH_ROUNDS), so they see the same load.
+//
+//	LOADERX_BENCH_ROUNDS=5 nice -n 10 go test -run XXX -bench DecodeLiterals ./zrecord/
+func BenchmarkDecodeLiterals(b *testing.B) {
+	const size, count = 2 << 10, 4096
+	dec, err := zstd.NewReader(nil, zstd.WithDecodeAllCapLimit(true), zstd.WithDecoderConcurrency(1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dec.Close()
+	for _, data := range []struct {
+		name string
+		recs [][]byte
+	}{
+		{"features", featureRows(count)},
+		{"tokens", tokenRows(count, size)},
+	} {
+		chosen, huff, plain, err := zrecord.LiteralForms(data.recs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		batches := benchBatches(64, count)
+		dst := make([]byte, benchBatch*size)
+		kinds := []struct {
+			name   string
+			frames [][]byte
+		}{{"huffman", huff}, {"plain", plain}, {"chosen", chosen}}
+		for range benchRounds(b) {
+			for _, kind := range kinds {
+				b.Run(data.name+"/"+kind.name, func(b *testing.B) {
+					stored := 0
+					for i, f := range kind.frames {
+						stored += len(f)
+						if f == nil {
+							stored += len(data.recs[i])
+						}
+					}
+					b.SetBytes(int64(benchBatch * size))
+					b.ResetTimer()
+					cpu := processCPU()
+					for i := range b.N {
+						for k, j := range batches[i%len(batches)] {
+							out := dst[k*size : k*size : (k+1)*size]
+							if f := kind.frames[j]; f == nil {
+								copy(out[:size], data.recs[j])
+							} else if _, err := dec.DecodeAll(f, out); err != nil {
+								b.Fatal(err)
+							}
+						}
+					}
+					reportCPU(b, cpu)
+					b.ReportMetric(float64(stored)/float64(count), "stored-B/rec")
+				})
+			}
+		}
+	}
+}
+
+// tokenRows returns count records of size bytes of little-endian int32
+// ids with Zipf-like weights below 50,000, whose literals entropy coding
+// shrinks by a third: the store keeps them Huffman-coded.
+func tokenRows(count, size int) [][]byte {
+	rng := rand.New(rand.NewPCG(9, 10))
+	recs := make([][]byte, count)
+	for i := range recs {
+		r := make([]byte, size)
+		for k := 0; k+4 <= size; k += 4 {
+			f := rng.Float64()
+			binary.LittleEndian.PutUint32(r[k:], uint32(50000*f*f*f*f*f*f))
+		}
+		recs[i] = r
+	}
+	return recs
 }

@@ -42,8 +42,14 @@
 // chunk files are exactly 0..tail_chunk and nothing at or past the frontier
 // belongs to a record. The codec is chosen at Create and applies to every
 // record; a record whose zstd frame would not be smaller than itself is
-// stored raw, recognisable by phys_length == logic_length. The table
-// grows one segment at a time, so there is no fixed record count.
+// stored raw, recognisable by phys_length == logic_length. A stored frame
+// is an ordinary single zstd frame without a content checksum; which of
+// the format's literal kinds it uses is the writer's choice and readers
+// need not know it (this writer stores the literals of a record of at
+// most 4 KiB plain, not Huffman-coded, when that frame is at most a
+// quarter larger, and such a record raw when the record itself is: see
+// plainLiteralsSlack in codec.go). The table grows one segment at a time,
+// so there is no fixed record count.
 //
 // Version 5 is version 4 with the narrow codec: each record is an array of
 // integers of the header's element type, of size es bytes, and is stored

@@ -125,3 +125,32 @@ func UseCopyCRCPath(name string) (restore func()) {
 
 // CopyCRC is copyCRC, for the benchmarks.
 func CopyCRC(dst, src []byte, crc uint32) uint32 { return copyCRC(dst, src, crc) }
+
+// LiteralForms returns, for each record, the bytes a Zstd store keeps
+// (chosen), its entropy-coded frame (huff) and its plain-literal frame
+// (plain); an entry is nil where the record would be kept raw instead.
+func LiteralForms(recs [][]byte) (chosen, huff, plain [][]byte, err error) {
+	enc, err := newRecordEncoder(Zstd, nil, TierBalanced)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer enc.Close()
+	pe := plainEncoder()
+	defer pe.Close()
+	keep := func(f []byte, r []byte) []byte {
+		if len(f) >= len(r) {
+			return nil
+		}
+		return f
+	}
+	for _, r := range recs {
+		c, smaller := encodeRecord(enc, Element{}, r, nil)
+		if !smaller {
+			c = nil
+		}
+		chosen = append(chosen, c)
+		huff = append(huff, keep(enc.huff.EncodeAll(r, nil), r))
+		plain = append(plain, keep(pe.EncodeAll(r, nil), r))
+	}
+	return chosen, huff, plain, nil
+}

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io/fs"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -49,6 +50,12 @@ func buildFuzzStores(t testing.TB) []*fuzzStore {
 			size := selfHeader + rng.IntN(3000)
 			if i == 3 {
 				size = 5000 // larger than a chunk
+			}
+			if i == 5 || i == 9 {
+				// Feature rows: the zstd codecs store them with plain
+				// literals, so the stores hold both kinds of frame.
+				fsx.recs = append(fsx.recs, featureSelfRecord(rng, uint64(i)))
+				continue
 			}
 			fsx.recs = append(fsx.recs, selfRecord(rng, uint64(i), size))
 		}
@@ -692,4 +699,27 @@ func FuzzGatherArgs(f *testing.F) {
 			}
 		}
 	})
+}
+
+// featureSelfRecord is a self-checking record of 2 KiB whose payload is
+// little-endian int32 values, a gradient plus four bits of noise, drawn
+// until the Zstd codec stores it with plain literals (about half are).
+func featureSelfRecord(rng *rand.Rand, tag uint64) []byte {
+	for {
+		b := selfRecord(rng, tag, 2048)
+		p := b[selfHeader:]
+		clear(p)
+		base := rng.IntN(96)
+		for k := 0; k+4 <= len(p); k += 4 {
+			p[k] = byte(base + k*128/len(p) + rng.IntN(16))
+		}
+		binary.LittleEndian.PutUint32(b[16:], selfCRC(b))
+		chosen, huff, _, err := zrecord.LiteralForms([][]byte{b})
+		if err != nil {
+			panic(err)
+		}
+		if chosen[0] != nil && !bytes.Equal(chosen[0], huff[0]) {
+			return b
+		}
+	}
 }

@@ -2,8 +2,6 @@ package zrecord
 
 import (
 	"time"
-
-	"github.com/klauspost/compress/zstd"
 )
 
 // Probe is what ProbeCodec measured on a sample of records.
@@ -13,8 +11,10 @@ type Probe struct {
 	// LogicalBytes is their total size.
 	LogicalBytes int64
 	// StoredBytes is what a store of the probed codec would hold for them:
-	// each record's frame, or the record itself where the frame is not
-	// smaller (as Append stores it).
+	// each record's frame (for small records of the zstd codecs, with
+	// plain literals where that is at most a quarter larger), or the record
+	// itself where no frame is smaller or the record is within that
+	// quarter, as Append stores it (encodeRecord).
 	StoredBytes int64
 	// Compressed is how many records were stored encoded (as frames, or
 	// narrowed).
@@ -79,9 +79,9 @@ func probeCodec(c Codec, tier DictTier, dict []byte, el Element, samples [][]byt
 		frames[i] = r
 	}
 	if c != Raw {
-		var enc *zstd.Encoder
+		var enc *recordEncoder
 		if c.zstdFrames() {
-			if enc, err = newEncoder(c, dict, tier); err != nil {
+			if enc, err = newRecordEncoder(c, dict, tier); err != nil {
 				return Probe{}, err
 			}
 			defer enc.Close()

@@ -34,7 +34,7 @@ type Store struct {
 	verifyRaw atomic.Bool
 
 	encOnce sync.Once
-	enc     *zstd.Encoder
+	enc     *recordEncoder
 	encErr  error
 
 	// mu is held shared by Gather, Sizes, Append, Stats and Sync, and
