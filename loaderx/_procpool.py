@@ -1,6 +1,11 @@
 """Worker processes for a :class:`loaderx.dataloader.DataLoader` whose
 transform is Python code that the GIL would serialise on threads.
 
+The file is past the size of most modules because the worker's loop and the
+consumer's dispatch speak one message protocol (job, done, error, grow,
+slot, drop, cancel, skip, ready, fatal, stop) and own the segments between
+them; split, each half would only make sense next to the other.
+
 A :class:`ProcessPool` starts its workers with ``spawn`` (or ``forkserver``),
 never ``fork``: the Go runtime of the native library does not survive a fork.
 Each worker unpickles the loader's recipe once: the stores (a dataset pickles
@@ -37,11 +42,6 @@ consumer died unlinks the segments it knows, so a killed consumer leaves
 nothing behind either. No segment is registered with multiprocessing's
 resource tracker, so it never warns about (or unlinks) them behind the
 pool's back.
-
-The file is past the size of most modules because the worker's loop and the
-consumer's dispatch speak one message protocol (job, done, error, grow,
-slot, drop, cancel, skip, ready, fatal, stop) and own the segments between
-them; split, each half would only make sense next to the other.
 """
 
 from __future__ import annotations

@@ -12,6 +12,10 @@ are safe and release the GIL for the copy. Opened with ``writable=True`` they
 grow: :meth:`DenseDataset.append` / :meth:`RaggedDataset.append` add records
 of the store's own dtype and shape (the schema never changes), and
 ``delete`` / ``compact`` pass through to the store.
+
+Both classes stay in one module with the schema reader they share (the
+native one, and the one that reads ``schema.msgpack`` without loading the
+library): what one of them reads of a store, the other reads the same way.
 """
 
 from __future__ import annotations
