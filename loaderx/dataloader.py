@@ -26,9 +26,10 @@ batches are the same either way.
 The module is longer than the others because :class:`DataLoader` is one
 state machine over one set of fields (the running pipeline, the position,
 the process pool, a hand-over under way): iteration, ``load_state_dict``,
-``close`` and the moves of ``workers="auto"`` all change them, so they belong
-together; what is measured and judged lives in :mod:`loaderx._autoworkers`,
-the threads and the processes in their own modules.
+``close`` and the moves of ``workers="auto"`` all change them, so the
+fields and their methods belong together; what is measured and judged
+lives in :mod:`loaderx._autoworkers`, the threads and the processes in
+their own modules.
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ target failed. Importable: :data:`TARGETS`, :func:`wheel_name`,
 packaging test uses the last three without building anything).
 
 Its length: the per-platform table, the cross-build, the wheel packing and
-the after-the-fact checks of each binary format (ELF, Mach-O, PE) belong
-together as one release procedure; each check is short and they share the target table.
+the after-the-fact checks of each binary format (ELF, Mach-O,
+PE) belong together as one release procedure; each check is short and they share the target table.
 """
 
 from __future__ import annotations
