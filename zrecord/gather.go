@@ -592,25 +592,15 @@ func (s *Store) fill(g *gatherScratch, w, k int, chunks []*chunk, idx int64, out
 	if s.isNarrowed(e) {
 		return s.fillNarrowed(g, w, c, idx, e, out)
 	}
-	frame := s.isFrame(e)
-	var src []byte
-	if d := c.bytes(); d != nil {
-		src = d[e.off:e.end():e.end()]
-	} else if !frame {
-		if err := readFull(c.f, out, int64(e.off)); err != nil {
-			return s.readError(err, idx, e)
+	if !s.isFrame(e) {
+		d := c.bytes()
+		if d == nil {
+			if err := readFull(c.f, out, int64(e.off)); err != nil {
+				return s.readError(err, idx, e)
+			}
+			return s.checkRaw(idx, e, out)
 		}
-		return s.checkRaw(idx, e, out)
-	} else {
-		if cap(g.raw[w]) < int(e.phys) {
-			g.raw[w] = make([]byte, e.phys)
-		}
-		src = g.raw[w][:e.phys]
-		if err := readFull(c.f, src, int64(e.off)); err != nil {
-			return s.readError(err, idx, e)
-		}
-	}
-	if !frame {
+		src := d[e.off:e.end():e.end()]
 		if !s.checkRaws() {
 			copy(out, src)
 			return nil
@@ -624,12 +614,33 @@ func (s *Store) fill(g *gatherScratch, w, k int, chunks []*chunk, idx int64, out
 		}
 		return nil
 	}
+	src, err := s.storedBytes(g, w, c, idx, e)
+	if err != nil {
+		return err
+	}
 	if s.lay.checksummed() {
 		if sum := dataSum(src); sum != e.sum {
 			return s.dataError(idx, e, sum)
 		}
 	}
 	return s.decode(idx, src, out)
+}
+
+// storedBytes returns the stored bytes of the encoded record idx (entry e,
+// in chunk c): a view of the chunk's mapping, or, for a chunk that is not
+// mapped, a copy read into worker w's staging buffer.
+func (s *Store) storedBytes(g *gatherScratch, w int, c *chunk, idx int64, e entry) ([]byte, error) {
+	if d := c.bytes(); d != nil {
+		return d[e.off:e.end():e.end()], nil
+	}
+	if cap(g.raw[w]) < int(e.phys) {
+		g.raw[w] = make([]byte, e.phys)
+	}
+	src := g.raw[w][:e.phys]
+	if err := readFull(c.f, src, int64(e.off)); err != nil {
+		return nil, s.readError(err, idx, e)
+	}
+	return src, nil
 }
 
 // readError reports a failed positional read of record idx. A chunk file

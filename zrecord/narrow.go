@@ -416,17 +416,9 @@ func widenGo(out, packed []byte, es, w int, base uint64) {
 // its stored bytes are checked against their checksum, as a frame's are,
 // and then widened straight into out.
 func (s *Store) fillNarrowed(g *gatherScratch, w int, c *chunk, idx int64, e entry, out []byte) error {
-	var src []byte
-	if d := c.bytes(); d != nil {
-		src = d[e.off:e.end():e.end()]
-	} else {
-		if cap(g.raw[w]) < int(e.phys) {
-			g.raw[w] = make([]byte, e.phys)
-		}
-		src = g.raw[w][:e.phys]
-		if err := readFull(c.f, src, int64(e.off)); err != nil {
-			return s.readError(err, idx, e)
-		}
+	src, err := s.storedBytes(g, w, c, idx, e)
+	if err != nil {
+		return err
 	}
 	if sum := dataSum(src); sum != e.sum {
 		return s.dataError(idx, e, sum)
