@@ -71,7 +71,7 @@ done
 cd "$stage/outside"
 "$venv/bin/python" "$stage/quickstart.py"
 # test_cdef and test_packaging check the checkout's sources, not the install
-LOADERX_NO_BUILD=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests \
+LOADERX_NO_BUILD=1 "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider tests \
 	--ignore=tests/test_cdef.py --ignore=tests/test_packaging.py
 EOF
 
