@@ -12,12 +12,14 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import signal
 import sys
 import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -118,3 +120,19 @@ def raw_store(native: ModuleType, store_path: Path) -> Iterator[int]:
         yield h
     finally:
         native.store_close(h)
+
+
+@pytest.fixture
+def deadline() -> Iterator[None]:
+    """Fail the test instead of hanging: SIGALRM after 90 s (POSIX)."""
+
+    def expired(signum: int, frame: Any) -> None:
+        raise TimeoutError("the test did not finish within 90 s (a hang)")
+
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(90)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)

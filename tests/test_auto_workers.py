@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,20 +36,6 @@ GIL_FREE = aw.StepTimes(gather_s=0.002, transform_s=0.030, blocked_s=0.0005)
 JUDGED = aw.WARMUP_STEPS + aw.WINDOW_STEPS
 
 
-@pytest.fixture
-def deadline() -> Iterator[None]:
-    """Fail the test instead of hanging: SIGALRM after 90 s."""
-
-    def expired(signum: int, frame: Any) -> None:
-        raise TimeoutError("the test did not finish within 90 s (a hang)")
-
-    old = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(90)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 @pytest.fixture

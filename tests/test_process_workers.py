@@ -11,7 +11,6 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,20 +31,6 @@ N = 203
 SHM_PREFIX = "loaderx-"
 
 
-@pytest.fixture
-def deadline() -> Iterator[None]:
-    """Fail the test instead of hanging: SIGALRM after 60 s."""
-
-    def expired(signum: int, frame: Any) -> None:
-        raise TimeoutError("the test did not finish within 60 s (a hang)")
-
-    old = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(60)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 @pytest.fixture
