@@ -135,7 +135,7 @@ const coalesceMax = 1 << 20
 // cost about a fifth more (BenchmarkGatherSmall), and each check or call
 // left in this one a few ns per record.
 func (s *Store) copyPlain(locs []entry, chunks []*chunk, dst []byte, stride, k, hi int) int {
-	frames := s.dec != nil || s.codec == Narrow // records may be encoded
+	frames := s.mayEncode()
 	v3 := s.lay.version == versionV3
 	var cur uint32 // the chunk d maps, when have
 	var d []byte
@@ -202,7 +202,7 @@ func (s *Store) copyPlain(locs []entry, chunks []*chunk, dst []byte, stride, k, 
 // next to it. The loop is copyPlain's otherwise, prefetching included.
 // With stream the copies use copyCRCStream.
 func (s *Store) copyChecked(locs []entry, chunks []*chunk, indices []int64, dst []byte, stride, k, hi int, stream bool) (int, error) {
-	frames := s.dec != nil || s.codec == Narrow // records may be encoded
+	frames := s.mayEncode()
 	cp := copyCRCImpl.fn
 	if stream {
 		cp = copyCRCImpl.stream
@@ -249,6 +249,12 @@ func (s *Store) copyChecked(locs []entry, chunks []*chunk, indices []int64, dst 
 // four interleaved rounds of BenchmarkGatherVerified); random ones were
 // unchanged.
 const checkedPrefetchBytes = 4 << 10
+
+// mayEncode reports whether the store's codec may store a record encoded
+// (a zstd frame or a narrowed record, told from a raw one by phys_length !=
+// logic_length): the raw copy loops stop at such a record and leave it to
+// fill.
+func (s *Store) mayEncode() bool { return s.dec != nil || s.codec == Narrow }
 
 // checkRaws reports whether raw records are checked against their
 // checksums as they are copied: in a version-4 store, unless SetVerify or
