@@ -1,13 +1,32 @@
-"""Scikit-learn's digits (8x8 images, 10 classes) as loaderx stores, shared by
-the examples. Converted once; later runs open the stores."""
+"""What the examples share: their ``--workdir`` (a fixed temporary directory
+by default), and scikit-learn's digits (8x8 images, 10 classes) as loaderx
+stores, converted once; later runs open the stores."""
 
 from __future__ import annotations
 
+import argparse
 import os
+import tempfile
 
 import numpy as np
 
 import loaderx
+
+
+def add_workdir(parser: argparse.ArgumentParser, name: str) -> None:
+    """``--workdir``, by default ``<temp dir>/loaderx-<name>``: a fixed place,
+    so that a second run finds the stores and the checkpoint of the first."""
+    default = os.path.join(tempfile.gettempdir(), f"loaderx-{name}")
+    parser.add_argument("--workdir", default=default,
+                        help=f"where the stores and checkpoints go (default: {default})")
+
+
+def open_workdir(workdir: str, announce: bool = True) -> str:
+    """Make ``workdir`` and say where it is."""
+    os.makedirs(workdir, exist_ok=True)
+    if announce:
+        print(f"workdir: {workdir}", flush=True)
+    return workdir
 
 
 def digits_arrays(limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:

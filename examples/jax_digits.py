@@ -2,9 +2,9 @@
 out over the local devices by a sharding and prefetched, and a checkpoint
 that resumes exactly (parameters and the loader's JSON state together).
 
-    python examples/jax_digits.py --workdir /tmp/digits --steps 300
-    python examples/jax_digits.py --workdir /tmp/digits --steps 300 --stop-after 150
-    python examples/jax_digits.py --workdir /tmp/digits --steps 300   # resumes at 150
+    python examples/jax_digits.py --steps 300
+    python examples/jax_digits.py --steps 300 --stop-after 150
+    python examples/jax_digits.py --steps 300   # resumes at 150
 
 (XLA_FLAGS=--xla_force_host_platform_device_count=2 gives two CPU devices.)
 """
@@ -19,7 +19,7 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
-from digits_data import digits_stores
+from digits_data import add_workdir, digits_stores, open_workdir
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -48,12 +48,12 @@ def train_step(params: dict[str, jax.Array], x: jax.Array, y: jax.Array) -> tupl
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--workdir", required=True)
+    add_workdir(p, "digits")
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--stop-after", type=int, default=None, help="save a checkpoint after this step and exit")
     p.add_argument("--limit", type=int, default=None, help="use only the first LIMIT records")
     a = p.parse_args()
-    os.makedirs(a.workdir, exist_ok=True)
+    open_workdir(a.workdir)
     train_x, train_y, test_x, test_y = digits_stores(a.workdir, a.limit)
 
     # -- the glue: a loader, its batches on the devices, its state in the checkpoint

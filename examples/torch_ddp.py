@@ -1,7 +1,7 @@
 """Two-rank data-parallel training with torchrun (gloo, CPU): each rank reads
 its own part of every global batch from the same loaderx stores.
 
-    torchrun --nproc_per_node=2 examples/torch_ddp.py --workdir /tmp/digits --steps 100
+    torchrun --nproc_per_node=2 examples/torch_ddp.py --steps 100
 
 Rank 0 converts the stores (once), the others wait at a barrier. Each rank's
 loader has ``shard=(rank, world)``: at every step the ranks draw disjoint
@@ -14,12 +14,11 @@ from __future__ import annotations
 import argparse
 import gc
 import hashlib
-import os
 
 import numpy as np
 import torch
 import torch.distributed as dist
-from digits_data import digits_stores
+from digits_data import add_workdir, digits_stores, open_workdir
 from torch.nn.parallel import DistributedDataParallel
 
 from loaderx import DataLoader, DenseDataset
@@ -27,14 +26,14 @@ from loaderx import DataLoader, DenseDataset
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--workdir", required=True)
+    add_workdir(p, "digits")
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--limit", type=int, default=None, help="use only the first LIMIT records")
     a = p.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     if rank == 0:
-        os.makedirs(a.workdir, exist_ok=True)
+        open_workdir(a.workdir)
         digits_stores(a.workdir, a.limit)
     dist.barrier()
     train_x, train_y, _, _ = digits_stores(a.workdir, a.limit)

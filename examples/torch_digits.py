@@ -1,9 +1,9 @@
 """Train a PyTorch MLP on scikit-learn's digits from loaderx stores, with a
 checkpoint that resumes exactly (model, optimiser and loader together).
 
-    python examples/torch_digits.py --workdir /tmp/digits --steps 300
-    python examples/torch_digits.py --workdir /tmp/digits --steps 300 --stop-after 150
-    python examples/torch_digits.py --workdir /tmp/digits --steps 300   # resumes at 150
+    python examples/torch_digits.py --steps 300
+    python examples/torch_digits.py --steps 300 --stop-after 150
+    python examples/torch_digits.py --steps 300   # resumes at 150
 
 A run that stops and resumes ends with the same weights, bit for bit, as one
 that never stopped: the loader's batches depend only on its settings and the
@@ -18,19 +18,19 @@ import json
 import os
 
 import torch
-from digits_data import digits_stores
+from digits_data import add_workdir, digits_stores, open_workdir
 
 from loaderx import DataLoader, DenseDataset
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--workdir", required=True)
+    add_workdir(p, "digits")
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--stop-after", type=int, default=None, help="save a checkpoint after this step and exit")
     p.add_argument("--limit", type=int, default=None, help="use only the first LIMIT records")
     a = p.parse_args()
-    os.makedirs(a.workdir, exist_ok=True)
+    open_workdir(a.workdir)
     train_x, train_y, test_x, test_y = digits_stores(a.workdir, a.limit)
     torch.manual_seed(0)
     torch.set_num_threads(1)

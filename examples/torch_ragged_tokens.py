@@ -1,7 +1,7 @@
 """Classify variable-length token sequences with PyTorch, fed packed batches
 by loaderx: no padding anywhere.
 
-    python examples/torch_ragged_tokens.py --workdir /tmp/tokens --steps 300
+    python examples/torch_ragged_tokens.py --steps 300
 
 The data is synthetic: each sequence (16 to 128 int32 tokens out of 512) is
 drawn from one of four topics, each topic favouring its own slice of the
@@ -19,6 +19,7 @@ import os
 
 import numpy as np
 import torch
+from digits_data import add_workdir, open_workdir
 
 import loaderx
 from loaderx import DataLoader, DenseDataset, RaggedDataset
@@ -49,11 +50,11 @@ def token_stores(workdir: str, n: int) -> tuple[str, str, str, str]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--workdir", required=True)
+    add_workdir(p, "tokens")
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--records", type=int, default=4000)
     a = p.parse_args()
-    os.makedirs(a.workdir, exist_ok=True)
+    open_workdir(a.workdir)
     train_tok, train_y, test_tok, test_y = token_stores(a.workdir, a.records)
     torch.manual_seed(0)
     torch.set_num_threads(1)

@@ -260,7 +260,7 @@ EOF
 	LOADERX_NO_BUILD=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests \
 		--ignore=tests/test_cdef.py --ignore=tests/test_packaging.py
 }
-for py in python3.9 python3.11 python3.13; do
+for py in python3.11 python3.13 python3.14 python3.15; do
 	if ! want venv; then
 		:
 	elif "$py" -c 'import sys' >/dev/null 2>&1; then

@@ -253,7 +253,7 @@ def test_metadata() -> None:
     assert f"Version: {loaderx.__version__}" in fields
     assert "License: MIT" in fields
     assert "License-File: LICENSE" in fields
-    assert "Requires-Python: >=3.9" in fields
+    assert "Requires-Python: >=3.11" in fields
     requires = [f for f in fields if f.startswith("Requires-Dist: ")]
     assert (
         "Requires-Dist: cffi>=1.15" in requires

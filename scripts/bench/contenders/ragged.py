@@ -9,6 +9,7 @@ files (a flat token array and its offsets), packing in its ``collate_fn``.
 from __future__ import annotations
 
 import gc
+import itertools
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -60,7 +61,7 @@ class LoaderxRagged(RaggedContender):
         path = os.path.join(ldir, f"tokens-{self.codec}")
         log(f"[ragged] writing {self.name} store ...")
         bounds = offsets.tolist()
-        from_iterator(path, (tokens[a:b] for a, b in zip(bounds[:-1], bounds[1:])), codec=self.codec,
+        from_iterator(path, (tokens[a:b] for a, b in itertools.pairwise(bounds)), codec=self.codec,
                       progress=False)
         return {"data": path}
 
