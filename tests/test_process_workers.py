@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /de
 
 ROOT = Path(__file__).resolve().parent.parent
 N = 203
-SHM_PREFIX = "loaderx-"
+SHM_PREFIX = f"loaderx-{os.getpid()}-"  # this process's segments only: another run may share /dev/shm
 
 
 
