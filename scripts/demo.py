@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """The main job, end to end: make a sample image dataset, convert it to loaderx
-stores, stream batches through the DataLoader and print the throughput.
+stores with every default left alone, stream batches through the DataLoader, and
+stream the same indices with ``np.take`` from memory-mapped ``.npy`` files of the
+same arrays, in the same run, for a ratio.
 
-    python3 scripts/demo.py [--dir DIR] [--records N] [--steps N] [--codec zstd]
+    python3 scripts/demo.py [--dir DIR] [--records N] [--steps N] [--codec auto]
 
 The sample set is generated here (smooth synthetic 64x64 images with a class
 label each), so the demo needs nothing but loaderx itself, importable: installed
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -22,6 +25,7 @@ import time
 import numpy as np
 
 import loaderx
+from loaderx._progress import Progress
 from loaderx.converter import from_numpy
 from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset
@@ -45,76 +49,98 @@ def sample_images(n: int, side: int = 64, seed: int = 0) -> tuple[np.ndarray, np
     return images, labels
 
 
-class Bar:
-    """A one-line progress display on a terminal; silent when stderr is not a TTY."""
+def stream_loader(loader: DataLoader, steps: range, progress: Progress, row_bytes: int) -> tuple[float, dict]:
+    """Seconds to take ``steps`` from the loader (already positioned at their
+    first), and the last batch."""
+    t0 = time.perf_counter()
+    for _ in steps:
+        batch = next(loader)
+        progress.update(len(batch["label"]), len(batch["label"]) * row_bytes)
+    return time.perf_counter() - t0, batch
 
-    def __init__(self, total: int, label: str) -> None:
-        self.total, self.label, self.t0 = total, label, time.perf_counter()
-        self.tty = sys.stderr.isatty()
 
-    def update(self, done: int, extra: str = "") -> None:
-        if not self.tty:
-            return
-        frac = done / self.total if self.total else 1.0
-        filled = int(frac * 30)
-        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (30 - filled)}] {done}/{self.total} {extra}")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.tty:
-            sys.stderr.write("\n")
+def stream_npy(loader: DataLoader, images: np.ndarray, labels: np.ndarray, steps: range,
+               progress: Progress, row_bytes: int) -> tuple[float, dict]:
+    """The same steps' indices (drawn beforehand, so only the gather is timed)
+    gathered with ``np.take`` from the memory-mapped arrays."""
+    draws = [loader.indices(s) for s in steps]
+    t0 = time.perf_counter()
+    for idx in draws:
+        batch = {"image": np.take(images, idx, axis=0), "label": np.take(labels, idx)}
+        progress.update(len(idx), len(idx) * row_bytes)
+    return time.perf_counter() - t0, batch
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default=None, help="where to write the stores (default: a temporary directory)")
     ap.add_argument("--records", type=int, default=60000)
-    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--steps", type=int, default=400, help="steps timed per contender, in 4 alternating rounds")
     ap.add_argument("--batch-size", type=int, default=256)
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--codec", default="zstd", choices=["raw", "zstd", "zstd_dict"])
+    ap.add_argument("--codec", default="auto", choices=["auto", "raw", "narrow", "zstd", "zstd_dict"])
     args = ap.parse_args()
 
     root = args.dir or tempfile.mkdtemp(prefix="loaderx-demo-")
     data_path, label_path = os.path.join(root, "images"), os.path.join(root, "labels")
     for p in (data_path, label_path):
-        if os.path.exists(os.path.join(p, "meta.zr")):
+        if os.path.exists(p):
             shutil.rmtree(p)
+    print(f"workdir: {root}")
 
     images, labels = sample_images(args.records)
     t0 = time.perf_counter()
     from_numpy(data_path, images, codec=args.codec)
-    from_numpy(label_path, labels, codec="raw")
+    from_numpy(label_path, labels)
     t_convert = time.perf_counter() - t0
     data, label = DenseDataset(data_path), DenseDataset(label_path)
     print(f"converted {len(data)} images {data.item_shape} {data.dtype} + labels "
-          f"in {t_convert:.2f} s ({images.nbytes / 2**20 / t_convert:.0f} MiB/s), codec {args.codec}")
-    print(f"on disk: {data.stats()['chunk_bytes'] / 2**20:.1f} MiB for {images.nbytes / 2**20:.1f} MiB of pixels")
+          f"in {t_convert:.2f} s ({images.nbytes / 2**20 / t_convert:.0f} MiB/s)")
+    for name, ds in (("images", data), ("labels", label)):
+        st = ds.stats()
+        choice = st.get("codec_choice")
+        why = f": {choice['reason']}" if choice else " (asked for)"
+        print(f"{name}: codec {st['codec']}, {st['chunk_bytes'] / 2**20:.1f} MiB on disk{why}")
 
-    loader = DataLoader({"image": data, "label": label}, batch_size=args.batch_size,
-                        num_workers=args.workers, sampler="cyclic", seed=0)
-    bar = Bar(args.steps, "streaming")
-    batch_bytes = args.batch_size * (data.nbytes_per_item + label.nbytes_per_item)
-    it = iter(loader)
-    next(it)  # start-up: threads and first buffers
-    t0 = time.perf_counter()
-    for step in range(1, args.steps + 1):
-        batch = next(it)
-        if step % 20 == 0 or step == args.steps:
-            el = time.perf_counter() - t0
-            bar.update(step, f"{step / el:,.0f} batches/s")
-    elapsed = time.perf_counter() - t0
-    bar.close()
+    npy_images, npy_labels = os.path.join(root, "images.npy"), os.path.join(root, "labels.npy")
+    np.save(npy_images, images)
+    np.save(npy_labels, labels)
+    mm_images, mm_labels = np.load(npy_images, mmap_mode="r"), np.load(npy_labels, mmap_mode="r")
+
+    row_bytes = data.nbytes_per_item + label.nbytes_per_item
+    loader = DataLoader({"image": data, "label": label}, batch_size=args.batch_size, seed=0)
+    next(loader)  # start-up: threads and first buffers
+    rounds = 4
+    per_round = max(1, args.steps // rounds)
+    total = 2 * rounds * per_round * args.batch_size
+    progress = Progress("streaming", total_records=total, total_bytes=total * row_bytes)
+    t_loader, t_npy, ratios = 0.0, 0.0, []
+    step = 1
+    for _ in range(rounds):  # alternate, so that a noisy neighbour hurts both alike
+        steps = range(step, step + per_round)
+        a, batch = stream_loader(loader, steps, progress, row_bytes)
+        b, npy_batch = stream_npy(loader, mm_images, mm_labels, steps, progress, row_bytes)
+        t_loader, t_npy = t_loader + a, t_npy + b
+        ratios.append(b / a)
+        step += per_round
+    progress.close()
+    last = loader.step - 1
+    same = all(np.array_equal(batch[k], npy_batch[k]) for k in batch)
+    stats = loader.stats()
     loader.close()
-    print(f"streamed {args.steps} batches of {args.batch_size}: {args.steps / elapsed:,.0f} batches/s, "
-          f"{args.steps * args.batch_size / elapsed:,.0f} samples/s, "
-          f"{args.steps * batch_bytes / elapsed / 2**20:,.0f} MiB/s (native threads: {loaderx.get_num_threads()})")
-    print(f"last batch: image {batch['image'].shape} {batch['image'].dtype}, label {batch['label'].shape}")
+
+    steps_run = rounds * per_round
+    mib = steps_run * args.batch_size * row_bytes / 2**20
+    print(f"loaderx:          {steps_run / t_loader:8,.0f} batches/s, {mib / t_loader:8,.0f} MiB/s "
+          f"({stats['num_workers']} {stats['workers_chosen']} workers: {stats['workers_reason']})")
+    print(f"np.take on .npy:  {steps_run / t_npy:8,.0f} batches/s, {mib / t_npy:8,.0f} MiB/s (memory-mapped)")
+    print(f"loaderx / np.take: {statistics.median(ratios):.2f}x (median of {rounds} alternating rounds of "
+          f"{per_round} steps of {args.batch_size}; native threads: {loaderx.get_num_threads()})")
+    print(f"step {last}: the same batch from both: {'yes' if same else 'NO'}")
     data.close()
     label.close()
     if args.dir is None:
         shutil.rmtree(root)
-    return 0
+    return 0 if same else 1
 
 
 if __name__ == "__main__":

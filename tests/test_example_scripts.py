@@ -86,3 +86,34 @@ def test_process_augment_matches_threads_and_resumes(tmp_path: Path) -> None:
     out = run([sys.executable, str(EXAMPLES / "process_augment.py"), "--workdir", str(tmp_path), "--steps", "15"])
     assert "same batches in both modes" in out
     assert "resumed at step 10: the next 5 batches are identical" in out
+
+
+def test_demo_converts_with_the_defaults_and_compares_with_np_take(tmp_path: Path) -> None:
+    """``make demo``'s script leaves the codec to ``auto`` and says what it
+    chose and why, streams the same indices through the loader and through
+    ``np.take`` on memory-mapped ``.npy`` files, prints the ratio, and finds
+    the same batch in both."""
+    out = run([sys.executable, str(ROOT / "scripts" / "demo.py"), "--dir", str(tmp_path),
+               "--records", "3000", "--steps", "8", "--batch-size", "64"])
+    lines = out.splitlines()
+    chose = [line for line in lines if line.startswith("images: codec ")]
+    assert chose and "0.5 of this machine's" in chose[0], out  # auto's reason, quoted
+    assert any(line.startswith("labels: codec ") for line in lines), out
+    ratio = [line for line in lines if line.startswith("loaderx / np.take: ")]
+    assert ratio and float(ratio[0].split()[3].rstrip("x")) > 0, out
+    assert lines[-1].endswith("the same batch from both: yes"), out
+    assert (tmp_path / "images.npy").is_file() and (tmp_path / "images" / "meta.zr").exists(), out
+
+
+@needs("torch", "sklearn")
+def test_examples_run_as_typed_in_a_temporary_workdir(tmp_path: Path) -> None:
+    """Without ``--workdir`` an example works under the temporary directory,
+    says where, and a second run there finds its stores and checkpoint."""
+    script = str(EXAMPLES / "torch_digits.py")
+    env = {"TMPDIR": str(tmp_path)}
+    out = run([sys.executable, script, "--steps", "12", "--stop-after", "6"], **env)
+    workdir = tmp_path / "loaderx-digits"
+    assert f"workdir: {workdir}" in out.splitlines()[0], out
+    assert (workdir / "torch_ckpt.pt").is_file(), out
+    out = run([sys.executable, script, "--steps", "12"], **env)
+    assert "resumed at step 6" in out, out
