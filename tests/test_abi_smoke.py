@@ -23,7 +23,7 @@ def test_abi_smoke_program_passes(tmp_path):
     exe = tmp_path / "abi_smoke"
     subprocess.run([cc, "-O1", "-o", str(exe), str(ROOT / "python" / "abi_smoke.c"), "-ldl"], check=True)
     r = subprocess.run(
-        [str(exe), str(_native.library_path), str(tmp_path / "store")], capture_output=True, text=True, timeout=120
+        [str(exe), str(_native.library_path), str(tmp_path / "store")], capture_output=True, text=True, timeout=600
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "8 passed, 0 failed" in r.stdout

@@ -359,7 +359,7 @@ def test_sigint_during_conversion(tmp_path):
     )
     assert proc.stdout.readline().strip() == "running"
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=60)
+    out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 3, out
     assert out.strip() == "interrupted"
     src = (np.arange(400 * 64, dtype=np.int64) * 3).reshape(400, 64)

@@ -114,7 +114,7 @@ def run_and_kill(path: Path, overwrite: bool, word: str, k: int) -> list[str]:
             if lines.count(word) == k:
                 proc.send_signal(signal.SIGKILL)
                 break
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()

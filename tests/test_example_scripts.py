@@ -28,7 +28,7 @@ def needs(*modules: str) -> pytest.MarkDecorator:
 
 def run(args: list[str], **env: str) -> str:
     proc = subprocess.run(
-        args, capture_output=True, text=True, timeout=180, cwd=ROOT,
+        args, capture_output=True, text=True, timeout=600, cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), **env},
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -78,7 +78,7 @@ def test_sharded_prefetch_and_resume(tmp_path: Path) -> None:
     """
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=240, cwd=ROOT, env=env)
+                          timeout=600, cwd=ROOT, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("ok")
 

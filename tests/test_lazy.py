@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MAPPED = "'libloaderx' in open('/proc/self/maps').read()"
 
 
-def run(code: str, timeout: float = 120) -> str:
+def run(code: str, timeout: float = 600) -> str:
     """Run ``code`` in a fresh interpreter from the worktree; return stdout."""
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
@@ -133,7 +133,7 @@ def test_torch_dataloader_forks_workers_over_a_dataset(tmp_path: Path) -> None:
         got = torch.cat(list(dl)).numpy()
         assert np.array_equal(got, np.arange(400, dtype=np.float32).reshape(100, 4)), got
         print("parent loaded:", _native.loaded(), {MAPPED})
-    """, timeout=180)
+    """, timeout=600)
     assert "parent loaded: False False" in out
 
 

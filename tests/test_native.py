@@ -58,7 +58,7 @@ def test_missing_library_is_import_error(tmp_path: Path) -> None:
     proc = subprocess.run(
         # importing loads nothing; the first native call finds the library missing
         [sys.executable, "-c", "import loaderx._native as n; n.get_threads()"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode != 0
     assert "ImportError" in proc.stderr
@@ -405,7 +405,7 @@ def test_panic_becomes_internal_error(tmp_path: Path) -> None:
         "    print(type(e).__name__, e)\n"
         "print(n.store_len(n.store_create(r'%s', 'raw')))\n" % (tmp_path / "s")
     )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("LoaderxError internal error"), proc.stdout
@@ -629,11 +629,11 @@ def test_fork_guard(native: ModuleType, raw_store: int) -> None:
                     call()
                 except ForkError as e:
                     caught += "forked child" in str(e) and "spawn" in str(e)
-            if caught == 5 and time.monotonic() - start < 1.0:
+            if caught == 5 and time.monotonic() - start < 10.0:  # fast: no call waits on the dead runtime
                 code = 0
         finally:
             os._exit(code)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 300
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:

@@ -295,7 +295,7 @@ def _setup_build(
         env=base,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
         check=False,
     )
 

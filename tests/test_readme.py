@@ -87,7 +87,7 @@ def test_readme_section_runs(section: str, tmp_path: Path) -> None:
         if importlib.util.find_spec(module) is None:
             pytest.skip(f"README.md section {section!r} needs {module}, which is not installed")
     res = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(blocks)], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=300)
     lines = ", ".join(str(line) for line, _ in blocks)
     if res.returncode != 0:
         pytest.fail(f"README.md section {section!r} (blocks at lines {lines}) failed:\n{res.stderr[-3000:]}")

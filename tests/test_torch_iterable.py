@@ -43,7 +43,7 @@ def test_workers_and_ranks_split_steps(tmp_path: Path) -> None:
         print("ok")
     """
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=240, cwd=ROOT)
+                          timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     from loaderx.dataloader import DataLoader
     from loaderx.dataset import DenseDataset
@@ -79,7 +79,7 @@ def _run_in_child(code: str) -> None:
     """Torch forks its workers: run in a fresh interpreter whose parent never
     loaded the library."""
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=240, cwd=ROOT)
+                          timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("ok"), proc.stdout
 
