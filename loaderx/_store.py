@@ -153,7 +153,7 @@ class VerifyReport:
     ) -> None:
         self.path = path
         self.faults = faults
-        #: the store's format version (4 has checksums; 1 and 3 are older)
+        #: the store's format version (4 and 5 have checksums; 1 and 3 are older)
         self.version = version
         #: whether the format carries checksums: without them damage to raw
         #: records cannot be seen

@@ -472,8 +472,8 @@ func (s *Store) readStored(c *chunk, e entry, b []byte) error {
 //	    in a delete.intent of version 2)
 //	end CRC-32C of everything before it
 //
-// A compaction runs on a store of format 4 only (it upgrades an older one
-// first), so there is one version.
+// A compaction runs on a store of format 4 or 5 only (it upgrades an older
+// one first), whose entries are the same, so there is one version.
 type relocation struct {
 	length           int64
 	oldTail, newTail position

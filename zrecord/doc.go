@@ -16,40 +16,90 @@
 //
 // # Format
 //
-// A store is a directory. All integers are little-endian. This package
-// writes format version 4, and version 5 for a store of the narrow codec:
+// A store is a directory. All integers are little-endian and every
+// checksum is a CRC-32C (Castagnoli). This package writes format version
+// 4, and version 5 for a store of the narrow codec; it reads versions 1,
+// 3, 4 and 5. Its files, where {id} is a decimal number without leading
+// zeros:
 //
-//	meta.zr      32-byte header: magic "ZREC", version (u8) 4, codec (u8:
-//	             0 raw, 1 zstd, 2 zstd_dict), tail_chunk (u32), tail_offset
-//	             (u32), length (u64), the CRC-32C of the other 28 header
-//	             bytes (u32), the CRC-32C of dict.zr (u32, zero without a
-//	             dictionary), 2 zero bytes; in version 5 the codec is 3
-//	             (narrow) and the last 2 bytes are the element type: its
-//	             size in bytes (u8: 1, 2, 4 or 8) and whether it is signed
-//	             (u8: 1 signed, 0 unsigned), covered by the header CRC
-//	{id}.tab     record-table segment id holds the entries of indices
-//	             [id<<27, (id+1)<<27); entry i sits at (i & (1<<27-1))*24
-//	             and is six u32: offset, phys_length, logic_length,
-//	             chunk_id, data_crc (CRC-32C of the phys_length stored bytes,
-//	             the frame for a compressed record) and entry_crc (CRC-32C
-//	             of i as a u64 followed by the entry's first 20 bytes)
-//	{id}.chunk   record bytes, packed back to back
-//	dict.zr      the zstd dictionary (ZstdDict stores only)
+//	meta.zr          the 32-byte header below; a writer holds an flock on it
+//	{id}.tab         record-table segment id: the 24-byte entries of the
+//	                 indices [id<<27, (id+1)<<27)
+//	{id}.chunk       chunk id: record bytes as stored, packed back to back
+//	dict.zr          the zstd dictionary (zstd_dict stores only)
+//	delete.intent    the log of the Deletes the table has not taken yet
+//	compact.journal  the moves of the last Compact, until the next sync
+//	{id}.loc         versions 1 and 3 only: their table segments
+//
+// and the companion files Create wrote with WithFile, which the store never
+// reads or changes (loaderx's schema.msgpack is one, below).
+//
+// meta.zr holds, at these byte offsets:
+//
+//	0-3    magic       "ZREC"
+//	4      version     u8: 4, or 5 for a narrow store (1 and 3: below)
+//	5      codec       u8: the codec's tag, from the table below
+//	6-9    tail_chunk  u32: the chunk that holds the write frontier
+//	10-13  tail_offset u32: the frontier's offset in that chunk
+//	14-21  length      u64: the number of records
+//	22-25  header_crc  u32: CRC-32C of bytes 0-21 followed by bytes 26-31
+//	26-29  dict_crc    u32: CRC-32C of dict.zr; zero without a dictionary
+//	30     elem_size   u8: version 5: the element size in bytes (1, 2, 4
+//	                   or 8); version 4: zero
+//	31     elem_signed u8: version 5: 1 if the elements are signed, else
+//	                   0; version 4: zero
+//
+// The codec is chosen at Create, applies to every record and decides the
+// header's version:
+//
+//	tag  codec      version  an encoded record is
+//	0    raw        4        (none: every record is stored as it is)
+//	1    zstd       4        one zstd frame
+//	2    zstd_dict  4        one zstd frame made against dict.zr
+//	3    narrow     5        narrowed integers of the header's element type
+//
+// Open refuses a header with another magic (ErrNotStore), a version it
+// does not read (ErrVersion, below), or (ErrCorrupt) a header_crc that
+// does not match, a tag outside that table or not of that version, an
+// elem_size or elem_signed outside the values above, a nonzero reserved
+// byte, a nonzero dict_crc for a codec other than zstd_dict, a length
+// above 2^62, or a dict.zr whose CRC-32C is not dict_crc (a zstd_dict
+// store without dict.zr is ErrMissingDict).
+//
+// Table entry i sits in segment i>>27 at byte (i & (1<<27-1))*24:
+//
+//	0-3    offset       u32: where the stored bytes start in the chunk
+//	4-7    phys_length  u32: the number of stored bytes
+//	8-11   logic_length u32: the record's size as Gather returns it
+//	12-15  chunk_id     u32: the chunk that holds the stored bytes
+//	16-19  data_crc     u32: CRC-32C of the phys_length stored bytes
+//	20-23  entry_crc    u32: CRC-32C of i as a u64 followed by bytes 0-19
+//
+// Segment files are not preallocated: each holds at least the entries
+// below length, and a store always has 0.tab and 0.chunk. A record is
+// stored raw when phys_length == logic_length and encoded by the store's
+// codec when phys_length < logic_length; a larger phys_length, a chunk_id
+// past tail_chunk, bytes past the end of the chunk file (for a read-only
+// Open or a version-3 store, past tail_offset in the tail chunk), a
+// logic_length above MaxRecordSize, an encoded record in a raw store, or a
+// narrowed size that fits no width (below) is damage, which Open reports
+// for the first such entry.
 //
 // A record lives in one chunk and never straddles two; offsets are 32-bit,
 // so a chunk holds less than 4 GiB and a record is at most 2 GiB
-// (MaxRecordSize). tail_chunk and tail_offset mark the write frontier: the
-// chunk files are exactly 0..tail_chunk and nothing at or past the frontier
-// belongs to a record. The codec is chosen at Create and applies to every
-// record; a record whose zstd frame would not be smaller than itself is
-// stored raw, recognisable by phys_length == logic_length. A stored frame
-// is an ordinary single zstd frame without a content checksum; which of
-// the format's literal kinds it uses is the writer's choice and readers
-// need not know it (this writer stores the literals of a record of at
-// most 4 KiB plain, not Huffman-coded, when that frame is at most a
-// quarter larger, and such a record raw when the record itself is: see
-// plainLiteralsSlack in codec.go). The table grows one segment at a time,
-// so there is no fixed record count.
+// (MaxRecordSize). tail_chunk and tail_offset mark the write frontier:
+// nothing at or past it belongs to a record, and a writable Open leaves
+// exactly the chunk files 0..tail_chunk (it cuts the tail chunk back to
+// the frontier and removes the files past it). A record whose encoding
+// would not be smaller than itself is stored raw. A stored frame is an
+// ordinary single zstd frame without a content checksum; which of the
+// format's literal kinds it uses is the writer's choice and readers need
+// not know it (this writer stores the literals of a record of at most 4
+// KiB plain, not Huffman-coded, when that frame is at most a quarter
+// larger than the Huffman-coded one, and such a record raw when the record
+// itself is within that quarter and its plain frame would not be smaller
+// than it: see plainLiteralsSlack in codec.go). The table grows one
+// segment at a time, so there is no fixed record count.
 //
 // Version 5 is version 4 with the narrow codec: each record is an array of
 // integers of the header's element type, of size es bytes, and is stored
@@ -73,13 +123,14 @@
 // 3 and 4) refuse it with their version error instead of returning the
 // narrowed bytes as records; stores of the other codecs stay version 4.
 // A reader that meets a version above all it knows reports that the store
-// was written by a newer loaderx, and the versions it reads.
+// was written by a newer loaderx, and the versions it reads; versions 0
+// and 2 were never written, and are refused as such (both ErrVersion).
 //
 // Every byte a read depends on is covered by a checksum, so that damage is
-// reported instead of returned. The checksums are CRC-32C, which the
-// hash/crc32 package computes with the CPU's CRC instruction on amd64 and
-// arm64. The header's checksum fits in its formerly reserved bytes, so
-// meta.zr stays one 32-byte write, which is what publishes every change.
+// reported instead of returned. The hash/crc32 package computes CRC-32C
+// with the CPU's CRC instruction on amd64 and arm64. The header's checksum
+// fits in its formerly reserved bytes, so meta.zr stays one 32-byte write,
+// which is what publishes every change.
 // The per-record checksum lives in the table entry rather than in a
 // parallel file or in the zstd frame: an entry is read anyway before its
 // record, a parallel file would be a second table to keep in step through
@@ -96,44 +147,88 @@
 //
 // On read, the header is checked at Open, with the dictionary; every table
 // entry is checked at Open and again whenever a Gather, GatherPacked,
-// Sizes, Delete or Compact uses it. A compressed or narrowed record's
-// stored bytes are checked before every decode (a zstd decode costs far
-// more than the check; a widening reads half the bytes or fewer), and a
-// widening that would not give exactly the logical size is ErrDecode
-// naming the record. A raw record's are checked too, by default, on every
-// gather: the checksum is computed from the registers the copy passes the
-// bytes through, so the bytes are read once (see defaultVerifyRaw for what
-// it costs). A raw record read from a chunk that is not mapped is checked
-// in a second pass after the read. WithVerify(false) or SetVerify(false)
+// GatherRagged, Sizes, Delete or Compact uses it. A compressed or narrowed
+// record's stored bytes are checked before every decode (a zstd decode
+// costs far more than the check; a widening reads half the bytes or
+// fewer), and a widening that would not give exactly the logical size is
+// ErrDecode naming the record. A raw record's are checked too, by default,
+// on every gather, the raw records of a zstd or narrow store included: the
+// checksum is computed from the registers the copy passes the bytes
+// through, so the bytes are read once (see defaultVerifyRaw for what it
+// costs). A raw record read from a chunk that is not mapped is checked in
+// a second pass after the read. WithVerify(false) or SetVerify(false)
 // turns the raw check off. Verify scans everything regardless.
 //
 // Older formats still open and read, without verification (Stats reports
 // Version and Checksummed): version 1, this package's first, has the
-// layout above without the checksums (zero reserved bytes 22-31 in the
-// header, 16-byte entries in .loc segments of 2^28); version 3, written by
-// the original loaderx 1.5.2, has the same layout, except that every record
-// of a compressed store is a zstd frame, even one that is not smaller than
-// its record, and that its files are preallocated sparse 4 GiB (files cut
-// to the part in use read as well). A writable Open leaves a version-3
-// store's files as they are. Upgrade rewrites an old store to version 4
-// (no old store holds narrowed records; a version-5 store is current),
-// and any write (Append, Delete, Compact) upgrades it first; a version-3
-// frame that is not smaller than its record becomes a raw record then,
-// since version 4 reads phys_length == logic_length as raw.
+// layout above without the checksums (zero bytes 22-31 in the header,
+// 16-byte entries, the first 16 bytes of the entry above, in .loc segments
+// of 2^28); version 3, written by the original loaderx 1.5.2, has the same
+// layout, except that every record of a compressed store is a zstd frame,
+// even one that is not smaller than its record, and that its files are
+// preallocated sparse 4 GiB (files cut to the part in use read as well).
+// Neither has the narrow codec. A writable Open leaves a version-3 store's
+// files as they are. Upgrade rewrites an old store to version 4 (a
+// version-5 store is current), and any write (Append, Delete, Compact)
+// upgrades it first; a version-3 frame that is not smaller than its record
+// becomes a raw record then, since version 4 reads phys_length ==
+// logic_length as raw.
 //
-// Two more files exist only between an operation and the next sync:
-// delete.intent (a log of the entry writes of the Deletes not yet written
-// into the table) and compact.journal (the moves of the last Compact: each
-// moved record's entry before and after). Each record of either carries a
-// CRC-32C; a torn one is ignored. Their entries carry the data checksum in
-// a version-4 store. Journals of the earlier in-place compaction (version
-// 1 and 2, magic "ZCMP", with copies of the records a group overwrote) are
-// still finished by a writable Open.
+// Two more files exist only between an operation and the next sync (see
+// Durability for when each is written, synced and removed). delete.intent
+// is a log of Delete records back to back, each
+//
+//	0-3    "ZDEL"
+//	4      journal version (u8): 2 in a store of version 4 or 5 (earlier
+//	       releases wrote 1 in a store of version 1); then 3 zero bytes
+//	8-15   the length before the Delete (u64)
+//	16-23  tail_chunk and tail_offset (u32 each), which Delete leaves alone
+//	24-31  the length after the Delete (u64)
+//	32-39  the number n of entry writes (u64)
+//	40-    n writes: the index (u64) and the entry's bytes 0-19 (journal
+//	       version 2) or 0-15 (version 1); entry_crc follows from the index
+//	end    CRC-32C of the record's bytes before it (u32)
+//
+// each starting from the state the one before it left; a reader takes the
+// longest prefix of whole, matching, consecutive records, so a torn or
+// damaged one ends the log. compact.journal is one record:
+//
+//	0-3    "ZCMR"
+//	4      journal version (u8) 4, then 3 zero bytes
+//	8-15   the length (u64), which Compact leaves alone
+//	16-23  the frontier before: chunk and offset (u32 each)
+//	24-31  the frontier after
+//	32-39  the first hole: chunk and offset
+//	40-43  the number d of destination chunks (u32)
+//	44-47  the number m of moves (u32)
+//	48-    d destination chunk ids (u32 each), then m moves: the index
+//	       (u64), the entry before and the entry after (bytes 0-19 each)
+//	end    CRC-32C of everything before it (u32)
+//
+// and is ignored when that checksum fails. Journals of the earlier in-place
+// compaction (journal versions 1 and 2, magic "ZCMP", with copies of the
+// records a group overwrote) are still finished by a writable Open.
+//
+// Beside the store, the loaderx layer keeps schema.msgpack (written by
+// capi/schemafile.go, as a WithFile file at Create and replaced later by
+// writing .schema.msgpack.*.tmp, fsyncing it and renaming it over): a
+// MessagePack map with the string keys "version" (1), "kind" ("dense" or
+// "ragged"), "dtype" (numpy.dtype.str, such as "<f4", or an ml_dtypes name
+// such as "bfloat16"), "shape" (an array of integers: the shape of one
+// record, or of one row of a ragged record), "crc32c" (the CRC-32C of the
+// decimal version, kind, dtype and each dimension as text, each followed
+// by a zero byte) and optionally "codec_choice" (a map of how the
+// converter chose the codec, outside the checksum). Readers ignore keys
+// they do not know, refuse a version other than 1 and a crc32c that does not
+// match, and read a file without crc32c (written before it existed)
+// unchecked. The original loaderx 1.5.2's schema (keys "format" =
+// "loaderx-zrecord", "version" 1, "kind", "dtype", "codec", and
+// "item_shape" or, ragged, a per-record "shapes") is read too.
 //
 // # Concurrency
 //
-// A Store is safe for use by many goroutines. Gather, GatherPacked, Sizes,
-// Stats and Append share the store; Delete, Compact and Close wait for them
+// A Store is safe for use by many goroutines. Gather, GatherPacked,
+// GatherRagged, Sizes, Stats and Append share the store; Delete, Compact and Close wait for them
 // to finish and then run alone, so no reader ever sees a half-applied swap
 // or a record in motion.
 //
@@ -141,7 +236,9 @@
 // mapped read-only and shared at a span sized to the file (the next power
 // of two at or above its size, at least 64 MiB, at most the file's whole
 // range of 4 GiB for a chunk or 3 GiB for a table segment), so a handle
-// reserves address space in proportion to the store. The lists of files
+// reserves address space in proportion to the store. (On Windows nothing
+// is mapped and every read is positional: a mapping there could neither
+// reach past the file's end nor let the file be cut back.) The lists of files
 // are replaced (never changed in place) when a file is added. When a
 // writer needs bytes past a file's span it maps the file again, twice as
 // large, before writing them, and publishes the new mapping with an atomic
@@ -190,14 +287,21 @@
 //     disk before its records, Open reports ErrCorrupt naming them).
 //   - Append, Delete and Compact sync nothing unless they are about to
 //     overwrite the last durable copy of something; Sync and Close make
-//     everything durable. The exceptions are listed below: the log of
-//     pending Deletes before the table takes them, and compact.journal.
+//     everything durable. Each case where one does sync is below: the log
+//     of pending Deletes before the table takes them, compact.journal, an
+//     Append, Delete or Compact that would replace what an unsynced
+//     Compact still needs, and the Upgrade any write of an old store
+//     starts with.
 //
 // Create never lets the path hold a store in the making. It builds the
-// store in a hidden directory beside the path (.NAME.zrecord-create-
-// and 16 hex digits), holding the lock on its meta.zr from the start:
-// the dictionary, the first chunk and table segment and the WithFile
-// files, each fsynced, then the header, fsynced, then that directory.
+// store in a hidden directory beside the path, .NAME.zrecord-create-
+// followed by 16 lowercase hex digits (a NAME longer than 200 bytes is
+// cut to at most 183, at a character boundary, and "-" and the 16 hex
+// digits of its 64-bit FNV-1a hash appended). It makes that directory's
+// meta.zr first, empty, and holds the lock on it from then on; then it
+// writes the dictionary, the first chunk and table segment (both empty)
+// and the WithFile files, each fsynced, then the header, fsynced, then
+// fsyncs that directory.
 // One rename then puts it at the path, and the parent directory is
 // fsynced; appends go to the path from then on. Killed before the rename,
 // a Create leaves the path as it was, and its hidden directory, which the
@@ -209,13 +313,17 @@
 // two in one step where the system has it (Linux), and the previous store
 // is removed from the hidden name. Elsewhere the swap is two renames
 // (the previous store to .NAME.zrecord-trash-..., the new one onto the
-// path), and a kill between them leaves no store at the path. A power
-// failure before the parent's fsync may undo the rename, which leaves the
-// same states. Where a rename cannot work (on Windows, a mount point, a
-// symbolic link, "."), Create builds in the directory itself, header
-// last: a directory whose meta.zr lacks the header is not a store, and the
-// next Create recognises such a directory (store files only, no header)
-// and clears it, as it does those that Creates of earlier versions left.
+// path, with the same digits), and a kill between them leaves no store at
+// the path. A power failure before the parent's fsync may undo the rename,
+// which leaves the same states. Where a rename cannot work or would change
+// what the caller made (on Windows; a path that is a symbolic link, the
+// root, "." or ".."; an existing empty directory that is a mount point; a
+// parent directory Create may not write), Create builds in the directory
+// itself, header last (WithReplace then removes the previous store first,
+// its meta.zr last): a directory whose meta.zr lacks the header is not a
+// store, and the next Create recognises such a directory (store files
+// only, no header) and clears it, as it does those that Creates of earlier
+// versions left.
 //
 // Append writes record bytes, then table entries, then the header, and
 // syncs nothing. If the process dies at any point, the store reopens with a
@@ -251,14 +359,16 @@
 // compaction, or new ones past the frontier. Then it writes
 // compact.journal, with every moved record's entry before and after, and
 // fsyncs it and the directory: the table entries are about to be
-// overwritten, and the journal is then the only record of the old ones. Then it writes the
-// entries and the header with the new frontier. The old copies (the rest
+// overwritten, and the journal is then the only record of the old ones.
+// Then it writes the entries and the header with the new frontier. The old copies (the rest
 // of the hole's chunk, and chunks that held only moved records) stay on
 // disk until the next Sync or Close: after it has synced the new copies,
 // the table and the header, it cuts the hole's chunk back to the hole,
 // empties or removes the chunks that held only old copies, and removes the
 // journal. An Append that would reuse such a chunk file past the new
-// frontier syncs first. A writable Open that finds the journal while the
+// frontier syncs first, and so does a Compact that finds the old copies
+// of the previous one still on disk, since its journal would replace the
+// one that describes them. A writable Open that finds the journal while the
 // moved entries are each old, new or torn between the two checks the new
 // copies against their checksums: if all are intact it completes the
 // switch (entries, header) and cuts off the old copies; if a power failure
@@ -277,12 +387,15 @@
 // move but the frontier writes pending Deletes into the table the ordinary
 // way first.
 //
-// Upgrade writes the new table's .tab segments (and the raw copies of
-// oversized version-3 frames, past the frontier), syncs them, then switches
-// by writing and syncing the version-4 header, and only then removes the
-// .loc segments: a crash before the switch leaves the old store, whose
-// writable Open removes the unused .tab files, and one after it the new
-// store, whose writable Open removes leftover .loc files.
+// Upgrade syncs the store, writes the new table's .tab segments (and the
+// raw copies of oversized version-3 frames, past the frontier), syncs them,
+// the chunks and the directory, then switches by writing and syncing the
+// version-4 header, and only then removes the .loc segments and cuts the
+// chunks back to the bytes in use: a crash before the switch leaves the
+// old store (the unused .tab files beside it are removed by a version-1
+// store's writable Open, and rewritten by the next Upgrade of a version-3
+// store, whose files a writable Open leaves alone), and one after it the
+// new store, whose writable Open removes leftover .loc files.
 //
 // The power-failure reasoning assumes what journaling file systems (ext4,
 // XFS) provide: a file's unsynced writes may reach the disk in any subset,

@@ -172,7 +172,8 @@ type header struct {
 	elem       Element // version 5 only
 }
 
-// headerSum is the checksum of a version-4 header: every byte but 22–25.
+// headerSum is the checksum of a version-4 or -5 header: every byte but
+// 22–25.
 func headerSum(b []byte) uint32 {
 	c := crc32.Update(0, castagnoli, b[0:22])
 	return crc32.Update(c, castagnoli, b[26:headerSize])
@@ -259,16 +260,16 @@ func decodeHeader(b []byte, path string) (header, error) {
 }
 
 // entry is one record-table slot: where a record lives, how big it is and,
-// in version 4, the CRC-32C of its stored bytes. In versions 1 and 4,
-// phys == logic means the record is stored raw and phys < logic that it is a
-// zstd frame of the store's codec; in version 3 every record of a
-// compressed store is a frame.
+// in versions 4 and 5, the CRC-32C of its stored bytes. In versions 1, 4
+// and 5, phys == logic means the record is stored raw and phys < logic that
+// it is encoded by the store's codec (a zstd frame, or narrowed); in
+// version 3 every record of a compressed store is a frame.
 type entry struct {
 	off   uint32 // offset inside the chunk
 	phys  uint32 // stored bytes
 	logic uint32 // bytes after decoding
 	chunk uint32 // chunk id
-	sum   uint32 // CRC-32C of the stored bytes (version 4)
+	sum   uint32 // CRC-32C of the stored bytes (versions 4 and 5)
 }
 
 // put writes the first 16 bytes of an entry: the fields every version has.

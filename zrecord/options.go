@@ -124,7 +124,7 @@ func WithChunkCapacity(n int64) Option {
 const defaultVerifyRaw = true
 
 // WithVerify sets whether Gather, GatherPacked and GatherRagged check raw
-// records of a version-4 store against their checksums, computed as the
+// records of a version-4 or -5 store against their checksums, computed as the
 // records are copied (copyCRC); a mismatch is ErrCorrupt naming the chunk
 // file, the record and both checksums. Compressed records are always
 // checked before they are decoded, and the table entries a call touches

@@ -38,7 +38,8 @@ type Report struct {
 	Version int `json:"version"`
 	// Codec is the codec's name, empty if the header could not be read.
 	Codec string `json:"codec"`
-	// Checksummed reports whether the format carries checksums (version 4).
+	// Checksummed reports whether the format carries checksums (version 4
+	// or 5).
 	// Without them, damage to raw records cannot be seen, and damage to
 	// compressed ones only if it breaks their decoding.
 	Checksummed bool `json:"checksummed"`
