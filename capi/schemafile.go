@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/loaderx/loaderx/zrecord"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -292,7 +293,8 @@ func decodeOriginalSchema(f schemaFile) (schema, error) {
 
 // writeSchema validates s and stores it as dir/schema.msgpack, replacing any
 // previous schema atomically: the content goes to a temporary file in dir,
-// is synced, and is renamed over the old one. dir must exist.
+// is synced, and is renamed over the old one, and then dir is synced. dir
+// must exist.
 func writeSchema(dir string, s schema) error {
 	path := schemaPath(dir)
 	data, err := encodeSchema(s)
@@ -325,6 +327,11 @@ func writeSchema(dir string, s schema) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	done = true
+	// The rename is durable only once the directory is: without this, a
+	// power cut could bring back the previous schema after a later update.
+	if err := zrecord.SyncDir(zrecord.OSFS, dir); err != nil {
+		return fmt.Errorf("write %s: sync %s: %w", path, dir, err)
+	}
 	return nil
 }
 

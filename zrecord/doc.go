@@ -211,7 +211,8 @@
 //
 // Beside the store, the loaderx layer keeps schema.msgpack (written by
 // capi/schemafile.go, as a WithFile file at Create and replaced later by
-// writing .schema.msgpack.*.tmp, fsyncing it and renaming it over): a
+// writing .schema.msgpack.*.tmp, fsyncing it, renaming it over and fsyncing
+// the directory): a
 // MessagePack map with the string keys "version" (1), "kind" ("dense" or
 // "ragged"), "dtype" (numpy.dtype.str, such as "<f4", or an ml_dtypes name
 // such as "bfloat16"), "shape" (an array of integers: the shape of one

@@ -208,6 +208,12 @@ func fileSize(f File) (int64, error) {
 	return fi.Size(), nil
 }
 
+// SyncDir makes the entries of dir (a file just renamed into it, say) durable
+// through fsys, as the store does after its own renames and removals: nil
+// where the operating system has no way to sync a directory, or the file
+// system refuses to.
+func SyncDir(fsys FS, dir string) error { return syncDir(fsys, dir) }
+
 // syncDir makes the directory's entries (created and removed files) durable,
 // where the operating system has a way to (dirSyncSupported).
 func syncDir(fsys FS, dir string) error {
