@@ -113,13 +113,13 @@ __all__ = [
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from loaderx import errors
-    from loaderx.arrow import MSDataset, from_arrow
-    from loaderx.converter import from_iterator, from_numpy, train_dict
-    from loaderx.dataloader import DataLoader
-    from loaderx.dataset import DenseDataset, RaggedDataset, pad
-    from loaderx.dlpack import to_dlpack
-    from loaderx.sampler import Sampler, WeightedSampler, sample
-    from loaderx.zrecord import Zrecord
+    from loaderx.integrations.dlpack import to_dlpack
+    from loaderx.io.arrow import MSDataset, from_arrow
+    from loaderx.loader.dataloader import DataLoader
+    from loaderx.loader.sampler import Sampler, WeightedSampler, sample
+    from loaderx.store.converter import from_iterator, from_numpy, train_dict
+    from loaderx.store.dataset import DenseDataset, RaggedDataset, pad
+    from loaderx.store.zrecord import Zrecord
 
 
 def __getattr__(name: str) -> Any:
@@ -152,13 +152,13 @@ def set_num_threads(n: int) -> None:
     n = n.__index__()
     if n < 0:
         raise ValueError(f"num_threads must be 0 (the default) or more, got {n!r}")
-    from loaderx import _native
+    from loaderx.store import _native
 
     _native.set_threads(n)
 
 
 def get_num_threads() -> int:
     """Return the number of native worker threads (see :func:`set_num_threads`)."""
-    from loaderx import _native
+    from loaderx.store import _native
 
     return int(_native.get_threads())

@@ -21,7 +21,7 @@ import numpy as np
 import procw_funcs as funcs
 import pytest
 
-from loaderx import _autoworkers as aw
+from loaderx.loader import _autoworkers as aw
 from loaderx.converter import from_numpy
 from loaderx.dataloader import DataLoader, LoaderOptions
 from loaderx.dataset import DenseDataset

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import loaderx
-from loaderx import _autocodec, _native
+from loaderx.store import _autocodec, _native
 from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataset import DenseDataset, RaggedDataset
 

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from loaderx import dataloader
+from loaderx.loader import dataloader
 from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataloader import PREFETCH_BYTES, DataLoader, LoaderOptions
 from loaderx.dataset import DenseDataset, RaggedDataset

@@ -10,7 +10,7 @@ import struct
 import numpy as np
 import pytest
 
-from loaderx import _native
+from loaderx.store import _native
 from loaderx.converter import from_numpy
 from loaderx.dataset import DenseDataset
 from loaderx.errors import CorruptStoreError

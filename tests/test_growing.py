@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import loaderx
-from loaderx import _native
+from loaderx.store import _native
 from loaderx.errors import StoreLockedError
 
 

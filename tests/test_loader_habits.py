@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from loaderx import dataloader
+from loaderx.loader import dataloader
 from loaderx.converter import from_numpy
 from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset

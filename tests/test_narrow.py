@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loaderx import _native
+from loaderx.store import _native
 from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset, RaggedDataset
@@ -169,7 +169,7 @@ def test_a_dataset_made_before_the_library_loads_reads_a_narrow_store(tmp_path):
 
 
 def test_a_store_from_a_newer_loaderx_is_refused_plainly(tmp_path):
-    from loaderx._store import header_length
+    from loaderx.store._store import header_length
     from loaderx.errors import CorruptStoreError
 
     from_numpy(tmp_path / "s", np.arange(12, dtype=np.int16).reshape(3, 4), codec="narrow")

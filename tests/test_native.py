@@ -1,4 +1,4 @@
-"""Tests of the raw binding, loaderx._native, apart from the public API layer."""
+"""Tests of the raw binding, loaderx.store._native, apart from the public API layer."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def test_missing_library_is_import_error(tmp_path: Path) -> None:
     env = dict(os.environ, LOADERX_LIB=str(tmp_path / "libloaderx.so"))
     proc = subprocess.run(
         # importing loads nothing; the first native call finds the library missing
-        [sys.executable, "-c", "import loaderx._native as n; n.get_threads()"],
+        [sys.executable, "-c", "import loaderx.store._native as n; n.get_threads()"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode != 0

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loaderx import _native as native
+from loaderx.store import _native as native
 from loaderx.errors import CorruptStoreError
 
 FIXTURES = Path(__file__).resolve().parent.parent / "zrecord" / "testdata"

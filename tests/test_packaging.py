@@ -113,7 +113,7 @@ def test_sdist_carries_every_go_source(sdist_files: set[str]) -> None:
         "loaderx/py.typed",
     ):
         assert need in sdist_files, f"the sdist lacks {need}"
-    py = {f"loaderx/{p.name}" for p in (ROOT / "loaderx").glob("*.py")}
+    py = {p.relative_to(ROOT).as_posix() for p in (ROOT / "loaderx").rglob("*.py")}
     assert py <= sdist_files, f"the sdist lacks {sorted(py - sdist_files)}"
 
 
@@ -206,7 +206,7 @@ def test_packed_wheel_layout(tmp_path: Path) -> None:
         wheel_meta = z.read("loaderx-0.1.0.dist-info/WHEEL").decode()
     assert {
         "loaderx/__init__.py",
-        "loaderx/_native.py",
+        "loaderx/store/_native.py",
         "loaderx/py.typed",
         "loaderx/lib/libloaderx.so",
         "loaderx/lib/cdef.h",

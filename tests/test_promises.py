@@ -10,7 +10,7 @@ import threading
 import numpy as np
 import pytest
 
-from loaderx import _native
+from loaderx.store import _native
 from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset

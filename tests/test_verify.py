@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 
-from loaderx import _native
+from loaderx.store import _native
 from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.zrecord import Fault, VerifyReport, Zrecord

@@ -3,7 +3,7 @@
 Import it only where PyTorch is installed (``import loaderx`` never imports
 torch)::
 
-    from loaderx.torch import LoaderIterable
+    from loaderx.integrations.torch import LoaderIterable
 
     it = LoaderIterable({"x": "train_x", "y": "train_y"}, batch_size=256, seed=0,
                         shard=(rank, world), steps=10_000)
@@ -42,10 +42,10 @@ import numpy as np
 import torch.utils.data
 
 from loaderx._args import check_step
-from loaderx._state import check_state, epoch_steps, make_state
-from loaderx.dataloader import DataLoader, LoaderOptions
-from loaderx.dataset import DenseDataset, RaggedDataset
-from loaderx.sampler import IndexSampler
+from loaderx.loader._state import check_state, epoch_steps, make_state
+from loaderx.loader.dataloader import DataLoader, LoaderOptions
+from loaderx.loader.sampler import IndexSampler
+from loaderx.store.dataset import DenseDataset, RaggedDataset
 
 __all__ = ["LoaderIterable"]
 

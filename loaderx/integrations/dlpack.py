@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from loaderx._dtypes import is_ml_dtype
+from loaderx.store._dtypes import is_ml_dtype
 
 __all__ = ["to_dlpack"]
 

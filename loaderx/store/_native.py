@@ -63,7 +63,7 @@ from typing import Any
 import numpy as np
 from cffi import FFI
 
-from .errors import (
+from ..errors import (
     ClosedError,
     CorruptStoreError,
     ForkError,
@@ -141,7 +141,7 @@ def _library_filename() -> str:
 def _load() -> tuple[FFI, Any, str]:
     """Find, declare and open the library, and check its ABI version."""
     path = os.environ.get("LOADERX_LIB") or os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "lib", _library_filename()
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib", _library_filename()
     )
     path = os.path.abspath(path)
     if not os.path.isfile(path):

@@ -43,13 +43,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from loaderx import _autocodec, _native
 from loaderx._args import CONVERT_CODECS, as_int, check_codec
-from loaderx._dtypes import check_narrow, check_storable, narrow_element, schema_name
-from loaderx._pages import PageReleaser as _PageReleaser
 from loaderx._progress import Progress
-from loaderx._store import packed_offsets
 from loaderx.errors import StoreExistsError
+from loaderx.store import _autocodec, _native
+from loaderx.store._dtypes import check_narrow, check_storable, narrow_element, schema_name
+from loaderx.store._pages import PageReleaser as _PageReleaser
+from loaderx.store._store import packed_offsets
 
 if TYPE_CHECKING:
     from loaderx._args import PathLike
@@ -80,7 +80,7 @@ _MAX_GROUP_RECORDS = 65_536
 
 def _check_dtype(dtype: np.dtype) -> np.dtype:
     """The dtype to store: fixed-size numeric or bool in native byte order,
-    or an ml_dtypes type (see :mod:`loaderx._dtypes`)."""
+    or an ml_dtypes type (see :mod:`loaderx.store._dtypes`)."""
     return check_storable(dtype)
 
 
@@ -370,7 +370,7 @@ def from_numpy(
             none does; a dictionary is preferred to zstd when it stores the
             records in 1/1.2 of zstd's bytes. The choice, the regime, the
             reasons and the sample's figures are kept in the schema and
-            shown by ``stats()["codec_choice"]`` (see ``loaderx._autocodec``
+            shown by ``stats()["codec_choice"]`` (see ``loaderx.store._autocodec``
             for the reasoning behind the thresholds).
         dict_tier: for ``"zstd_dict"``, how much data trains the dictionary:
             ``"fast"``, ``"balanced"`` (default) or ``"max"``.

@@ -14,12 +14,12 @@ Work runs on threads: each worker claims the next step, draws its indices,
 gathers every stream (the copy runs natively with the GIL released) and runs
 the ``transform`` callback; batches are handed out strictly in step order, so
 the output is the same whatever ``num_workers`` is. The threads, the step
-window and the recycled batch buffers live in :mod:`loaderx._pipeline`. With
+window and the recycled batch buffers live in :mod:`loaderx.loader._pipeline`. With
 ``workers="process"`` the same steps are made in spawned worker processes
 that hand finished batches back through shared memory
-(:mod:`loaderx._procpool`), for transforms whose Python code the GIL would
+(:mod:`loaderx.loader._procpool`), for transforms whose Python code the GIL would
 serialise. The default, ``workers="auto"``, starts on threads, measures the
-first steps (:mod:`loaderx._autoworkers`) and moves to worker processes at a
+first steps (:mod:`loaderx.loader._autoworkers`) and moves to worker processes at a
 step boundary when the transform holds the GIL and the move is safe; the
 batches are the same either way.
 
@@ -28,7 +28,7 @@ state machine over one set of fields (the running pipeline, the position,
 the process pool, a hand-over under way): iteration, ``load_state_dict``,
 ``close`` and the moves of ``workers="auto"`` all change them, so the
 fields and their methods belong together; what is measured and judged
-lives in :mod:`loaderx._autoworkers`, the threads and the processes in
+lives in :mod:`loaderx.loader._autoworkers`, the threads and the processes in
 their own modules.
 """
 
@@ -45,7 +45,8 @@ from typing import Any
 import numpy as np
 
 from loaderx._args import MODES, as_int, check_mode, check_seed, check_shard, check_step
-from loaderx._autoworkers import (
+from loaderx.errors import ClosedError, WorkerError, WorkersWarning
+from loaderx.loader._autoworkers import (
     ENV_VAR,
     TRIAL_STEPS,
     WARMUP_STEPS,
@@ -57,16 +58,16 @@ from loaderx._autoworkers import (
     keep_processes,
     pace,
 )
-from loaderx._pipeline import ArrayStream as _ArrayStream
-from loaderx._pipeline import Batch, BufferPool, Pipeline, Stream
-from loaderx._procpool import (
+from loaderx.loader._pipeline import ArrayStream as _ArrayStream
+from loaderx.loader._pipeline import Batch, BufferPool, Pipeline, Stream
+from loaderx.loader._procpool import (
     START_METHODS,
     ProcessPipeline,
     ProcessPool,
     batch_blocker,
     process_blocker,
 )
-from loaderx._ragged import (
+from loaderx.loader._ragged import (
     PackedBatch,
     PaddedBatch,
     RaggedPool,
@@ -74,10 +75,9 @@ from loaderx._ragged import (
     check_offsets_dtype,
     check_pad,
 )
-from loaderx._state import check_state, epoch_steps, make_state, sampler_identity
-from loaderx.dataset import DenseDataset, RaggedDataset
-from loaderx.errors import ClosedError, WorkerError, WorkersWarning
-from loaderx.sampler import IndexSampler, Sampler
+from loaderx.loader._state import check_state, epoch_steps, make_state, sampler_identity
+from loaderx.loader.sampler import IndexSampler, Sampler
+from loaderx.store.dataset import DenseDataset, RaggedDataset
 
 __all__ = ["DataLoader", "LoaderOptions", "PackedBatch", "PaddedBatch"]
 
@@ -433,14 +433,14 @@ class DataLoader:
             runtime of the native library does not survive a fork.
 
     With ``workers="auto"`` and a ``transform``, the loader times the steps
-    after the first :data:`loaderx._autoworkers.WARMUP_STEPS`, for
-    :data:`~loaderx._autoworkers.WINDOW_STEPS` steps: each gather, each
+    after the first :data:`loaderx.loader._autoworkers.WARMUP_STEPS`, for
+    :data:`~loaderx.loader._autoworkers.WINDOW_STEPS` steps: each gather, each
     transform, and how long the transform's thread was blocked (waiting for
     the GIL). It moves to ``num_workers`` worker processes when the
-    transform is at least :data:`~loaderx._autoworkers.TRANSFORM_SHARE` of a
-    step, was blocked at least :data:`~loaderx._autoworkers.BLOCKED_SHARE`
+    transform is at least :data:`~loaderx.loader._autoworkers.TRANSFORM_SHARE` of a
+    step, was blocked at least :data:`~loaderx.loader._autoworkers.BLOCKED_SHARE`
     of its time, two or more workers run, and a finite run has steps enough
-    left to win back :data:`~loaderx._autoworkers.SPAWN_SECONDS` of process
+    left to win back :data:`~loaderx.loader._autoworkers.SPAWN_SECONDS` of process
     start. It moves only when the transform, the sampler and every stream
     pickle, every stream is a store or a ``np.memmap`` (an in-memory array
     would be copied whole), and the transform's result is one a process can
@@ -451,8 +451,8 @@ class DataLoader:
     processes take over at the next one, so no step is lost, repeated or
     made differently (the transform must be a function of its batch, as for
     ``workers="process"``). Then it checks the move: unless the consumer
-    receives its next :data:`~loaderx._autoworkers.TRIAL_STEPS` steps
-    :data:`~loaderx._autoworkers.KEEP_GAIN` times as fast as it did on
+    receives its next :data:`~loaderx.loader._autoworkers.TRIAL_STEPS` steps
+    :data:`~loaderx.loader._autoworkers.KEEP_GAIN` times as fast as it did on
     threads, the loader goes back to threads for good, again at a step
     boundary. Each move is logged once (INFO, logger ``loaderx``);
     :meth:`stats` says which workers run and why. The

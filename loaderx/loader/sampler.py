@@ -33,7 +33,6 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from loaderx import _native
 from loaderx._args import (
     MODES,
     check_global,
@@ -44,6 +43,7 @@ from loaderx._args import (
     check_shard,
     check_step,
 )
+from loaderx.store import _native
 
 __all__ = ["MODES", "IndexSampler", "Sampler", "WeightedSampler", "sample"]
 

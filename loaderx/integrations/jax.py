@@ -5,7 +5,7 @@ jax)::
 
     import jax, numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-    from loaderx.jax import DeviceLoader
+    from loaderx.integrations.jax import DeviceLoader
 
     mesh = Mesh(np.array(jax.local_devices()), ("data",))
     batches = DeviceLoader(loader, NamedSharding(mesh, P("data")), prefetch=2)
@@ -30,7 +30,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from loaderx.dataloader import DataLoader
+from loaderx.loader.dataloader import DataLoader
 
 __all__ = ["DeviceLoader"]
 

@@ -29,10 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from loaderx import _native
 from loaderx._args import is_scalar_index, normalize_index
-from loaderx._dtypes import from_schema_name, schema_name
-from loaderx._store import (
+from loaderx.errors import ClosedError, CorruptStoreError
+from loaderx.store import _native
+from loaderx.store._dtypes import from_schema_name, schema_name
+from loaderx.store._store import (
     Fault,
     StoreHandle,
     VerifyReport,
@@ -42,7 +43,6 @@ from loaderx._store import (
     open_logged,
     packed_offsets,
 )
-from loaderx.errors import ClosedError, CorruptStoreError
 
 #: The index dtype the native gather reads in place (int64, native byte order).
 _INT64 = np.dtype(np.int64)

@@ -12,7 +12,7 @@ Each worker unpickles the loader's recipe once: the stores (a dataset pickles
 as its path and opens read-only in the worker), NumPy streams (a memmap is
 reopened from its file; an in-memory array is copied once into a shared
 segment at start), the sampler and the transform. It then makes whole steps
-with the thread mode's own code (:class:`loaderx._pipeline.Pipeline`: sample,
+with the thread mode's own code (:class:`loaderx.loader._pipeline.Pipeline`: sample,
 gather, transform) and copies the finished batch into a shared-memory *slot*
 that the consumer's process created. Only small metadata crosses the pipe:
 the step, the slot, and per array its offset, dtype and shape.
@@ -22,7 +22,7 @@ consumer's process. It keeps up to ``prefetch`` steps dispatched (to the
 worker with the fewest outstanding), waits on the workers' pipes and process
 sentinels, and yields step ``s`` as NumPy views of its slot: no copy. A slot
 is dispatched again only once no view of it is referenced any more (the
-:class:`loaderx._pipeline.BufferPool` rule, on the slot's base array). Views
+:class:`loaderx.loader._pipeline.BufferPool` rule, on the slot's base array). Views
 rather than a copy out: copying a 64 MiB batch out of its slot took 5-12 ms
 here, on the consumer's thread, which is the training loop's, against
 microseconds for the views; the one copy a batch costs is the worker's, into
@@ -67,10 +67,10 @@ from typing import Any
 
 import numpy as np
 
-from loaderx import _native
-from loaderx._pipeline import ArrayStream, BufferPool, Pipeline, Stream
-from loaderx._ragged import RaggedPool, RaggedStream
 from loaderx.errors import ClosedError, CorruptStoreError, LoaderxError, WorkerError
+from loaderx.loader._pipeline import ArrayStream, BufferPool, Pipeline, Stream
+from loaderx.loader._ragged import RaggedPool, RaggedStream
+from loaderx.store import _native
 
 #: the start methods a process pool accepts (``fork`` would copy the Go runtime)
 START_METHODS = ("spawn", "forkserver")
@@ -923,7 +923,7 @@ class ProcessPool:
 
 class ProcessPipeline:
     """One run of a loader on a :class:`ProcessPool`, shaped like
-    :class:`loaderx._pipeline.Pipeline` for the loader: ``next()``,
+    :class:`loaderx.loader._pipeline.Pipeline` for the loader: ``next()``,
     ``next_out`` and ``stop()`` (which cancels the run; the processes stay
     for the next run)."""
 

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from loaderx import _native
 from loaderx._args import CODECS, as_int, check_codec, is_scalar_index, normalize_index
-from loaderx._dtypes import check_narrow
-from loaderx._store import Fault, StoreHandle, VerifyReport, compact_handle, open_logged
+from loaderx.store import _native
+from loaderx.store._dtypes import check_narrow
+from loaderx.store._store import Fault, StoreHandle, VerifyReport, compact_handle, open_logged
 
 if TYPE_CHECKING:
     from loaderx._args import IndexLike, PathLike

@@ -45,13 +45,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from loaderx import _autocodec, _native
 from loaderx._args import CONVERT_CODECS, check_codec
-from loaderx._dtypes import check_narrow, check_storable, narrow_element, schema_name
 from loaderx._progress import Progress
-from loaderx.converter import DICT_TIERS, train_dict
-from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import StoreExistsError
+from loaderx.store import _autocodec, _native
+from loaderx.store._dtypes import check_narrow, check_storable, narrow_element, schema_name
+from loaderx.store.converter import DICT_TIERS, train_dict
+from loaderx.store.dataset import DenseDataset, RaggedDataset
 
 if TYPE_CHECKING:
     from loaderx._args import IndexLike, PathLike
