@@ -40,9 +40,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from loaderx.store import _native
 from loaderx.converter import from_numpy
 from loaderx.dataset import DenseDataset
+from loaderx.store import _native
 
 
 def main() -> None:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loaderx.store import _native
 from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset, RaggedDataset
+from loaderx.store import _native
 from loaderx.zrecord import Zrecord
 
 INT_DTYPES = [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64]
@@ -169,8 +169,8 @@ def test_a_dataset_made_before_the_library_loads_reads_a_narrow_store(tmp_path):
 
 
 def test_a_store_from_a_newer_loaderx_is_refused_plainly(tmp_path):
-    from loaderx.store._store import header_length
     from loaderx.errors import CorruptStoreError
+    from loaderx.store._store import header_length
 
     from_numpy(tmp_path / "s", np.arange(12, dtype=np.int16).reshape(3, 4), codec="narrow")
     meta = tmp_path / "s" / "meta.zr"

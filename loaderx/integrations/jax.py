@@ -5,7 +5,7 @@ jax)::
 
     import jax, numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-    from loaderx.integrations.jax import DeviceLoader
+    from loaderx.jax import DeviceLoader
 
     mesh = Mesh(np.array(jax.local_devices()), ("data",))
     batches = DeviceLoader(loader, NamedSharding(mesh, P("data")), prefetch=2)

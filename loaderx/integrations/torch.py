@@ -3,7 +3,7 @@
 Import it only where PyTorch is installed (``import loaderx`` never imports
 torch)::
 
-    from loaderx.integrations.torch import LoaderIterable
+    from loaderx.torch import LoaderIterable
 
     it = LoaderIterable({"x": "train_x", "y": "train_y"}, batch_size=256, seed=0,
                         shard=(rank, world), steps=10_000)

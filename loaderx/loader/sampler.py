@@ -272,3 +272,12 @@ class WeightedSampler:
         rank = self.shard[0]
         b = self.batch_size
         return drawn[rank * b : (rank + 1) * b].astype(np.int64, copy=False)
+
+
+# A loader's saved state names a custom sampler by ``module.Class``, and
+# states saved before this module moved into ``loaderx.loader`` say
+# ``loaderx.sampler``: the public classes keep the public module's name, so
+# those states still load (and pickles name the public path).
+for _public in (Sampler, WeightedSampler):
+    _public.__module__ = "loaderx.sampler"
+del _public

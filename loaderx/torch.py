@@ -1,0 +1,12 @@
+"""A loaderx loader as a PyTorch ``IterableDataset``: :class:`LoaderIterable`.
+Importing this module imports torch.
+
+The public face of :mod:`loaderx.integrations.torch`, where the code and its full
+documentation live; import from here.
+"""
+
+from __future__ import annotations
+
+from loaderx.integrations.torch import LoaderIterable
+
+__all__ = ["LoaderIterable"]

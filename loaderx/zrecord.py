@@ -1,0 +1,12 @@
+"""Raw byte records: :class:`Zrecord`, the store engine underneath every
+dataset, and the :class:`VerifyReport` / :class:`Fault` its ``verify`` returns.
+
+The public face of :mod:`loaderx.store.zrecord`, where the code and its full
+documentation live; import from here.
+"""
+
+from __future__ import annotations
+
+from loaderx.store.zrecord import Fault, VerifyReport, Zrecord
+
+__all__ = ["Fault", "VerifyReport", "Zrecord"]
