@@ -36,6 +36,7 @@ relative ones resolved, against it)::
     converter  dataset  zrecord  dataloader  sampler  arrow  torch  jax  dlpack
     integrations.torch  integrations.jax
     loader.dataloader  io.arrow
+    loader.options
     loader._procpool
     loader._pipeline
     loader._ragged
@@ -52,7 +53,8 @@ name has one home and a facade's import costs only its subpackage module.
 frameworks' habits (an ``IterableDataset`` split across torch's workers;
 batches put onto devices with a sharding and prefetched); each imports its
 framework, so nothing else imports them. ``loader.dataloader`` is the public
-loader over ``loader._pipeline`` (worker threads, the step window, recycled batch
+loader, its arguments checked into a ``LoaderOptions`` by ``loader.options``,
+over ``loader._pipeline`` (worker threads, the step window, recycled batch
 buffers), ``loader._procpool`` (worker processes handing batches back in
 shared memory, for ``workers="process"``), ``loader._autoworkers`` (the timing of the first steps
 on threads and the verdict of ``workers="auto"``: stay on threads or move to

@@ -2,8 +2,9 @@
 and the :class:`PackedBatch` / :class:`PaddedBatch` of a ragged stream.
 
 The tunables (``PREFETCH_BYTES``, ``SHARED_GATHER_BYTES``, ``READY_TIMEOUT``)
-are read here for reference; the loader reads them from
-:mod:`loaderx.loader.dataloader`, so that is the module to change them in.
+are copies for reference: the loader reads ``PREFETCH_BYTES`` from
+:mod:`loaderx.loader.options` and the other two from
+:mod:`loaderx.loader.dataloader`, so those are the modules to change them in.
 
 The public face of :mod:`loaderx.loader.dataloader`, where the code and its full
 documentation live; import from here.
@@ -12,7 +13,6 @@ documentation live; import from here.
 from __future__ import annotations
 
 from loaderx.loader.dataloader import (
-    PREFETCH_BYTES,
     READY_TIMEOUT,
     SHARED_GATHER_BYTES,
     DataLoader,
@@ -20,6 +20,7 @@ from loaderx.loader.dataloader import (
     PackedBatch,
     PaddedBatch,
 )
+from loaderx.loader.options import PREFETCH_BYTES
 
 __all__ = [
     "PREFETCH_BYTES",
