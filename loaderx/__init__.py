@@ -38,6 +38,7 @@ relative ones resolved, against it)::
     loader.dataloader  io.arrow
     loader.options
     loader._procpool
+    loader._shm
     loader._pipeline
     loader._ragged
     store.converter  store.dataset  store.zrecord
@@ -56,7 +57,8 @@ framework, so nothing else imports them. ``loader.dataloader`` is the public
 loader, its arguments checked into a ``LoaderOptions`` by ``loader.options``,
 over ``loader._pipeline`` (worker threads, the step window, recycled batch
 buffers), ``loader._procpool`` (worker processes handing batches back in
-shared memory, for ``workers="process"``), ``loader._autoworkers`` (the timing of the first steps
+shared memory, for ``workers="process"``, over the segments and slot layout
+of ``loader._shm``), ``loader._autoworkers`` (the timing of the first steps
 on threads and the verdict of ``workers="auto"``: stay on threads or move to
 processes) and ``loader._ragged`` (a ragged stream's packed gather into
 recycled buffers, and its padding). ``io.arrow`` converts Arrow tables,
