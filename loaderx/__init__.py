@@ -42,7 +42,7 @@ relative ones resolved, against it)::
     loader._pipeline
     loader._ragged
     store.converter  store.dataset  store.zrecord
-    store._autocodec
+    store._autocodec  store._schema
     loader.sampler  store._store  integrations.dlpack  loader._state
     store._native
     errors  _args  _progress  store._pages  store._dtypes  loader._autoworkers
@@ -66,7 +66,8 @@ Parquet files and Hugging Face datasets into a directory of aligned stores
 and opens such a directory as one multi-stream dataset.
 ``store.converter`` writes stores; ``store.dataset`` and ``store.zrecord``
 read them, both built on ``store._store`` (the one owner of a native store
-handle). ``loader.sampler`` draws indices; ``loader._state`` builds and
+handle); ``store.dataset`` reads a schema without the library through
+``store._schema``. ``loader.sampler`` draws indices; ``loader._state`` builds and
 checks a loader's saved state (pure Python, shared by the loader and
 ``integrations.torch``); ``integrations.dlpack`` hands ml_dtypes arrays
 (bfloat16 ...) to frameworks. ``store._native`` is the binding, the only

@@ -162,7 +162,7 @@ def _schema_cases(tmp_path: Path) -> list[tuple[str, str]]:
 def test_python_schema_reader_agrees_with_the_native_one(tmp_path: Path) -> None:
     from loaderx.store import _native
     from loaderx.store._dtypes import from_schema_name
-    from loaderx.store.dataset import _python_schema
+    from loaderx.store._schema import _python_schema
 
     for path, kind in _schema_cases(tmp_path):
         got = _python_schema(path, kind)
@@ -180,7 +180,7 @@ def test_python_schema_reader_defers_whatever_it_does_not_know(tmp_path: Path) -
     the native reader decides (and reports the damage)."""
     from loaderx.store import _native
     from loaderx.store._dtypes import from_schema_name
-    from loaderx.store.dataset import _python_schema
+    from loaderx.store._schema import _python_schema
 
     path = str(tmp_path / "d")
     from_numpy(path, np.zeros((3, 5, 2), dtype=np.int32))

@@ -158,7 +158,7 @@ def test_a_dataset_made_before_the_library_loads_reads_a_narrow_store(tmp_path):
 
     a = (np.arange(40 * 16) % 300).astype(np.int32).reshape(40, 16)
     from_numpy(tmp_path / "s", a, codec="narrow")
-    code = ("import numpy as np, sys; from loaderx import _native; from loaderx.dataset import DenseDataset; "
+    code = ("import numpy as np, sys; from loaderx.store import _native; from loaderx.dataset import DenseDataset; "
             "ds = DenseDataset(sys.argv[1]); n = len(ds); assert not _native.loaded(); "
             "print(n, int(ds[39].sum()))")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -391,7 +391,7 @@ def test_panic_becomes_internal_error(tmp_path: Path) -> None:
     # recover and report it instead of killing the process. Run apart so a
     # regression cannot take the test session down.
     code = (
-        "from loaderx import _native as n\n"
+        "from loaderx.store import _native as n\n"
         "spec = n.ffi.new('int64_t[]', [1, 100, 4, 0, 0, 0, 1, 4])\n"
         "bad = n.ffi.cast('int64_t *', 8)\n"
         "try:\n"
