@@ -36,7 +36,7 @@ relative ones resolved, against it)::
     converter  dataset  zrecord  dataloader  sampler  arrow  torch  jax  dlpack
     integrations.torch  integrations.jax
     loader.dataloader  io.arrow
-    loader.options
+    loader.options  io.multistream
     loader._procpool
     loader._shm
     loader._pipeline
@@ -62,8 +62,8 @@ of ``loader._shm``), ``loader._autoworkers`` (the timing of the first steps
 on threads and the verdict of ``workers="auto"``: stay on threads or move to
 processes) and ``loader._ragged`` (a ragged stream's packed gather into
 recycled buffers, and its padding). ``io.arrow`` converts Arrow tables,
-Parquet files and Hugging Face datasets into a directory of aligned stores
-and opens such a directory as one multi-stream dataset.
+Parquet files and Hugging Face datasets into a directory of aligned stores;
+``io.multistream`` opens such a directory as one multi-stream dataset.
 ``store.converter`` writes stores; ``store.dataset`` and ``store.zrecord``
 read them, both built on ``store._store`` (the one owner of a native store
 handle); ``store.dataset`` reads a schema without the library through
