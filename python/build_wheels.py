@@ -580,6 +580,7 @@ def check_wheel(path: Path, *, use_auditwheel: bool = True) -> list[str]:
         lib = z.read(libs[0])
         for need in (
             "loaderx/__init__.py",
+            *(f"loaderx/{sub}/__init__.py" for sub in SUBPACKAGES),
             "loaderx/store/_native.py",
             "loaderx/lib/cdef.h",
             f"{dist_info}/LICENSE",
