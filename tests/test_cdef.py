@@ -132,7 +132,7 @@ def test_cdef_is_current(native: ModuleType, build_native: ModuleType, header_te
 
 
 def test_binding_calls_only_exported_functions(header_text: str) -> None:
-    source = (ROOT / "loaderx" / "_native.py").read_text(encoding="utf-8")
+    source = (ROOT / "loaderx" / "store" / "_native.py").read_text(encoding="utf-8")
     used = set(re.findall(r"\blib\.(lx_\w+)", source))
     assert used, "the binding calls no lx_* function?"
     assert used - header_prototypes(header_text).keys() == set()
