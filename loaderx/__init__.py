@@ -71,7 +71,7 @@ handle); ``store.dataset`` reads a schema without the library through
 checks a loader's saved state (pure Python, shared by the loader and
 ``integrations.torch``); ``integrations.dlpack`` hands ml_dtypes arrays
 (bfloat16 ...) to frameworks. ``store._native`` is the binding, the only
-module that knows the C ABI. At the bottom, with no loaderx imports but ``errors``:
+module that knows the C ABI. At the bottom, with no loaderx imports:
 ``errors`` (exceptions), ``_args`` (argument checks), ``_progress`` (the
 progress line), ``store._pages`` (releasing pages of a memory-mapped
 source), ``store._dtypes`` (the element types a store holds, ml_dtypes
