@@ -1,6 +1,6 @@
 // Command capi is the C ABI of loaderx: a thin layer of exported functions,
 // built with -buildmode=c-shared into libloaderx.so, that the Python binding
-// (loaderx/_native.py) loads with cffi in ABI mode. It holds no logic of its
+// (loaderx/store/_native.py) loads with cffi in ABI mode. It holds no logic of its
 // own: it checks arguments, turns C pointers into Go slices and Go errors into
 // status codes, and calls the zrecord and zsampler packages. The one thing it
 // implements itself is the schema file kept beside a store (schemafile.go),

@@ -13,48 +13,72 @@ NumPy nor the native library::
 Modules: :mod:`loaderx.converter` (NumPy → store), :mod:`loaderx.dataset`
 (dense and ragged views), :mod:`loaderx.dataloader` (the endless, step-based
 loader), :mod:`loaderx.sampler` (index generation), :mod:`loaderx.zrecord`
-(raw byte records) and :mod:`loaderx.errors`.
+(raw byte records), :mod:`loaderx.arrow` (Arrow, Parquet, Hugging Face),
+:mod:`loaderx.torch`, :mod:`loaderx.jax`, :mod:`loaderx.dlpack` and
+:mod:`loaderx.errors`. Each of the first nine is a thin public face that
+re-exports its names from the subpackage holding the code:
+
+* ``loaderx.store``: the binding, the store handle, element types, pages,
+  the codec choice, writing stores and reading dense, ragged and raw ones;
+* ``loaderx.loader``: the DataLoader and its options, pipeline, process
+  pool, saved state, ``workers="auto"``, ragged gather and sampler;
+* ``loaderx.io``: Arrow, Parquet and Hugging Face sources;
+* ``loaderx.integrations``: torch, jax and dlpack.
 
 Layers, top to bottom; a module imports only from rows below its own, and
-never a private (``_``) name of a public module (``tests/test_layers.py``
-reads this table and checks the imports against it)::
+never a private (``_``) name of a public module; a subpackage module is named
+by its dotted path below ``loaderx`` (``tests/test_layers.py`` reads this
+table, finds every module of every subpackage in it and checks the imports,
+relative ones resolved, against it)::
 
     __main__
     cli
-    torch  jax
-    dataloader  arrow
-    _procpool
-    _pipeline
-    _ragged
-    converter  dataset  zrecord
-    _autocodec
-    sampler  _store  dlpack  _state
-    _native
-    errors  _args  _pages  _progress  _dtypes  _autoworkers
+    converter  dataset  zrecord  dataloader  sampler  arrow  torch  jax  dlpack
+    integrations.torch  integrations.jax
+    loader.dataloader  io.arrow
+    loader.options  io.multistream
+    loader._procpool
+    loader._shm
+    loader._pipeline
+    loader._ragged
+    store.converter  store.dataset  store.zrecord
+    store._autocodec  store._schema
+    loader.sampler  store._store  integrations.dlpack  loader._state
+    store._native
+    errors  _args  _progress  store._pages  store._dtypes  loader._autoworkers
 
-``__main__`` runs ``cli``, the ``loaderx`` command line. ``torch`` and
-``jax`` fit a loader into those frameworks' habits (an ``IterableDataset``
-split across torch's workers; batches put onto devices with a sharding and
-prefetched); each imports its framework, so nothing else imports them.
-``dataloader`` is
-the public loader over ``_pipeline`` (worker threads, the step window,
-recycled batch buffers), ``_procpool`` (worker processes handing batches back
-in shared memory, for ``workers="process"``), ``_autoworkers`` (the timing of
-the first steps on threads and the verdict of ``workers="auto"``: stay on
-threads or move to processes) and ``_ragged`` (a ragged stream's packed
-gather into recycled buffers, and its padding). ``arrow`` converts Arrow tables, Parquet files and
-Hugging Face datasets into a directory of aligned stores and opens such a
-directory as one multi-stream dataset. ``converter`` writes stores;
-``dataset`` and ``zrecord`` read them, both built on ``_store`` (the one
-owner of a native store handle). ``sampler`` draws indices; ``_state`` builds and checks a loader's saved
-state (pure Python, shared by ``dataloader`` and ``torch``); ``dlpack`` hands ml_dtypes arrays (bfloat16 ...)
-to frameworks. ``_native`` is
-the binding, the only module that knows the C ABI. At the bottom, with no
-loaderx imports: ``errors`` (exceptions), ``_args`` (argument checks),
-``_pages`` (releasing pages of a memory-mapped source), ``_progress`` (the
-progress line), ``_autoworkers`` (the timing and verdict above, plain
-Python) and ``_dtypes`` (the element types a store holds, ml_dtypes
-included, and their schema names). This package module loads the public names on first use.
+``__main__`` runs ``cli``, the ``loaderx`` command line. The third row holds
+the public faces; nothing inside the package imports them, so each public
+name has one home and a facade's import costs only its subpackage module.
+``integrations.torch`` and ``integrations.jax`` fit a loader into those
+frameworks' habits (an ``IterableDataset`` split across torch's workers;
+batches put onto devices with a sharding and prefetched); each imports its
+framework, so nothing else imports them. ``loader.dataloader`` is the public
+loader, its arguments checked into a ``LoaderOptions`` by ``loader.options``,
+over ``loader._pipeline`` (worker threads, the step window, recycled batch
+buffers), ``loader._procpool`` (worker processes handing batches back in
+shared memory, for ``workers="process"``, over the segments and slot layout
+of ``loader._shm``), ``loader._autoworkers`` (the timing of the first steps
+on threads and the verdict of ``workers="auto"``: stay on threads or move to
+processes) and ``loader._ragged`` (a ragged stream's packed gather into
+recycled buffers, and its padding). ``io.arrow`` converts Arrow tables,
+Parquet files and Hugging Face datasets into a directory of aligned stores;
+``io.multistream`` opens such a directory as one multi-stream dataset.
+``store.converter`` writes stores; ``store.dataset`` and ``store.zrecord``
+read them, both built on ``store._store`` (the one owner of a native store
+handle); ``store.dataset`` reads a schema without the library through
+``store._schema``. ``loader.sampler`` draws indices; ``loader._state`` builds and
+checks a loader's saved state (pure Python, shared by the loader and
+``integrations.torch``); ``integrations.dlpack`` hands ml_dtypes arrays
+(bfloat16 ...) to frameworks. ``store._native`` is the binding, the only
+module that knows the C ABI. At the bottom, with no loaderx imports:
+``errors`` (exceptions), ``_args`` (argument checks), ``_progress`` (the
+progress line), ``store._pages`` (releasing pages of a memory-mapped
+source), ``store._dtypes`` (the element types a store holds, ml_dtypes
+included, and their schema names) and ``loader._autoworkers`` (the timing
+and verdict above, plain Python). The subpackages' own ``__init__`` modules
+hold only a docstring. This package module loads the public names on first
+use.
 """
 
 from __future__ import annotations
@@ -152,13 +176,13 @@ def set_num_threads(n: int) -> None:
     n = n.__index__()
     if n < 0:
         raise ValueError(f"num_threads must be 0 (the default) or more, got {n!r}")
-    from loaderx import _native
+    from loaderx.store import _native
 
     _native.set_threads(n)
 
 
 def get_num_threads() -> int:
     """Return the number of native worker threads (see :func:`set_num_threads`)."""
-    from loaderx import _native
+    from loaderx.store import _native
 
     return int(_native.get_threads())

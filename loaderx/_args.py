@@ -21,11 +21,11 @@ if TYPE_CHECKING:  # annotation-only aliases: ``X | Y`` is not a runtime type on
     IndexLike = int | Sequence[int] | np.ndarray | slice
 
 #: The codecs a store can be created with. ``"narrow"`` is for records that
-#: are arrays of one integer type (see loaderx._autocodec).
+#: are arrays of one integer type (see loaderx.store._autocodec).
 CODECS = ("raw", "zstd", "zstd_dict", "narrow")
 
 #: What the converters take: a codec, or "auto" to choose one by measuring a
-#: sample of the data (see loaderx._autocodec).
+#: sample of the data (see loaderx.store._autocodec).
 CONVERT_CODECS = ("auto", *CODECS)
 
 #: The sampling modes.

@@ -45,14 +45,14 @@ from typing import Any
 
 import numpy as np
 
-from loaderx import _native
 from loaderx._args import CONVERT_CODECS
 from loaderx._progress import Progress
-from loaderx.arrow import MSDataset, arrow_source, from_arrow, is_multistream
-from loaderx.converter import DICT_TIERS, from_numpy
-from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import CorruptStoreError, StoreExistsError, StoreLockedError
-from loaderx.zrecord import Zrecord
+from loaderx.io.arrow import MSDataset, arrow_source, from_arrow, is_multistream
+from loaderx.store import _native
+from loaderx.store.converter import DICT_TIERS, from_numpy
+from loaderx.store.dataset import DenseDataset, RaggedDataset
+from loaderx.store.zrecord import Zrecord
 
 __all__ = ["main", "EXIT_CODES"]
 
@@ -444,7 +444,7 @@ def _best(fn: Any, repeat: int) -> float:
 
 def _builtin_bench(records: int, record_bytes: int, batch: int) -> dict[str, Any]:
     """Gather and sampling against NumPy on the same data, in one run."""
-    from loaderx.sampler import Sampler
+    from loaderx.loader.sampler import Sampler
 
     rng = np.random.default_rng(0)
     data = rng.integers(0, 256, size=(records, record_bytes), dtype=np.uint8)

@@ -13,7 +13,7 @@ runs ``go build -buildmode=c-shared`` on ``./capi`` and writes, into OUT_DIR
   by the ABI's numbers: the ``#define LX_*`` integer constants and the
   ``enum lx_*`` types that ``capi``'s cgo preamble defines and cgo copies
   into the header. The header is the single source of truth:
-  ``loaderx/_native.py`` declares exactly what ``cdef.h`` says and reads the
+  ``loaderx/store/_native.py`` declares exactly what ``cdef.h`` says and reads the
   numbers from the loaded library, and ``tests/test_cdef.py`` checks the
   two agree.
 

@@ -49,6 +49,8 @@ import build_native
 
 ROOT = build_native.ROOT
 PACKAGE_DIR = ROOT / "loaderx"
+#: The subpackages of loaderx, every one a wheel carries (pyproject.toml lists the same).
+SUBPACKAGES = ("store", "loader", "io", "integrations")
 LICENSE = ROOT / "LICENSE"
 
 #: The Zig toolchain release every wheel is built with (PyPI ``ziglang``).
@@ -225,6 +227,8 @@ def wheel_name(target: Target) -> str:
 def package_files() -> list[Path]:
     """The pure-Python files of the package that every wheel carries."""
     files = sorted(PACKAGE_DIR.glob("*.py"))
+    for sub in SUBPACKAGES:
+        files += sorted((PACKAGE_DIR / sub).glob("*.py"))
     files.append(PACKAGE_DIR / "py.typed")
     return files
 
@@ -323,7 +327,7 @@ def pack_wheel(target: Target, lib_dir: Path, out_dir: Path) -> Path:
         raise WheelError(f"{LICENSE} is missing: every wheel carries the license")
     entries: list[tuple[str, bytes]] = []
     for f in package_files():
-        entries.append((f"loaderx/{f.name}", f.read_bytes()))
+        entries.append((f.relative_to(ROOT).as_posix(), f.read_bytes()))
     for fname in (target.library, target.header, "cdef.h"):
         p = lib_dir / fname
         if not p.is_file():
@@ -576,7 +580,8 @@ def check_wheel(path: Path, *, use_auditwheel: bool = True) -> list[str]:
         lib = z.read(libs[0])
         for need in (
             "loaderx/__init__.py",
-            "loaderx/_native.py",
+            *(f"loaderx/{sub}/__init__.py" for sub in SUBPACKAGES),
+            "loaderx/store/_native.py",
             "loaderx/lib/cdef.h",
             f"{dist_info}/LICENSE",
             f"{dist_info}/RECORD",

@@ -8,7 +8,7 @@ the same batches of sorted random indices (without replacement, as
   ``np.load(path, mmap_mode="r")``, the npy-mmap contender;
 - ``C export``: ``lx_store_gather`` called through cffi with the arguments
   converted once, outside the timing;
-- ``_native``: ``loaderx._native.store_gather``, the binding's wrapper;
+- ``_native``: ``loaderx.store._native.store_gather``, the binding's wrapper;
 - ``unchecked``: ``DenseDataset._gather_unchecked``, the loader's path;
 - ``gather``: ``DenseDataset.gather(idx, out=buf)``, the public method.
 
@@ -40,9 +40,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from loaderx import _native
 from loaderx.converter import from_numpy
 from loaderx.dataset import DenseDataset
+from loaderx.store import _native
 
 
 def main() -> None:

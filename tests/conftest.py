@@ -100,8 +100,8 @@ def build_native() -> ModuleType:
 
 @pytest.fixture(scope="session")
 def native() -> ModuleType:
-    """The binding module, loaderx._native."""
-    from loaderx import _native
+    """The binding module, loaderx.store._native."""
+    from loaderx.store import _native
 
     return _native
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from loaderx import _native
+from loaderx.store import _native
 
 ROOT = Path(__file__).resolve().parent.parent
 

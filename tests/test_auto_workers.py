@@ -21,11 +21,11 @@ import numpy as np
 import procw_funcs as funcs
 import pytest
 
-from loaderx import _autoworkers as aw
 from loaderx.converter import from_numpy
 from loaderx.dataloader import DataLoader, LoaderOptions
 from loaderx.dataset import DenseDataset
 from loaderx.errors import WorkersWarning
+from loaderx.loader import _autoworkers as aw
 
 N = 203
 #: a step whose transform holds the GIL: 30 ms of transform, 20 of them blocked

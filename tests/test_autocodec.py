@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import loaderx
-from loaderx import _autocodec, _native
 from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataset import DenseDataset, RaggedDataset
+from loaderx.store import _autocodec, _native
 
 
 def _noise(n: int = 300, size: int = 4096) -> np.ndarray:

@@ -5,12 +5,12 @@ terms: its typedefs are resolved from the header text, not from the build
 script's table, and every type is reduced to what a call depends on (pointer
 depth, integer width and signedness, char, void, floating point). Each lx_*
 prototype must then agree, in name, number of arguments and every argument and
-result type, with the function cffi declares in loaderx._native. Anything
+result type, with the function cffi declares in loaderx.store._native. Anything
 declared on one side only is drift too.
 
 The same goes for the ABI's numbers (the LX_* #defines and enum lx_* types of
 capi's cgo preamble): every one must have the header's value in the library
-object cffi built, and every table loaderx._native derives from them (status
+object cffi built, and every table loaderx.store._native derives from them (status
 exceptions, codec names, sampler modes, stats fields, the sample-spec layout,
 the limits) must say what the header says.
 """
@@ -132,7 +132,7 @@ def test_cdef_is_current(native: ModuleType, build_native: ModuleType, header_te
 
 
 def test_binding_calls_only_exported_functions(header_text: str) -> None:
-    source = (ROOT / "loaderx" / "_native.py").read_text(encoding="utf-8")
+    source = (ROOT / "loaderx" / "store" / "_native.py").read_text(encoding="utf-8")
     used = set(re.findall(r"\blib\.(lx_\w+)", source))
     assert used, "the binding calls no lx_* function?"
     assert used - header_prototypes(header_text).keys() == set()
@@ -231,7 +231,7 @@ def _names(members: dict[str, int], prefix: str, end: str | None = None) -> list
 
 
 def binding_drift(header: str, native: ModuleType) -> list[str]:
-    """Every table of loaderx._native that does not say what the header says."""
+    """Every table of loaderx.store._native that does not say what the header says."""
     defines, enums = header_numbers(header)
     problems = []
 

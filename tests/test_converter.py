@@ -380,9 +380,9 @@ _RSS_SCRIPT = textwrap.dedent(
     """
     import json, sys
     import numpy as np
-    import loaderx._native
-    loaderx._native.get_threads()  # loads the library: the Go runtime is part of the baseline
-    from loaderx import converter
+    import loaderx.store._native
+    loaderx.store._native.get_threads()  # loads the library: the Go runtime is part of the baseline
+    from loaderx.store import converter
 
     def peak_mib():
         with open("/proc/self/status") as f:
@@ -563,7 +563,7 @@ def _pipelined_source() -> np.ndarray:
 @pytest.mark.parametrize("sync", [False, True])
 def test_round_trip_pipelined_pieces(tmp_path, monkeypatch, codec, sync):
     import loaderx
-    from loaderx import _native
+    from loaderx.store import _native
 
     calls: list[str] = []
     for name in ("store_sync", "store_close", "store_close_unsynced"):
@@ -596,7 +596,7 @@ def test_sync_must_be_a_bool(tmp_path, bad):
 
 
 def test_from_iterator_sync(tmp_path, monkeypatch):
-    from loaderx import _native
+    from loaderx.store import _native
 
     calls: list[str] = []
     for name in ("store_sync", "store_close_unsynced"):

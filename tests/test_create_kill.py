@@ -45,8 +45,8 @@ _CHILD = textwrap.dedent(
     """
     import os, shutil, sys, threading
     import numpy as np
-    import loaderx._native as native
-    import loaderx.converter as converter
+    import loaderx.store._native as native
+    import loaderx.store.converter as converter
 
     def say(what):
         sys.stdout.write(what + "\\n")

@@ -11,11 +11,11 @@ import time
 import numpy as np
 import pytest
 
-from loaderx import dataloader
 from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataloader import PREFETCH_BYTES, DataLoader, LoaderOptions
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import ClosedError
+from loaderx.loader import dataloader
 from loaderx.sampler import MODES, Sampler
 
 N = 97  # not a multiple of any batch size used here

@@ -10,10 +10,10 @@ import struct
 import numpy as np
 import pytest
 
-from loaderx import _native
 from loaderx.converter import from_numpy
 from loaderx.dataset import DenseDataset
 from loaderx.errors import CorruptStoreError
+from loaderx.store import _native
 from loaderx.zrecord import Zrecord
 
 

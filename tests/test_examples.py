@@ -134,7 +134,7 @@ def test_version_and_exports():
 def test_import_is_cheap():
     code = (
         "import sys, json, loaderx; "
-        "print(json.dumps(sorted(m for m in ('numpy', 'cffi', 'loaderx._native', "
+        "print(json.dumps(sorted(m for m in ('numpy', 'cffi', 'loaderx.store._native', "
         "'loaderx.dataloader') if m in sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import loaderx
-from loaderx import _native
 from loaderx.errors import StoreLockedError
+from loaderx.store import _native
 
 
 def images(n: int, seed: int = 0) -> np.ndarray:

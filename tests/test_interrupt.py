@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-import loaderx._native as native
-import loaderx.converter as converter
+import loaderx.store._native as native
+import loaderx.store.converter as converter
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.zrecord import Zrecord
 
@@ -146,7 +146,7 @@ _SLOW_TRAINING = """
     rng = np.random.default_rng(0)
     words = rng.integers(97, 123, size=(4000, 7), dtype=np.uint8)
     rows = words[rng.integers(0, 4000, size=(24000, 73))].reshape(24000, -1)[:, :512]
-    from loaderx import converter
+    from loaderx.store import converter
     create = converter._create_store
 
     def announced(*args, **kwargs):

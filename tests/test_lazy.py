@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loaderx._store import crc32c, header_length
 from loaderx.converter import from_numpy
 from loaderx.errors import CorruptStoreError
+from loaderx.store._store import crc32c, header_length
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,7 +44,7 @@ def test_importing_every_module_loads_no_library() -> None:
     out = run(f"""
         import loaderx, loaderx.dataset, loaderx.dataloader, loaderx.sampler, loaderx.converter
         import loaderx.zrecord, loaderx.arrow, loaderx.cli, loaderx.dlpack{extra}
-        from loaderx import _native
+        from loaderx.store import _native
         print(_native.loaded(), {MAPPED})
     """)
     assert out.split() == ["False", "False"]
@@ -52,7 +52,7 @@ def test_importing_every_module_loads_no_library() -> None:
 
 def test_constants_and_functions_load_the_library_on_first_use() -> None:
     out = run("""
-        from loaderx import _native
+        from loaderx.store import _native
         assert not _native.loaded()
         modes = _native.SAMPLER_MODES          # an ABI number: read from the library
         assert _native.loaded()
@@ -65,7 +65,7 @@ def test_dataset_answers_len_without_the_library(tmp_path: Path) -> None:
     arr = np.arange(50 * 3, dtype=np.float32).reshape(50, 3)
     from_numpy(str(tmp_path / "d"), arr)
     out = run(f"""
-        from loaderx import _native
+        from loaderx.store import _native
         from loaderx.dataset import DenseDataset
         ds = DenseDataset({str(tmp_path / "d")!r})
         print(len(ds), _native.loaded())
@@ -96,7 +96,7 @@ def test_fork_guard_depends_on_the_parent_having_loaded(tmp_path: Path) -> None:
     from_numpy(path, np.arange(40, dtype=np.int64).reshape(20, 2))
     out = run(f"""
         import os
-        from loaderx import _native
+        from loaderx.store import _native
         from loaderx.dataset import DenseDataset
         from loaderx.errors import ForkError
 
@@ -124,7 +124,7 @@ def test_torch_dataloader_forks_workers_over_a_dataset(tmp_path: Path) -> None:
     from_numpy(path, arr)
     out = run(f"""
         import numpy as np, torch
-        from loaderx import _native
+        from loaderx.store import _native
         from loaderx.dataset import DenseDataset
         assert torch.multiprocessing.get_start_method() == "fork"
         ds = DenseDataset({path!r})
@@ -160,9 +160,9 @@ def _schema_cases(tmp_path: Path) -> list[tuple[str, str]]:
 
 
 def test_python_schema_reader_agrees_with_the_native_one(tmp_path: Path) -> None:
-    from loaderx import _native
-    from loaderx._dtypes import from_schema_name
-    from loaderx.dataset import _python_schema
+    from loaderx.store import _native
+    from loaderx.store._dtypes import from_schema_name
+    from loaderx.store._schema import _python_schema
 
     for path, kind in _schema_cases(tmp_path):
         got = _python_schema(path, kind)
@@ -178,9 +178,9 @@ def test_python_schema_reader_defers_whatever_it_does_not_know(tmp_path: Path) -
     """Damaged or foreign schema files are never answered in Python: either
     the Python reader gives exactly the native answer, or it declines and
     the native reader decides (and reports the damage)."""
-    from loaderx import _native
-    from loaderx._dtypes import from_schema_name
-    from loaderx.dataset import _python_schema
+    from loaderx.store import _native
+    from loaderx.store._dtypes import from_schema_name
+    from loaderx.store._schema import _python_schema
 
     path = str(tmp_path / "d")
     from_numpy(path, np.zeros((3, 5, 2), dtype=np.int32))

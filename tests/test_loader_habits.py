@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from loaderx import dataloader
 from loaderx.converter import from_numpy
 from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset
+from loaderx.loader import dataloader
 from loaderx.sampler import Sampler, WeightedSampler
 
 N = 97
@@ -308,6 +308,19 @@ def test_a_custom_sampler_replaces_the_modes(streams, workers):
     with DataLoader(streams, sampler=s, num_workers=workers) as resumed:
         resumed.load_state_dict(state)
         np.testing.assert_array_equal(next(resumed)["label"], s.indices(30))
+
+
+def test_a_state_names_a_public_sampler_by_its_public_module(streams):
+    """States saved before the sampler module moved into loaderx.loader name
+    loaderx.sampler.WeightedSampler; such a state still loads."""
+    s = WeightedSampler(np.ones(N), batch_size=5, seed=3)
+    with DataLoader(streams, sampler=s) as loader:
+        state = loader.state_dict()
+        first = next(loader)["label"]
+    assert state["sampler"] == "loaderx.sampler.WeightedSampler"
+    with DataLoader(streams, sampler=WeightedSampler(np.ones(N), batch_size=5, seed=3)) as resumed:
+        resumed.load_state_dict({**state, "sampler": "loaderx.sampler.WeightedSampler"})
+        np.testing.assert_array_equal(next(resumed)["label"], first)
 
 
 def test_custom_sampler_output_is_checked(streams):

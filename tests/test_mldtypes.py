@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import loaderx
-from loaderx import _native
+from loaderx.store import _native
 
 ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed (pip install 'loaderx[ml]')")
 HAS_TORCH = importlib.util.find_spec("torch") is not None

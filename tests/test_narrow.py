@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loaderx import _native
 from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset, RaggedDataset
+from loaderx.store import _native
 from loaderx.zrecord import Zrecord
 
 INT_DTYPES = [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64]
@@ -158,7 +158,7 @@ def test_a_dataset_made_before_the_library_loads_reads_a_narrow_store(tmp_path):
 
     a = (np.arange(40 * 16) % 300).astype(np.int32).reshape(40, 16)
     from_numpy(tmp_path / "s", a, codec="narrow")
-    code = ("import numpy as np, sys; from loaderx import _native; from loaderx.dataset import DenseDataset; "
+    code = ("import numpy as np, sys; from loaderx.store import _native; from loaderx.dataset import DenseDataset; "
             "ds = DenseDataset(sys.argv[1]); n = len(ds); assert not _native.loaded(); "
             "print(n, int(ds[39].sum()))")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -169,8 +169,8 @@ def test_a_dataset_made_before_the_library_loads_reads_a_narrow_store(tmp_path):
 
 
 def test_a_store_from_a_newer_loaderx_is_refused_plainly(tmp_path):
-    from loaderx._store import header_length
     from loaderx.errors import CorruptStoreError
+    from loaderx.store._store import header_length
 
     from_numpy(tmp_path / "s", np.arange(12, dtype=np.int16).reshape(3, 4), codec="narrow")
     meta = tmp_path / "s" / "meta.zr"

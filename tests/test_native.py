@@ -1,4 +1,4 @@
-"""Tests of the raw binding, loaderx._native, apart from the public API layer."""
+"""Tests of the raw binding, loaderx.store._native, apart from the public API layer."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def test_missing_library_is_import_error(tmp_path: Path) -> None:
     env = dict(os.environ, LOADERX_LIB=str(tmp_path / "libloaderx.so"))
     proc = subprocess.run(
         # importing loads nothing; the first native call finds the library missing
-        [sys.executable, "-c", "import loaderx._native as n; n.get_threads()"],
+        [sys.executable, "-c", "import loaderx.store._native as n; n.get_threads()"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode != 0
@@ -392,7 +392,7 @@ def test_panic_becomes_internal_error(tmp_path: Path) -> None:
     # recover and report it instead of killing the process. Run apart so a
     # regression cannot take the test session down.
     code = (
-        "from loaderx import _native as n\n"
+        "from loaderx.store import _native as n\n"
         "spec = n.ffi.new('int64_t[]', [1, 100, 4, 0, 0, 0, 1, 4])\n"
         "bad = n.ffi.cast('int64_t *', 8)\n"
         "try:\n"

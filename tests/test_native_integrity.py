@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loaderx import _native as native
 from loaderx.errors import CorruptStoreError
+from loaderx.store import _native as native
 
 FIXTURES = Path(__file__).resolve().parent.parent / "zrecord" / "testdata"
 

@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loaderx import _native
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import CorruptStoreError
+from loaderx.store import _native
 from loaderx.zrecord import Zrecord
 
 _WRITER = """

@@ -113,7 +113,7 @@ def test_sdist_carries_every_go_source(sdist_files: set[str]) -> None:
         "loaderx/py.typed",
     ):
         assert need in sdist_files, f"the sdist lacks {need}"
-    py = {f"loaderx/{p.name}" for p in (ROOT / "loaderx").glob("*.py")}
+    py = {p.relative_to(ROOT).as_posix() for p in (ROOT / "loaderx").rglob("*.py")}
     assert py <= sdist_files, f"the sdist lacks {sorted(py - sdist_files)}"
 
 
@@ -206,7 +206,7 @@ def test_packed_wheel_layout(tmp_path: Path) -> None:
         wheel_meta = z.read("loaderx-0.1.0.dist-info/WHEEL").decode()
     assert {
         "loaderx/__init__.py",
-        "loaderx/_native.py",
+        "loaderx/store/_native.py",
         "loaderx/py.typed",
         "loaderx/lib/libloaderx.so",
         "loaderx/lib/cdef.h",
@@ -215,6 +215,11 @@ def test_packed_wheel_layout(tmp_path: Path) -> None:
         "loaderx-0.1.0.dist-info/RECORD",
     } <= names
     assert not [n for n in names if "__pycache__" in n or ".build-" in n]
+    # every module of the package and of its subpackages, and nothing else
+    package = ROOT / "loaderx"
+    modules = {p.relative_to(ROOT).as_posix() for p in package.rglob("*.py") if p.relative_to(package).parts[0] != "lib"}
+    assert {n for n in names if n.endswith(".py")} == modules
+    assert {"loaderx/store/converter.py", "loaderx/loader/_procpool.py", "loaderx/io/arrow.py"} <= modules
     assert "Tag: py3-none-manylinux_2_17_x86_64\n" in wheel_meta
     info = bw.elf_info((lib / "libloaderx.so").read_bytes())
     assert info["machine"] == "x86_64"

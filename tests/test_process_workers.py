@@ -380,7 +380,7 @@ def test_forkserver_workers_yield_the_same_batches(stores, deadline):
 
 
 def test_a_memmap_slice_is_reopened_from_its_file(tmp_path):
-    from loaderx._procpool import _memmap_source
+    from loaderx.loader._procpool import _memmap_source
 
     np.save(tmp_path / "m.npy", np.arange(400, dtype=np.float32).reshape(100, 4))
     whole = np.load(tmp_path / "m.npy", mmap_mode="r")

@@ -10,10 +10,10 @@ import threading
 import numpy as np
 import pytest
 
-from loaderx import _native
 from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset
+from loaderx.store import _native
 from loaderx.zrecord import Zrecord
 
 

@@ -27,7 +27,7 @@ def test_workers_and_ranks_split_steps(tmp_path: Path) -> None:
     # be loaded before the fork.
     code = f"""
         import numpy as np, torch
-        from loaderx import _native
+        from loaderx.store import _native
         from loaderx.dataloader import DataLoader
         from loaderx.torch import LoaderIterable
         x, y = {str(tmp_path / "x")!r}, {str(tmp_path / "y")!r}
@@ -89,7 +89,7 @@ def test_epoch_custom_sampler_and_ragged_streams_match_one_loader(tmp_path: Path
     out = str(tmp_path)
     _run_in_child(f"""
         import numpy as np, torch
-        from loaderx import _native
+        from loaderx.store import _native
         from loaderx.sampler import WeightedSampler
         from loaderx.dataset import RaggedDataset
         from loaderx.torch import LoaderIterable
@@ -136,7 +136,7 @@ def test_state_round_trips_with_the_dataloader_and_refuses_other_data(tmp_path: 
     out = str(tmp_path)
     _run_in_child(f"""
         import json, numpy as np, torch
-        from loaderx import _native
+        from loaderx.store import _native
         from loaderx.torch import LoaderIterable
         x, y = {x!r}, {y!r}
         it = LoaderIterable({{"x": x, "y": y}}, batch_size=4, seed=9, steps=12)

@@ -12,9 +12,9 @@ import os
 import numpy as np
 import pytest
 
-from loaderx import _native
 from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataset import DenseDataset, RaggedDataset
+from loaderx.store import _native
 from loaderx.zrecord import Fault, VerifyReport, Zrecord
 
 needs_store_verify = pytest.mark.skipif(

@@ -3,7 +3,7 @@
 A :class:`RaggedStream` wraps a :class:`loaderx.dataset.RaggedDataset`; its
 :class:`RaggedPool` recycles the buffers of a batch (the packed bytes, the
 offsets, the lengths and, when padding, the dense array) the way
-:class:`loaderx._pipeline.BufferPool` recycles a dense stream's batch array.
+:class:`loaderx.loader._pipeline.BufferPool` recycles a dense stream's batch array.
 A batch comes out as a :class:`PackedBatch` (``values``, ``offsets``,
 ``lengths``) or, with padding, a :class:`PaddedBatch` (``values``,
 ``lengths``).
@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from loaderx import _native
+from loaderx.store import _native
 
 if TYPE_CHECKING:
-    from loaderx.dataset import RaggedDataset
+    from loaderx.store.dataset import RaggedDataset
 
 #: records whose lengths are read to estimate a batch's bytes
 _SAMPLE = 1024
@@ -192,7 +192,7 @@ class RaggedPool:
     A slot is ``[bytes, sizes, offsets, lengths, padded]``; it is taken
     again only when no array of it is referenced outside the pool (a batch,
     or a view of one, still held keeps its slot out), as in
-    :class:`loaderx._pipeline.BufferPool`.
+    :class:`loaderx.loader._pipeline.BufferPool`.
     """
 
     ragged = True

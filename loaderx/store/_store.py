@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from loaderx import _native
 from loaderx._args import as_indices
 from loaderx._progress import Progress
 from loaderx.errors import ClosedError, CorruptStoreError
+from loaderx.store import _native
 
 if TYPE_CHECKING:
     from loaderx._args import PathLike

@@ -1,10 +1,12 @@
 """Worker processes for a :class:`loaderx.dataloader.DataLoader` whose
 transform is Python code that the GIL would serialise on threads.
 
-The file is past the size of most modules because the worker's loop and the
-consumer's dispatch speak one message protocol (job, done, error, grow,
-slot, drop, cancel, skip, ready, fatal, stop) and own the segments between
-them; split, each half would only make sense next to the other.
+The file stays past 700 lines because the worker's loop and the consumer's
+dispatch speak one message protocol (job, done, error, grow, slot, drop,
+cancel, skip, ready, fatal, stop) about the slots between them; split, each
+half would only make sense next to the other. The shared memory itself (the
+named segments, the slots, a batch flattened into them) is
+:mod:`loaderx.loader._shm`.
 
 A :class:`ProcessPool` starts its workers with ``spawn`` (or ``forkserver``),
 never ``fork``: the Go runtime of the native library does not survive a fork.
@@ -12,7 +14,7 @@ Each worker unpickles the loader's recipe once: the stores (a dataset pickles
 as its path and opens read-only in the worker), NumPy streams (a memmap is
 reopened from its file; an in-memory array is copied once into a shared
 segment at start), the sampler and the transform. It then makes whole steps
-with the thread mode's own code (:class:`loaderx._pipeline.Pipeline`: sample,
+with the thread mode's own code (:class:`loaderx.loader._pipeline.Pipeline`: sample,
 gather, transform) and copies the finished batch into a shared-memory *slot*
 that the consumer's process created. Only small metadata crosses the pipe:
 the step, the slot, and per array its offset, dtype and shape.
@@ -22,7 +24,7 @@ consumer's process. It keeps up to ``prefetch`` steps dispatched (to the
 worker with the fewest outstanding), waits on the workers' pipes and process
 sentinels, and yields step ``s`` as NumPy views of its slot: no copy. A slot
 is dispatched again only once no view of it is referenced any more (the
-:class:`loaderx._pipeline.BufferPool` rule, on the slot's base array). Views
+:class:`loaderx.loader._pipeline.BufferPool` rule, on the slot's base array). Views
 rather than a copy out: copying a 64 MiB batch out of its slot took 5-12 ms
 here, on the consumer's thread, which is the training loop's, against
 microseconds for the views; the one copy a batch costs is the worker's, into
@@ -52,13 +54,11 @@ import copy
 import ctypes
 import mmap
 import multiprocessing
-import os
 import pickle
 import signal
 import sys
 import time
 import traceback
-import uuid
 import warnings
 import weakref
 from collections.abc import Callable
@@ -67,198 +67,33 @@ from typing import Any
 
 import numpy as np
 
-from loaderx import _native
-from loaderx._pipeline import ArrayStream, BufferPool, Pipeline, Stream
-from loaderx._ragged import RaggedPool, RaggedStream
 from loaderx.errors import ClosedError, CorruptStoreError, LoaderxError, WorkerError
+from loaderx.loader._pipeline import ArrayStream, BufferPool, Pipeline, Stream
+from loaderx.loader._ragged import RaggedPool, RaggedStream
+from loaderx.loader._shm import (
+    _ALIGN,
+    _ArraySource,
+    _attach,
+    _drop,
+    _flatten,
+    _layout,
+    _map,
+    _memmap_source,
+    _Names,
+    _Slot,
+    _slot_refs,
+    _unflatten,
+    _unlink,
+    _views,
+)
+from loaderx.store import _native
 
 #: the start methods a process pool accepts (``fork`` would copy the Go runtime)
 START_METHODS = ("spawn", "forkserver")
-#: the first characters of every shared-memory segment a pool creates
-SEGMENT_PREFIX = "loaderx-"
 
-_ALIGN = 64  # every array of a slot starts at a multiple of this many bytes
 _GROWTH = 1.25  # headroom when a slot is replaced by a larger one
 _POLL = 0.1  # seconds between liveness checks while waiting for a step
 _JOIN_TIMEOUT = 2.0  # seconds close() waits for workers before terminating them
-_POSIX = os.name == "posix"
-
-if _POSIX:
-    import _posixshmem
-
-
-# -- shared-memory segments --------------------------------------------------
-
-
-def _map(name: str, size: int, *, create: bool = False, readonly: bool = False) -> mmap.mmap:
-    """Create (``create=True``) or open the named segment and map it."""
-    if not _POSIX:  # a Windows named mapping lives while a handle is open
-        return mmap.mmap(-1, size, tagname=name)
-    flags = os.O_CREAT | os.O_EXCL | os.O_RDWR if create else os.O_RDONLY if readonly else os.O_RDWR
-    fd = _posixshmem.shm_open("/" + name, flags, 0o600)
-    try:
-        if create:
-            os.ftruncate(fd, size)
-        return mmap.mmap(fd, size, access=mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE)
-    finally:
-        os.close(fd)
-
-
-def _unlink(name: str) -> None:
-    """Remove the segment's name (its pages go once no process maps them)."""
-    if _POSIX:
-        with contextlib.suppress(FileNotFoundError):
-            _posixshmem.shm_unlink("/" + name)
-
-
-class _Names:
-    """The segment names a pool owns; what its finaliser unlinks."""
-
-    def __init__(self) -> None:
-        self.prefix = f"{SEGMENT_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}-"
-        self.count = 0
-        self.live: set[str] = set()
-
-    def new(self) -> str:
-        self.count += 1
-        name = f"{self.prefix}{self.count}"
-        self.live.add(name)
-        return name
-
-    def unlink(self, name: str) -> None:
-        self.live.discard(name)
-        _unlink(name)
-
-    def unlink_all(self) -> None:
-        for name in list(self.live):
-            self.unlink(name)
-
-
-class _Slot:
-    """One shared-memory segment that receives finished batches."""
-
-    __slots__ = ("id", "name", "size", "base")
-
-    def __init__(self, slot_id: int, name: str, size: int, base: np.ndarray) -> None:
-        self.id = slot_id
-        self.name = name
-        self.size = size
-        self.base = base  # uint8 view of the whole mapping; the consumer's arrays are views of it
-
-
-def _slot_refs(slot: _Slot) -> int:
-    return sys.getrefcount(slot.base)
-
-
-class _ArraySource:
-    """A NumPy stream as the worker reopens it: a memmap from its file, an
-    in-memory array from the shared segment it was copied into."""
-
-    def __init__(self, dtype: np.dtype, shape: tuple[int, ...], path: str | None, offset: int,
-                 segment: str | None) -> None:
-        self.dtype = dtype
-        self.shape = shape
-        self.path = path
-        self.offset = offset
-        self.segment = segment
-
-    def open(self) -> tuple[np.ndarray, list[str]]:
-        """The array, read-only, and the segment names it maps."""
-        nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
-        if self.path is not None:
-            return np.memmap(self.path, self.dtype, "r", self.offset, self.shape), []
-        assert self.segment is not None
-        mm = _map(self.segment, max(nbytes, 1), readonly=True)
-        arr = np.frombuffer(mm, dtype=np.uint8, count=nbytes).view(self.dtype).reshape(self.shape)
-        return arr, [self.segment]
-
-
-def _memmap_source(array: np.ndarray) -> _ArraySource | None:
-    """How a worker reopens a C-contiguous view of a file-backed memmap; None
-    when ``array`` is not one."""
-    mm = getattr(array, "_mmap", None)
-    path = getattr(array, "filename", None)
-    if mm is None or path is None or not array.flags.c_contiguous:
-        return None
-    if getattr(array, "mode", None) == "c":  # copy-on-write: its edits are not in the file
-        return None
-    # a slice of a memmap keeps its parent's .offset: locate the data instead
-    mapped = np.frombuffer(mm, dtype=np.uint8)
-    start = int(getattr(array, "offset", 0))
-    start -= start % mmap.ALLOCATIONGRANULARITY  # where the mapping begins in the file
-    delta = array.ctypes.data - mapped.ctypes.data
-    if not 0 <= delta <= mapped.size:
-        return None
-    return _ArraySource(array.dtype, tuple(array.shape), os.fspath(path), start + delta, None)
-
-
-# -- batches as flat arrays plus a picklable skeleton ------------------------
-
-_SCALARS = (int, float, bool, complex, str, bytes, type(None))
-
-SUPPORTED = (
-    "a NumPy array, or dicts, lists and tuples (named tuples too) of NumPy arrays, "
-    "with Python scalars (int, float, bool, str, bytes, None) or NumPy scalars as other leaves"
-)
-
-
-def _flatten(obj: Any, arrays: list[np.ndarray], where: str) -> Any:
-    """The skeleton of ``obj``: its arrays replaced by their index in ``arrays``."""
-    t = type(obj)
-    if isinstance(obj, np.ndarray):
-        if obj.dtype.hasobject:
-            raise TypeError(
-                f"the transform returned an object array at {where}; process workers hand back "
-                "arrays of numbers (or fixed-size strings or records) only"
-            )
-        arrays.append(obj)
-        return ("a", len(arrays) - 1)
-    if t is dict:
-        return ("d", [(k, _flatten(v, arrays, f"{where}[{k!r}]")) for k, v in obj.items()])
-    if t is list or t is tuple:
-        return ("l" if t is list else "t", [_flatten(v, arrays, f"{where}[{i}]") for i, v in enumerate(obj)])
-    if isinstance(obj, tuple) and hasattr(t, "_fields"):
-        return ("n", t, [_flatten(v, arrays, f"{where}.{f}") for f, v in zip(t._fields, obj)])
-    if t in _SCALARS or (isinstance(obj, np.generic) and not isinstance(obj, np.object_)):
-        return ("v", obj)
-    raise TypeError(
-        f"the transform returned {t.__module__}.{t.__qualname__} at {where}; with "
-        f"workers='process' a batch must be {SUPPORTED} (convert tensors in the training step)"
-    )
-
-
-def _unflatten(node: Any, arrays: list[np.ndarray]) -> Any:
-    kind = node[0]
-    if kind == "a":
-        return arrays[node[1]]
-    if kind == "d":
-        return {k: _unflatten(v, arrays) for k, v in node[1]}
-    if kind == "l":
-        return [_unflatten(v, arrays) for v in node[1]]
-    if kind == "t":
-        return tuple(_unflatten(v, arrays) for v in node[1])
-    if kind == "n":
-        return node[1](*(_unflatten(v, arrays) for v in node[2]))
-    return node[1]
-
-
-def _layout(arrays: list[np.ndarray]) -> tuple[list[tuple[int, np.dtype, tuple[int, ...]]], int]:
-    """``(offset, dtype, shape)`` per array, packed with aligned starts, and
-    the bytes they need."""
-    specs = []
-    off = 0
-    for a in arrays:
-        specs.append((off, a.dtype, a.shape))
-        off += -(-a.nbytes // _ALIGN) * _ALIGN
-    return specs, off
-
-
-def _views(base: np.ndarray, specs: list[tuple[int, np.dtype, tuple[int, ...]]]) -> list[np.ndarray]:
-    out = []
-    for off, dtype, shape in specs:
-        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        out.append(base[off : off + n].view(dtype).reshape(shape))
-    return out
 
 
 # -- the worker process ------------------------------------------------------
@@ -406,23 +241,6 @@ def _serve(
             pool.give(buf)
         del raw
         conn.send(("done", gen, step, slot_id, (skeleton, specs)))
-
-
-def _attach(maps: dict[str, tuple[mmap.mmap, np.ndarray]], name: str, size: int) -> np.ndarray:
-    got = maps.get(name)
-    if got is None:
-        mm = _map(name, size)
-        got = maps[name] = (mm, np.frombuffer(mm, dtype=np.uint8))
-    return got[1]
-
-
-def _drop(maps: dict[str, tuple[mmap.mmap, np.ndarray]], name: str) -> None:
-    got = maps.pop(name, None)
-    if got is not None:
-        mm, base = got
-        del got, base
-        with contextlib.suppress(BufferError):  # still viewed: unmapped when the last view goes
-            mm.close()
 
 
 # -- the consumer's side -----------------------------------------------------
@@ -923,7 +741,7 @@ class ProcessPool:
 
 class ProcessPipeline:
     """One run of a loader on a :class:`ProcessPool`, shaped like
-    :class:`loaderx._pipeline.Pipeline` for the loader: ``next()``,
+    :class:`loaderx.loader._pipeline.Pipeline` for the loader: ``next()``,
     ``next_out`` and ``stop()`` (which cancels the run; the processes stay
     for the next run)."""
 

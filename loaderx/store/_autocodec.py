@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from loaderx import _native
+from loaderx.store import _native
 
 #: zstd must store the sample in at most half its bytes, even for cold
 #: reads. The benchmark's photo-like records compress 1.15-1.25x, and their

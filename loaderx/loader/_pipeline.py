@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from loaderx import _native
 from loaderx.errors import ClosedError, CorruptStoreError
+from loaderx.store import _native
 
 if TYPE_CHECKING:
-    from loaderx.sampler import Sampler
+    from loaderx.loader.sampler import Sampler
 
 Batch = dict[str, np.ndarray]
 #: a finished step as the consumer receives it: the item to yield and the
@@ -61,7 +61,7 @@ class BufferPool:
     interpreter when the pool is built.
     """
 
-    ragged = False  # a ragged stream's pool (loaderx._ragged.RaggedPool) says True
+    ragged = False  # a ragged stream's pool (loaderx.loader._ragged.RaggedPool) says True
 
     def __init__(self, shape: tuple[int, ...], dtype: np.dtype, capacity: int) -> None:
         self.shape = shape
@@ -166,7 +166,7 @@ class Pipeline:
             gather already spreads over every core).
         end: the first step not produced (a finite pass ends there: ``next``
             raises StopIteration), or None for an endless run.
-        timer: None, or a :class:`loaderx._autoworkers.StepTimer` that is
+        timer: None, or a :class:`loaderx.loader._autoworkers.StepTimer` that is
             told, while it is ``active``, how long each step's gather and
             transform took (``workers="auto"`` decides from it).
 

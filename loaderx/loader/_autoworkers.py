@@ -12,7 +12,7 @@ allocates a large fresh output array per batch: the allocator hands a large
 block back to the kernel when it is freed, so every batch faults its pages
 in anew (on the bench's 64 MiB batches that was 45-125 ms of system time in
 a 100-190 ms transform), while a worker process keeps its freed memory
-(:func:`loaderx._procpool._keep_freed_memory`) and faults nothing after its
+(:func:`loaderx.loader._procpool._keep_freed_memory`) and faults nothing after its
 first batches.
 
 :class:`StepTimer` is what the thread pipeline reports to: per measured

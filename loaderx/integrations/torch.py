@@ -1,0 +1,224 @@
+"""A loaderx loader as a PyTorch ``IterableDataset``.
+
+Import it only where PyTorch is installed (``import loaderx`` never imports
+torch)::
+
+    from loaderx.torch import LoaderIterable
+
+    it = LoaderIterable({"x": "train_x", "y": "train_y"}, batch_size=256, seed=0,
+                        shard=(rank, world), steps=10_000)
+    for batch in torch.utils.data.DataLoader(it, batch_size=None, num_workers=2):
+        ...   # batch["x"], batch["y"]: tensors of step 0, 1, 2 ... in order
+
+Each yielded item is a whole batch (a dict of arrays), so torch's DataLoader
+takes it with ``batch_size=None``. The steps are split across torch's
+workers round-robin: worker ``w`` of ``W`` produces steps ``w, w + W, ...``
+and torch's DataLoader takes one item from each worker in turn, so the
+consumer sees the steps in order, exactly as one loaderx DataLoader would
+yield them. Ranks are split by ``shard=(rank, world)`` as in
+:class:`loaderx.dataloader.DataLoader`: every rank sees the same steps, each
+its own part of the global batch.
+
+Every setting of the loader carries over: custom samplers, ``epoch=True``
+passes with ``drop_last``, ragged streams with ``pad``. To resume, save
+``it.state_dict(batches_seen)`` with the training state and call
+``it.load_state_dict(state)`` before iterating again; the state is the one a
+loaderx ``DataLoader`` with the same settings saves, checked the same way.
+
+Streams may be given as store paths, :class:`loaderx.dataset.DenseDataset`
+or :class:`loaderx.dataset.RaggedDataset` objects, or NumPy arrays. A dataset pickles as its path and opens in the
+process that reads it, and one built in a process that never loaded the
+native library leaves it unloaded, so both the ``fork`` and the ``spawn``
+start methods work.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Union
+
+import numpy as np
+import torch.utils.data
+
+from loaderx._args import check_step
+from loaderx.loader._state import check_state, epoch_steps, make_state
+from loaderx.loader.dataloader import DataLoader, LoaderOptions
+from loaderx.loader.sampler import IndexSampler
+from loaderx.store.dataset import DenseDataset, RaggedDataset
+
+__all__ = ["LoaderIterable"]
+
+
+class _EveryKth:
+    """The steps ``offset, offset + stride, ...`` of ``base`` as steps 0, 1,
+    ...: the sampler of one torch worker. Pure in the step, like ``base``."""
+
+    def __init__(self, base: DataLoader, offset: int, stride: int, n: int) -> None:
+        self.base = base
+        self.offset = offset
+        self.stride = stride
+        self.batch_size = base.batch_size
+        self.n = n
+
+    def indices(self, step: int) -> np.ndarray:
+        return self.base.indices(self.offset + step * self.stride)
+
+
+Stream = Union[str, "os.PathLike[str]", DenseDataset, RaggedDataset, np.ndarray]
+
+
+class LoaderIterable(torch.utils.data.IterableDataset):
+    """Batches of a loaderx loader, split across torch's worker processes.
+
+    The arguments are those of :class:`loaderx.dataloader.DataLoader`, and
+    the batches are the ones such a loader yields, in the same order, however
+    many torch workers share the work.
+
+    Args:
+        streams: ``{name: store path, DenseDataset, RaggedDataset or NumPy
+            array}``; a path opens a :class:`~loaderx.dataset.DenseDataset`.
+        batch_size: records per batch (per rank when sharded).
+        sampler: ``"cyclic"``, ``"iid"``, ``"sequential"`` or an object with
+            ``indices(step) -> int64 array`` (picklable when torch starts its
+            workers with ``spawn``).
+        seed: keys the random samplers.
+        shard: ``(rank, world)``: this rank's part of a data-parallel run.
+        start_step: the first step to yield; :meth:`load_state_dict` sets it.
+        steps: stop before step ``steps`` (the total, counted from step 0);
+            None for endless.
+        epoch: one pass over the records, each exactly once (see
+            :class:`~loaderx.dataloader.DataLoader`).
+        drop_last: with ``epoch=True``, drop the short last batch.
+        transform: called on each batch dict in the worker that made it.
+        num_threads: loaderx gather threads inside each torch worker.
+        pad: ``{ragged stream name: length}``, as the loader's ``pad=``.
+        offsets_dtype: the dtype of a packed ragged batch's offsets.
+
+    Raises:
+        ValueError, TypeError: a bad argument, with the same messages as
+            :class:`~loaderx.dataloader.DataLoader`; the checks that need the
+            stores' contents run when iteration starts.
+    """
+
+    def __init__(
+        self,
+        streams: Mapping[str, Stream],
+        batch_size: int,
+        *,
+        sampler: str | IndexSampler = "cyclic",
+        seed: int = 0,
+        shard: tuple[int, int] = (0, 1),
+        start_step: int = 0,
+        steps: int | None = None,
+        epoch: bool = False,
+        drop_last: bool = False,
+        transform: Callable[[dict[str, np.ndarray]], Any] | None = None,
+        num_threads: int = 1,
+        pad: Mapping[str, Any] | None = None,
+        offsets_dtype: Any = np.int64,
+    ) -> None:
+        super().__init__()
+        if not isinstance(streams, Mapping) or not streams:
+            raise TypeError(f"streams must be a non-empty dict of name -> store path or dataset, got {streams!r}")
+        # the argument checks of the loader, without opening anything
+        self.options = LoaderOptions(
+            batch_size=batch_size, num_workers=num_threads, sampler=sampler, seed=seed, shard=shard,
+            start_step=start_step, steps=steps, epoch=epoch, drop_last=drop_last,
+        )
+        if transform is not None and not callable(transform):
+            raise TypeError(f"transform must be callable or None, got {transform!r}")
+        self.streams = {
+            name: DenseDataset(s) if isinstance(s, (str, os.PathLike)) else s for name, s in streams.items()
+        }
+        self.transform = transform
+        self.pad = dict(pad) if pad is not None else None
+        self.offsets_dtype = offsets_dtype
+        self._check_start(self.options.start_step)
+        self.start_step = self.options.start_step
+
+    def _lengths(self) -> dict[str, int]:
+        return {name: len(s) for name, s in self.streams.items()}
+
+    def _end(self) -> int | None:
+        """The step the iteration stops before, or None when endless."""
+        o = self.options
+        end = o.steps
+        if o.epoch:
+            n = next(iter(self._lengths().values()))
+            passes = epoch_steps(n, o.batch_size * o.shard[1], o.drop_last)
+            end = passes if end is None else min(end, passes)
+        return end
+
+    def _check_start(self, start: int) -> None:
+        end = self._end()
+        if end is not None and start > end:
+            raise ValueError(f"start_step={start} is past the end of this {end}-step pass")
+
+    def __len__(self) -> int:
+        """The batches one iteration yields (from :attr:`start_step` on).
+
+        Raises:
+            TypeError: the iterable is endless.
+        """
+        end = self._end()
+        if end is None:
+            raise TypeError("an endless LoaderIterable has no len(); give steps= or epoch=True")
+        return end - self.start_step
+
+    def state_dict(self, batches_seen: int) -> dict[str, Any]:
+        """The state after ``batches_seen`` batches of an iteration that began
+        at :attr:`start_step`: the same JSON-serialisable dict a
+        :class:`~loaderx.dataloader.DataLoader` with these settings saves, so
+        either may load the other's. Reads only the stores' headers."""
+        o = self.options
+        seen = check_step(batches_seen)
+        return make_state(
+            self.start_step + seen, sampler=o.sampler, seed=o.seed, shard=o.shard,
+            batch_size=o.batch_size, lengths=self._lengths(), end=self._end(), epoch=o.epoch,
+            drop_last=o.drop_last,
+        )
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Start the next iteration at the step of a saved state.
+
+        Raises:
+            TypeError, ValueError: as
+                :meth:`loaderx.dataloader.DataLoader.load_state_dict`, when the
+                state is from other data or settings (the message says what).
+        """
+        self.start_step = check_state(state, self.state_dict(0), self._end())
+
+    def __repr__(self) -> str:
+        o = self.options
+        return (
+            f"LoaderIterable(streams={list(self.streams)}, batch_size={o.batch_size}, "
+            f"sampler={o.sampler!r}, seed={o.seed}, shard={o.shard}, start_step={self.start_step}, "
+            f"steps={o.steps}, epoch={o.epoch})"
+        )
+
+    def __iter__(self) -> Iterator[Any]:
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        o = self.options
+        common = {"batch_size": o.batch_size, "pad": self.pad, "offsets_dtype": self.offsets_dtype}
+        # every step's indices, as one loader with these settings draws them
+        full = DataLoader(
+            self.streams, sampler=o.sampler, seed=o.seed, shard=o.shard, steps=o.steps,
+            epoch=o.epoch, drop_last=o.drop_last, num_workers=0, workers="thread", **common,
+        )
+        end = self._end()
+        first = self.start_step + worker  # this worker's first global step
+        mine = None
+        if end is not None:
+            mine = max(0, -(-(end - first) // workers))  # steps first, first + W, ... below end
+            if mine == 0:
+                return
+        loader = DataLoader(
+            self.streams, sampler=_EveryKth(full, first, workers, len(next(iter(self.streams.values())))),
+            num_workers=o.num_workers,
+            transform=self.transform, steps=mine, **common,
+            workers="thread",  # torch's worker processes are the parallelism already
+        )
+        with loader:
+            yield from loader

@@ -1,0 +1,163 @@
+"""A directory of aligned stores opened as one multi-stream dataset.
+
+:func:`loaderx.arrow.from_arrow` writes one store per column under a
+directory, every store with the same number of records; :class:`MSDataset`
+opens such a directory as a read-only mapping ``{column: DenseDataset |
+RaggedDataset}`` (or a writable one, whose deletes keep the streams aligned)
+that a :class:`loaderx.DataLoader` takes directly when every stream is
+dense. It needs neither pyarrow nor datasets: a directory written on one
+machine is read on another that has only loaderx.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from loaderx.store import _native
+from loaderx.store.dataset import DenseDataset, RaggedDataset
+
+if TYPE_CHECKING:
+    from loaderx._args import IndexLike, PathLike
+
+__all__ = ["MSDataset", "is_multistream", "META_FILE", "SCHEMA_FILE"]
+
+#: The files that make a directory a store: a stream directory holds both.
+SCHEMA_FILE = "schema.msgpack"
+META_FILE = "meta.zr"
+
+
+
+def _stream_dirs(path: str) -> list[str]:
+    try:
+        entries = sorted(os.listdir(path))
+    except OSError:
+        return []
+    return [
+        e
+        for e in entries
+        if not e.startswith(".")
+        and os.path.isfile(os.path.join(path, e, META_FILE))
+        and os.path.isfile(os.path.join(path, e, SCHEMA_FILE))
+    ]
+
+
+def is_multistream(path: PathLike) -> bool:
+    """Whether ``path`` is a directory of stores (and not a store itself)."""
+    p = os.fspath(path)
+    return os.path.isdir(p) and not os.path.exists(os.path.join(p, META_FILE)) and bool(_stream_dirs(p))
+
+
+class MSDataset(Mapping):
+    """A directory of aligned stores opened as one dataset: a mapping
+    ``{name: DenseDataset | RaggedDataset}`` whose streams all have the same
+    length, record ``i`` of each being row ``i`` of the source.
+
+    A :class:`loaderx.DataLoader` takes it directly when every stream is
+    dense (pick dense ones with ``columns=``)::
+
+        ms = MSDataset("mnist_train")
+        ms["label"][:10]
+        ms.num_records                   # records per stream (len(ms) counts streams)
+        ms.row(3)                        # {"image": ..., "label": ...}
+        loader = DataLoader(ms, batch_size=256)
+
+    Args:
+        path: a directory written by :func:`from_arrow` (or any directory
+            whose subdirectories are stores of equal length).
+        columns: the streams to open, in this order; all (sorted by name)
+            by default.
+        writable: open every stream writable, for :meth:`delete`.
+
+    Raises:
+        FileNotFoundError: ``path`` holds no stores.
+        KeyError: a requested stream does not exist.
+        ValueError: the streams differ in length (naming each length).
+    """
+
+    def __init__(self, path: PathLike, columns: Iterable[str] | None = None, *, writable: bool = False) -> None:
+        self._path = os.fspath(path)
+        self._streams: dict[str, DenseDataset | RaggedDataset] = {}
+        available = _stream_dirs(self._path)
+        if not available:
+            raise FileNotFoundError(f"{self._path!r} holds no loaderx stores")
+        names = available if columns is None else list(columns)
+        missing = [c for c in names if c not in available]
+        if missing:
+            raise KeyError(f"{self._path!r} has no stream {', '.join(map(repr, missing))}; it has {available}")
+        try:
+            for name in names:
+                sub = os.path.join(self._path, name)
+                kind, _, _ = _native.schema_read(sub)
+                cls = RaggedDataset if kind == "ragged" else DenseDataset
+                self._streams[name] = cls(sub, writable=writable)
+            lengths = {name: len(s) for name, s in self._streams.items()}  # records per stream
+            if len(set(lengths.values())) > 1:
+                raise ValueError(
+                    f"{self._path!r}: the streams are not aligned (lengths {lengths}); a conversion may have "
+                    "been interrupted: convert again with overwrite=True"
+                )
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def path(self) -> str:
+        """The directory."""
+        return self._path
+
+    def __getitem__(self, name: str) -> DenseDataset | RaggedDataset:
+        return self._streams[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._streams)
+
+    def __len__(self) -> int:
+        """The number of streams, as for any mapping; :attr:`num_records`
+        is the number of records."""
+        return len(self._streams)
+
+    @property
+    def num_records(self) -> int:
+        """The number of records in each stream."""
+        first = next(iter(self._streams.values()), None)
+        return 0 if first is None else len(first)
+
+    def row(self, i: int) -> dict[str, Any]:
+        """Record ``i`` of every stream."""
+        return {name: s[i] for name, s in self._streams.items()}
+
+    def delete(self, indices: IndexLike) -> None:
+        """Delete the same records from every stream (opened writable); the
+        streams stay aligned, as each moves the same tail records into the
+        same holes."""
+        for s in self._streams.values():
+            s.delete(indices)
+
+    def close(self) -> None:
+        """Close every stream."""
+        for s in self._streams.values():
+            s.close()
+
+    def __enter__(self) -> MSDataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}: {type(s).__name__}" for n, s in self._streams.items())
+        return f"MSDataset({self._path!r}, num_records={self.num_records}, {{{inner}}})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        writable = any(getattr(s, "writable", False) for s in self._streams.values())
+        return (_reopen, (self._path, list(self._streams), writable))
+
+    # Mapping's equality compares contents; identity is what a dataset means.
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+
+def _reopen(path: str, columns: list[str], writable: bool) -> MSDataset:
+    return MSDataset(path, columns, writable=writable)

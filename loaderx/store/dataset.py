@@ -1,0 +1,627 @@
+"""Typed views of a store: :class:`DenseDataset` and :class:`RaggedDataset`.
+
+A dense store (written by :func:`loaderx.converter.from_numpy`) holds records
+of one fixed item shape, so a batch is a single fixed-stride gather into an
+array of shape ``(B, *item_shape)``. A ragged store (written by
+:func:`loaderx.converter.from_iterator`) holds records whose first axis
+varies; a batch comes back as a list of arrays, and :func:`pad` turns such a
+list into a dense array when needed.
+
+Both open the store read-only by default; gathers from many threads at once
+are safe and release the GIL for the copy. Opened with ``writable=True`` they
+grow: :meth:`DenseDataset.append` / :meth:`RaggedDataset.append` add records
+of the store's own dtype and shape (the schema never changes), and
+``delete`` / ``compact`` pass through to the store.
+
+Both classes stay in one module with the native schema reader they share:
+what one of them reads of a store, the other reads the same way. Reading
+``schema.msgpack`` without loading the library is :mod:`loaderx.store._schema`.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from loaderx._args import is_scalar_index, normalize_index
+from loaderx.errors import ClosedError, CorruptStoreError
+from loaderx.store import _native
+from loaderx.store._dtypes import from_schema_name
+from loaderx.store._schema import _python_schema
+from loaderx.store._store import (
+    Fault,
+    StoreHandle,
+    VerifyReport,
+    compact_handle,
+    header_length,
+    open_logged,
+    packed_offsets,
+)
+
+#: The index dtype the native gather reads in place (int64, native byte order).
+_INT64 = np.dtype(np.int64)
+
+if TYPE_CHECKING:
+    from loaderx._args import IndexLike, PathLike
+
+__all__ = ["DenseDataset", "RaggedDataset", "VerifyReport", "pad"]
+
+_ITER_BYTES = 4 << 20  # iteration reads this much per native call
+
+_VERIFY_BLOCK = 1 << 16  # records per size check in verify()
+
+#: What opening a dataset sets besides the handle.
+_SCHEMA_ATTRS = frozenset({"_dtype", "_item_shape", "_stride", "_codec"})
+
+
+def _check_dir(path: str) -> None:
+    """Refuse a ``path`` that is not a directory, with a hint for a file."""
+    if not os.path.isdir(path):
+        hint = ""
+        if os.path.isfile(path):  # a store is a directory; this is likely a .npy or similar
+            hint = (
+                " (it is a file; a store is a directory: convert an array once with "
+                "loaderx.from_numpy(store_dir, np.load(file)), or pass the array itself "
+                "as a DataLoader stream)"
+            )
+        raise FileNotFoundError(errno.ENOENT, f"no loaderx store at {path!r}{hint}", path)
+
+
+def _read_schema(path: str, want: str) -> tuple[np.dtype, tuple[int, ...]]:
+    _check_dir(path)
+    try:
+        kind, dtype_str, shape = _native.schema_read(path)
+    except FileNotFoundError:
+        if os.path.exists(os.path.join(path, "meta.zr")):
+            raise ValueError(
+                f"{path!r} is a record store without a schema.msgpack, so it holds raw "
+                "bytes rather than arrays; open it with loaderx.zrecord.Zrecord"
+            ) from None
+        raise FileNotFoundError(
+            errno.ENOENT, f"{path!r} is not a loaderx store (no meta.zr)", path
+        ) from None
+    if kind != want:
+        other = {"dense": "DenseDataset", "ragged": "RaggedDataset"}.get(kind)
+        hint = f"; open it with {other}" if other else ""
+        raise ValueError(f"{path!r} is a {kind!r} store, not a {want!r} one{hint}")
+    try:
+        dtype = from_schema_name(dtype_str, path)
+    except ValueError as e:
+        raise CorruptStoreError(str(e)) from None
+    return dtype, tuple(int(d) for d in shape)
+
+
+class _StoreView(StoreHandle):
+    """What both dataset kinds add to a store handle: the schema."""
+
+    _kind = ""
+
+    _writable = False  # what a deferred (unpickled) instance is
+
+    def __init__(self, path: PathLike, *, writable: bool = False) -> None:
+        super().__init__(path)
+        self._writable = bool(writable)
+        if self._writable or _native.loaded():
+            self._load()
+            return
+        # The library is not loaded in this process: keep it that way, so a
+        # process that only builds datasets can still fork workers that use
+        # them. len() comes from the header; the schema (dtype, item_shape)
+        # and the handle come with the first use that needs them, in the
+        # process that makes it.
+        _check_dir(self._path)
+        self._header_length = header_length(self._path)
+        self._deferred_open = True
+        schema = _python_schema(self._path, self._kind)
+        if schema is not None:  # dtype and item_shape without the library
+            self._dtype, self._item_shape = schema
+            self._stride = int(np.prod(self._item_shape, dtype=np.int64)) * self._dtype.itemsize
+
+    def _load(self) -> None:
+        dtype, item_shape = _read_schema(self._path, self._kind)
+        handle = open_logged(self._path, readonly=not self._writable)
+        self._dtype, self._item_shape = dtype, item_shape
+        # bytes of one item (dense) or of one row along axis 0 (ragged)
+        self._stride = int(np.prod(item_shape, dtype=np.int64)) * dtype.itemsize
+        self._adopt(handle)
+
+    @property
+    def writable(self) -> bool:
+        """Whether the dataset was opened with ``writable=True``."""
+        return self._writable
+
+    def _writer(self, op: str) -> int:
+        h = self._h
+        if not self._writable:
+            raise io.UnsupportedOperation(
+                f"{op}: {type(self).__name__}({self._path!r}) is open read-only; "
+                f"open it with {type(self).__name__}(path, writable=True)"
+            )
+        return h
+
+    def _check_batch(self, batch: Any, what: str) -> np.ndarray:
+        """``batch`` as an array of the store's dtype, refusing any other dtype."""
+        a = batch if isinstance(batch, np.ndarray) else np.asarray(batch)
+        if a.dtype != self._dtype:
+            raise TypeError(
+                f"{what} has dtype {a.dtype}, but {self._path!r} stores {self._dtype}; "
+                "convert it first (an append never changes a store's schema)"
+            )
+        return a
+
+    def delete(self, indices: IndexLike) -> None:
+        """Delete records; the last records move into the holes, so other
+        indices may change. Needs ``writable=True`` and the store to itself."""
+        h = self._writer("delete")
+        idx, _ = self._indices(indices)
+        if idx.size:
+            _native.store_delete(h, np.unique(idx))
+
+    def compact(self, *, progress: bool | None = None) -> int:
+        """Reclaim the space of deleted records and return the bytes reclaimed.
+        Needs ``writable=True`` and the store to itself."""
+        return compact_handle(self._writer("compact"), self._path, progress)
+
+    def stats(self) -> dict[str, Any]:
+        """The store's figures (see :meth:`loaderx.zrecord.Zrecord.stats`) and
+        ``codec_choice``: how ``codec="auto"`` chose the codec when the store
+        was converted (the codec, the reason, the sample's size and each
+        candidate's ``ratio`` and ``decode_mib_s``), or None for a store
+        converted with an explicit codec."""
+        st = super().stats()
+        st["codec_choice"] = _native.schema_codec_choice(self._path)
+        return st
+
+    def sync(self) -> None:
+        """Make every append, delete and compaction so far durable."""
+        _native.store_sync(self._writer("sync"))
+
+    def upgrade(self) -> None:
+        """Rewrite a store of an earlier format version (such as one the
+        original loaderx 1.5.2 wrote) to the current, checksummed one; see
+        :meth:`loaderx.zrecord.Zrecord.upgrade`. Needs ``writable=True``."""
+        _native.store_upgrade(self._writer("upgrade"))
+
+    def __getattr__(self, name: str) -> Any:
+        # Reached only for attributes not set yet: the schema's, on an
+        # unpickled dataset that has not been used (see StoreHandle).
+        if name in _SCHEMA_ATTRS and self.__dict__.get("_deferred_open"):
+            self._open_deferred()
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The dtype of every element."""
+        return self._dtype
+
+    def _verify_more(self, faults: list[Fault]) -> list[Fault]:
+        """Records whose size the schema rules out (a dense record not of the
+        item size, a ragged one not a whole number of rows), in records the
+        store itself found sound."""
+        h = self._h
+        n = int(_native.store_len(h))
+        damaged = {f.index for f in faults if f.index is not None}
+        out: list[Fault] = []
+        schema_file = os.path.join(self._path, "schema.msgpack")
+        for start in range(0, n, _VERIFY_BLOCK):
+            idx = np.arange(start, min(n, start + _VERIFY_BLOCK), dtype=np.int64)
+            try:
+                sizes = _native.store_sizes(h, idx)
+            except CorruptStoreError:  # the store's own faults cover it
+                continue
+            if self._kind == "dense":
+                bad = np.flatnonzero(sizes != self._stride)
+                want = f"{self._stride} bytes"
+            elif self._stride:
+                bad = np.flatnonzero(sizes % self._stride)
+                want = f"a multiple of one row ({self._stride} bytes)"
+            else:
+                continue
+            for k in bad.tolist():
+                i = start + k
+                if i not in damaged:
+                    out.append(Fault(schema_file, i, f"record {i} is {int(sizes[k])} bytes, the schema needs {want}"))
+        return out
+
+    def __repr__(self) -> str:
+        name = type(self).__name__
+        if self._deferred_open:
+            return f"{name}({self._path!r}, not opened yet)"
+        if self._handle is None:
+            return f"{name}({self._path!r}, closed)"
+        return (
+            f"{name}({self._path!r}, len={len(self)}, dtype={self._dtype}, "
+            f"item_shape={self._item_shape}, codec={self._codec!r})"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Only the path: handles do not survive a process boundary, and
+        # unpickling a read-only dataset must not call the native library (in
+        # a forked worker that raises where a pool cannot report it), so the
+        # copy opens the store at its first use. A writer reopens at once.
+        if self._writable:
+            return (_reopen_writable, (type(self), self._path))
+        return (type(self)._deferred, (self._path,))
+
+
+def _reopen_writable(cls: type, path: str) -> Any:
+    return cls(path, writable=True)
+
+
+class DenseDataset(_StoreView):
+    """A dense store: every record is one array of :attr:`item_shape`.
+
+    Indexing reads from the store; nothing is cached::
+
+        ds = DenseDataset("train_data")
+        ds[3]            # one record, shape item_shape
+        ds[-1]           # negative indices count from the end
+        ds[[0, 5, 2]]    # (3, *item_shape), one native gather
+        ds[10:20]        # slices too
+        ds.gather(idx, out=buf)   # fill a caller array, no allocation
+
+    Args:
+        path: a store written by :func:`loaderx.converter.from_numpy`.
+        writable: open for :meth:`append`, :meth:`delete` and
+            :meth:`compact` (one writer per store at a time).
+
+    A pickled dataset carries only its path; the copy opens the store at its
+    first use, in whichever process uses it. Likewise a read-only dataset
+    built in a process that has not loaded the native library yet reads only
+    the store's header (so ``len`` works) and leaves the library unloaded:
+    the schema (``dtype``, ``item_shape``) and the handle come with the first
+    use that needs them, in whichever process makes it. Such a process can
+    hand the dataset to ``torch.utils.data.DataLoader(ds, num_workers=...)``
+    with the default ``fork`` start method. Errors in the schema or the store
+    are then raised at that first use rather than here.
+
+    Raises:
+        FileNotFoundError: nothing (or no store) at ``path``.
+        ValueError: the store is ragged, or has no schema (a raw Zrecord).
+        loaderx.errors.CorruptStoreError: the store or its schema is damaged
+            (also raised by a read that finds a record of the wrong size).
+    """
+
+    _kind = "dense"
+
+    @property
+    def item_shape(self) -> tuple[int, ...]:
+        """The shape of one record."""
+        return self._item_shape
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """``(len(self), *item_shape)``: the shape of the whole dataset."""
+        return (len(self), *self._item_shape)
+
+    @property
+    def ndim(self) -> int:
+        """``len(self.shape)``."""
+        return 1 + len(self._item_shape)
+
+    @property
+    def nbytes_per_item(self) -> int:
+        """The size of one record in bytes."""
+        return self._stride
+
+    def append(self, batch: Any) -> int:
+        """Append the records of ``batch``, an array of shape
+        ``(k, *item_shape)`` and exactly this dataset's dtype, and return the
+        index of the first. Needs ``writable=True``.
+
+        Raises:
+            TypeError: the batch's dtype is not the store's.
+            ValueError: its shape is not ``(k, *item_shape)``.
+        """
+        h = self._writer("append")
+        a = self._check_batch(batch, "the batch")
+        if a.ndim != 1 + len(self._item_shape) or a.shape[1:] != self._item_shape:
+            raise ValueError(
+                f"the batch has shape {a.shape}, but {self._path!r} holds records of shape "
+                f"{self._item_shape}: append an array of shape (k, *{self._item_shape})"
+            )
+        k = int(a.shape[0])
+        if k == 0:
+            return int(_native.store_len(h))
+        data = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+        offsets = np.arange(k + 1, dtype=np.int64) * self._stride
+        return int(_native.store_append_packed(h, data, offsets))
+
+    def _gather_unchecked(self, indices: np.ndarray, out: np.ndarray) -> None:
+        """Fill ``out`` from valid, C-contiguous int64 ``indices``: the loader's
+        path, one native call with the GIL released."""
+        if self._stride and indices.size:
+            h = self._h
+            try:
+                _native.store_gather(h, indices, out, self._stride)
+            except ValueError as e:
+                if isinstance(e, ClosedError):
+                    raise
+                self._size_damage(h, indices, e)
+                raise
+
+    def _size_damage(self, h: int, indices: np.ndarray, cause: ValueError) -> None:
+        """Raise CorruptStoreError if a record at ``indices`` is not the item
+        size the schema gives: the indices and the buffer were checked, so a
+        record of another size can only be damage (to the record table or to
+        schema.msgpack). Returns when every record has the right size."""
+        sizes = np.asarray(_native.store_sizes(h, indices.reshape(-1)), dtype=np.int64)
+        bad = np.flatnonzero(sizes != self._stride)
+        if bad.size:
+            k = int(bad[0])
+            raise CorruptStoreError(
+                f"{self._path!r}: record {int(indices.reshape(-1)[k])} is {int(sizes[k])} bytes, but "
+                f"{os.path.join(self._path, 'schema.msgpack')} gives every item {self._stride} bytes "
+                f"(shape {self._item_shape}, dtype {self._dtype.str}): the record table or the "
+                "schema is damaged"
+            ) from cause
+
+    def __getitem__(self, key: IndexLike) -> np.ndarray:
+        h = self._h
+        if is_scalar_index(key):
+            i = normalize_index(int(key), int(_native.store_len(h)), "DenseDataset")
+            out = np.empty(self._item_shape, dtype=self._dtype)
+            self._gather_unchecked(np.array([i], dtype=np.int64), out)
+            return out
+        if isinstance(key, tuple):
+            raise TypeError(
+                "DenseDataset indexes records along axis 0 only; got a tuple key "
+                f"{key!r}: index the records first, then slice the returned array"
+            )
+        idx, shape = self._indices(key)
+        out = np.empty(shape + self._item_shape, dtype=self._dtype)
+        self._gather_unchecked(idx, out)
+        return out
+
+    def __getitems__(self, indices: Sequence[int]) -> list[np.ndarray]:
+        """The records at ``indices`` as a list, read with one native gather:
+        the batched fetch of torch's map-style dataset protocol, which
+        ``torch.utils.data.DataLoader`` calls with a batch's indices and
+        whose result its default collate stacks. The records are rows of one
+        array.
+
+        Raises:
+            IndexError: an index is out of range (the message names it).
+        """
+        idx, _ = self._indices(indices if isinstance(indices, np.ndarray) else list(indices))
+        out = np.empty((idx.shape[0], *self._item_shape), dtype=self._dtype)
+        self._gather_unchecked(idx, out)
+        return list(out)
+
+    def gather(self, indices: IndexLike, out: np.ndarray | None = None) -> np.ndarray:
+        """Read the records at ``indices`` into ``out`` (allocated if None).
+
+        Args:
+            indices: integers (negative ones count from the end), an int
+                array, a slice or a boolean mask.
+            out: an array of shape ``(len(indices), *item_shape)`` and this
+                dataset's dtype, C-contiguous and writable. It is filled in
+                place with one native call and returned.
+
+        Raises:
+            IndexError: an index is out of range (the message names it).
+            TypeError: ``out`` is not an array or has the wrong dtype.
+            ValueError: ``out`` has the wrong shape, is not C-contiguous or is
+                read-only.
+        """
+        if (
+            type(indices) is np.ndarray
+            and indices.dtype == _INT64
+            and indices.ndim == 1
+            and indices.flags.c_contiguous
+            and indices.size
+            and self._stride
+        ):
+            fast = self._gather_fast(indices, out)
+            if fast is not None:
+                return fast
+        idx, shape = self._indices(indices)
+        want = shape + self._item_shape
+        if out is None:
+            out = np.empty(want, dtype=self._dtype)
+        else:
+            if not isinstance(out, np.ndarray):
+                raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+            if out.dtype != self._dtype:
+                raise TypeError(f"out has dtype {out.dtype}, but the dataset's dtype is {self._dtype}")
+            if out.shape != want:
+                raise ValueError(f"out has shape {out.shape}, but the batch needs shape {want}")
+            if not out.flags.c_contiguous:
+                raise ValueError("out must be C-contiguous")
+            if not out.flags.writeable:
+                raise ValueError("out is read-only")
+        self._gather_unchecked(idx, out)
+        return out
+
+    def _gather_fast(self, indices: np.ndarray, out: np.ndarray | None) -> np.ndarray | None:
+        """:meth:`gather` for a non-empty 1-D C-contiguous int64 index array:
+        the native call checks the indices against the store's length
+        (every index before any byte is written), so the range check and
+        the copy of the indices that :meth:`gather` makes otherwise are left
+        out. Returns None, with ``out`` untouched, where :meth:`gather` must
+        take its general path: ``out`` is not a fitting array (the general
+        path raises the error it always raised) or an index is out of range
+        or negative (the general path reports it, or turns negative indices
+        into positions from the end)."""
+        want = (indices.shape[0], *self._item_shape)
+        if out is None:
+            out = np.empty(want, dtype=self._dtype)
+        elif not (
+            isinstance(out, np.ndarray)
+            and out.dtype == self._dtype
+            and out.shape == want
+            and out.flags.c_contiguous
+            and out.flags.writeable
+        ):
+            return None
+        try:
+            self._gather_unchecked(indices, out)
+        except IndexError:
+            return None
+        return out
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        """Yield the records in order, reading a few MiB per native call."""
+        n = len(self)
+        block = max(1, _ITER_BYTES // max(self._stride, 1))
+        for start in range(0, n, block):
+            batch = self[start : min(n, start + block)]
+            yield from batch
+
+
+class RaggedDataset(_StoreView):
+    """A ragged store: record ``i`` is an array of shape ``(L_i, *item_shape)``
+    where the first axis ``L_i`` varies from record to record.
+
+    ::
+
+        rs = RaggedDataset("tokens")
+        rs[2]                # one array
+        rs[[0, 2, 4]]        # a list of arrays, one packed native gather
+        padded, lengths = pad(rs[[0, 2, 4]])
+
+    The arrays of one batch are views into a single buffer read in one call.
+
+    Args:
+        path: a store written by :func:`loaderx.converter.from_iterator`.
+        writable: open for :meth:`append`, :meth:`delete` and
+            :meth:`compact` (one writer per store at a time).
+
+    Raises:
+        FileNotFoundError: nothing (or no store) at ``path``.
+        ValueError: the store is dense, or has no schema (a raw Zrecord).
+    """
+
+    _kind = "ragged"
+
+    @property
+    def item_shape(self) -> tuple[int, ...]:
+        """The trailing shape shared by every record (everything but axis 0)."""
+        return self._item_shape
+
+    def append(self, records: Sequence[Any]) -> int:
+        """Append a list of arrays, each of shape ``(L_i, *item_shape)`` and
+        exactly this dataset's dtype, and return the index of the first.
+        Needs ``writable=True``.
+
+        Raises:
+            TypeError: a record's dtype is not the store's.
+            ValueError: a record's trailing shape is not ``item_shape``.
+        """
+        h = self._writer("append")
+        if isinstance(records, np.ndarray):
+            raise TypeError("append takes a list of arrays (one per record), not one array")
+        arrays = []
+        for k, r in enumerate(records):
+            a = self._check_batch(r, f"record {k}")
+            if a.ndim != 1 + len(self._item_shape) or a.shape[1:] != self._item_shape:
+                raise ValueError(
+                    f"record {k} has shape {a.shape}, but {self._path!r} holds records of shape "
+                    f"(L, *{self._item_shape})"
+                )
+            arrays.append(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+        if not arrays:
+            return int(_native.store_len(h))
+        sizes = np.fromiter((a.nbytes for a in arrays), dtype=np.int64, count=len(arrays))
+        offsets = packed_offsets(sizes)
+        data = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
+        return int(_native.store_append_packed(h, data, offsets))
+
+    def _rows(self, sizes: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        if self._stride == 0:
+            return np.zeros_like(sizes)
+        rows, rem = np.divmod(sizes, self._stride)
+        if rem.any():
+            k = int(np.argmax(rem != 0))
+            raise CorruptStoreError(
+                f"{self._path!r}: record {int(idx[k])} is {int(sizes[k])} bytes, not a "
+                f"multiple of one row ({self._stride} bytes)"
+            )
+        return rows
+
+    def lengths(self, indices: IndexLike | None = None) -> np.ndarray:
+        """The first-axis length of each record (all records if ``indices`` is
+        None), as int64, without reading the records."""
+        idx, shape = self._indices(slice(None) if indices is None else indices)
+        if not idx.size:
+            return np.zeros(shape, dtype=np.int64)
+        return self._rows(self._sizes(idx), idx).reshape(shape)
+
+    def _read(self, idx: np.ndarray) -> list[np.ndarray]:
+        if not idx.size:
+            return []
+        buf, offsets, sizes = self._read_packed(idx)
+        rows = self._rows(sizes, idx)
+        flat = buf.view(self._dtype)
+        bounds = (offsets // self._dtype.itemsize).tolist()
+        tail = self._item_shape
+        return [
+            flat[bounds[k] : bounds[k + 1]].reshape((r, *tail))
+            for k, r in enumerate(rows.tolist())
+        ]
+
+    def __getitem__(self, key: IndexLike) -> np.ndarray | list[np.ndarray]:
+        """``rs[i]`` is one array; a list, array, slice or mask gives a list."""
+        h = self._h
+        if is_scalar_index(key):
+            i = normalize_index(int(key), int(_native.store_len(h)), "RaggedDataset")
+            return self._read(np.array([i], dtype=np.int64))[0]
+        if isinstance(key, tuple):
+            raise TypeError(f"RaggedDataset indexes records only; got a tuple key {key!r}")
+        idx, _ = self._indices(key)
+        return self._read(idx)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        """Yield the records in order, reading batches of records per call."""
+        n = len(self)
+        for start in range(0, n, 256):
+            yield from self[start : min(n, start + 256)]
+
+
+def pad(records: Sequence[Any], value: Any = 0, dtype: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """Stack arrays of varying first-axis length into one padded array.
+
+    Args:
+        records: arrays of shape ``(L_i, *trailing)`` sharing ``trailing``
+            (as returned by :class:`RaggedDataset`).
+        value: the fill for positions past each record's end.
+        dtype: the output dtype; by default the records' common dtype.
+
+    Returns:
+        ``(padded, lengths)``: ``padded`` has shape ``(B, max(L_i), *trailing)``
+        and ``lengths`` is the int64 array of the ``L_i``.
+
+    Raises:
+        ValueError: a record is 0-d, or the trailing shapes differ.
+
+    Example::
+
+        padded, lengths = pad([np.array([1, 2, 3]), np.array([4])])
+        # padded = [[1, 2, 3], [4, 0, 0]], lengths = [3, 1]
+    """
+    arrays = [r if isinstance(r, np.ndarray) else np.asarray(r) for r in records]
+    if not arrays:
+        return np.zeros((0, 0), dtype=np.float64 if dtype is None else dtype), np.zeros(
+            0, dtype=np.int64
+        )
+    trailing = arrays[0].shape[1:]
+    for k, a in enumerate(arrays):
+        if a.ndim == 0:
+            raise ValueError(f"record {k} is 0-d; pad needs arrays with a first axis to pad")
+        if a.shape[1:] != trailing:
+            raise ValueError(
+                f"record {k} has shape {a.shape}, whose trailing shape {a.shape[1:]} differs "
+                f"from record 0's {trailing}"
+            )
+    out_dtype = np.result_type(*{a.dtype for a in arrays}) if dtype is None else np.dtype(dtype)
+    lengths = np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays))
+    out = np.full((len(arrays), int(lengths.max()), *trailing), value, dtype=out_dtype)
+    for k, a in enumerate(arrays):
+        out[k, : a.shape[0]] = a
+    return out, lengths
