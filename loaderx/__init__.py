@@ -24,11 +24,11 @@ reads this table and checks the imports against it)::
     torch  jax
     dataloader  arrow
     _procpool
-    _pipeline
+    _pipeline  _packing
     _ragged
     converter  dataset  zrecord
     _autocodec
-    sampler  _store  dlpack  _state
+    sampler  _store  dlpack  _state  packing
     _native
     errors  _args  _pages  _progress  _dtypes  _autoworkers
 
@@ -42,7 +42,10 @@ recycled batch buffers), ``_procpool`` (worker processes handing batches back
 in shared memory, for ``workers="process"``), ``_autoworkers`` (the timing of
 the first steps on threads and the verdict of ``workers="auto"``: stay on
 threads or move to processes) and ``_ragged`` (a ragged stream's packed
-gather into recycled buffers, and its padding). ``arrow`` converts Arrow tables, Parquet files and
+gather into recycled buffers, and its padding) and ``_packing`` (a ragged
+stream packed into fixed rows: concat or first-fit, with segment ids and
+positions; ``packing`` holds its public options, :class:`Pack`, and its
+batch type, :class:`PackedRows`). ``arrow`` converts Arrow tables, Parquet files and
 Hugging Face datasets into a directory of aligned stores and opens such a
 directory as one multi-stream dataset. ``converter`` writes stores;
 ``dataset`` and ``zrecord`` read them, both built on ``_store`` (the one
@@ -74,6 +77,8 @@ _EXPORTS = {
     "DenseDataset": "loaderx.dataset",
     "RaggedDataset": "loaderx.dataset",
     "pad": "loaderx.dataset",
+    "Pack": "loaderx.packing",
+    "PackedRows": "loaderx.packing",
     "DataLoader": "loaderx.dataloader",
     "from_numpy": "loaderx.converter",
     "from_iterator": "loaderx.converter",
@@ -88,13 +93,15 @@ _EXPORTS = {
 }
 
 # submodules reachable as attributes without an explicit import
-_SUBMODULES = ("errors", "converter", "dataset", "dataloader", "sampler", "zrecord", "arrow", "cli")
+_SUBMODULES = ("errors", "converter", "dataset", "dataloader", "sampler", "zrecord", "arrow", "cli", "packing")
 
 __all__ = [
     "__version__",
     "DenseDataset",
     "RaggedDataset",
     "pad",
+    "Pack",
+    "PackedRows",
     "DataLoader",
     "from_numpy",
     "from_iterator",
@@ -118,6 +125,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from loaderx.dataloader import DataLoader
     from loaderx.dataset import DenseDataset, RaggedDataset, pad
     from loaderx.dlpack import to_dlpack
+    from loaderx.packing import Pack, PackedRows
     from loaderx.sampler import Sampler, WeightedSampler, sample
     from loaderx.zrecord import Zrecord
 
