@@ -957,6 +957,9 @@ class DataLoader:
         """The record indices gathered at ``step`` (this rank's part of the
         global batch): ``batch_size`` of them, fewer only for the short last
         batch of an ``epoch`` pass or when a custom sampler draws fewer.
+        A stream packed in concat mode (``pack=``) draws its rows from the
+        records of the sampler's steps in turn, not from these; each
+        segment's ``records`` entry names its record.
 
         Raises:
             ValueError: ``step`` is negative or past the end of a finite loader.

@@ -359,3 +359,34 @@ def test_first_fit_epoch_pass_packs_the_short_last_batch(store):
             assert b["t"].dropped == 0
             seen += [r for r in b["t"].records.tolist() if r >= 0]
     assert sorted(set(seen)) == list(range(N))
+
+
+def test_records_of_length_zero_are_no_segments(tmp_path):
+    sizes = [0, 3, 0, 0, 5, 0, 2, 7, 0]
+    recs = [np.arange(n, dtype=np.int32) + i * STRIDE for i, n in enumerate(sizes)]
+    from_iterator(str(tmp_path / "z"), recs, progress=False)
+    with RaggedDataset(str(tmp_path / "z")) as ds:
+        with DataLoader({"t": ds}, batch_size=3, sampler="sequential", num_workers=0, pack={"t": 4}) as dl:
+            got = []
+            for _ in range(6):
+                b = next(dl)["t"]
+                check_segments(b, recs, 3, 4)
+                assert (b.records >= 0).all() and all(sizes[r] > 0 for r in b.records.tolist())
+                got.append(b.values.reshape(-1).copy())
+        np.testing.assert_array_equal(np.concatenate(got), np.concatenate(recs * 5)[:72])
+        with DataLoader({"t": ds}, batch_size=9, sampler="sequential", num_workers=0,
+                        pack={"t": Pack(4, mode="first_fit", rows=5)}) as dl:
+            b = next(dl)["t"]
+            check_segments(b, recs, 5, 4)
+            assert b.dropped == 0 and sorted(set(b.records[b.records >= 0].tolist())) == [1, 4, 6, 7]
+
+
+def test_a_stream_without_tokens_fails_its_step_clearly(tmp_path):
+    from_iterator(str(tmp_path / "e"), [np.zeros(0, np.int32)] * 5, progress=False)
+    with RaggedDataset(str(tmp_path / "e")) as ds:
+        with DataLoader({"t": ds}, batch_size=2, num_workers=0, pack={"t": 4}) as dl:
+            with pytest.raises(ValueError, match="only records of length 0"):
+                next(dl)
+        with DataLoader({"t": ds}, batch_size=2, num_workers=0, pack={"t": Pack(4, mode="first_fit")}) as dl:
+            b = next(dl)["t"]
+            assert b.padding == 1.0 and (b.records == -1).all() and b.cu_seqlens.tolist() == [0, 4, 8]
