@@ -247,6 +247,9 @@ class PackStream(RaggedStream):
             self.index = TokenIndex(draw, batch_size)
 
     def gather_into(self, idx: np.ndarray, slot: list[np.ndarray], step: int = 0) -> PackedRows:  # type: ignore[override]
+        """The packed rows of ``step`` in the arrays of ``slot``: in concat
+        mode the step's stretch of tokens (``idx`` is not used), in
+        ``first_fit`` mode the records ``idx`` placed into the rows."""
         if self.pack.mode == "concat":
             return self._concat(step, slot)
         return self._first_fit(idx, slot)
@@ -397,17 +400,17 @@ class PackPool(RaggedPool):
         s = self.stream
         total = s.tokens
         segs = 2 * s.expected_segments
-        first_fit = s.pack.mode == "first_fit"
+        fit = s.pack.mode == "first_fit"  # only a placement needs the dense rows and its scratch
         return [
             *super()._new(),
             np.empty(2 * self.batch_size, dtype=np.int64),
-            np.empty(total * s.row_items if first_fit else 0, dtype=s.dtype),
+            np.empty(total * s.row_items if fit else 0, dtype=s.dtype),
             np.empty(total, dtype=np.int32),
             np.empty(total, dtype=np.int32),
             np.empty(segs + 1, dtype=s.offsets_dtype),
             np.empty(s.rows, dtype=np.int32),
             np.empty(segs, dtype=np.int64),
             np.empty(segs, dtype=np.int64),
-            np.empty(total if first_fit else 0, dtype=np.int64),
-            np.empty(total if first_fit else 0, dtype=bool),
+            np.empty(total if fit else 0, dtype=np.int64),
+            np.empty(total if fit else 0, dtype=bool),
         ]
