@@ -14,8 +14,9 @@ Modules: :mod:`loaderx.converter` (NumPy → store), :mod:`loaderx.dataset`
 (dense and ragged views), :mod:`loaderx.dataloader` (the endless, step-based
 loader), :mod:`loaderx.sampler` (index generation), :mod:`loaderx.zrecord`
 (raw byte records), :mod:`loaderx.arrow` (Arrow, Parquet, Hugging Face),
-:mod:`loaderx.torch`, :mod:`loaderx.jax`, :mod:`loaderx.dlpack` and
-:mod:`loaderx.errors`. Each of the first nine is a thin public face that
+:mod:`loaderx.torch`, :mod:`loaderx.jax`, :mod:`loaderx.dlpack`,
+:mod:`loaderx.packing` (sequence packing's options) and
+:mod:`loaderx.errors`. Each of the first ten is a thin public face that
 re-exports its names from the subpackage holding the code:
 
 * ``loaderx.store``: the binding, the store handle, element types, pages,
@@ -33,17 +34,17 @@ relative ones resolved, against it)::
 
     __main__
     cli
-    converter  dataset  zrecord  dataloader  sampler  arrow  torch  jax  dlpack
+    converter  dataset  zrecord  dataloader  sampler  arrow  torch  jax  dlpack  packing
     integrations.torch  integrations.jax
     loader.dataloader  io.arrow
     loader.options  io.multistream
     loader._procpool
     loader._shm
-    loader._pipeline
+    loader._pipeline  loader._packing
     loader._ragged
     store.converter  store.dataset  store.zrecord
     store._autocodec  store._schema
-    loader.sampler  store._store  integrations.dlpack  loader._state
+    loader.sampler  store._store  integrations.dlpack  loader._state  loader.packing
     store._native
     errors  _args  _progress  store._pages  store._dtypes  loader._autoworkers
 
@@ -60,8 +61,10 @@ buffers), ``loader._procpool`` (worker processes handing batches back in
 shared memory, for ``workers="process"``, over the segments and slot layout
 of ``loader._shm``), ``loader._autoworkers`` (the timing of the first steps
 on threads and the verdict of ``workers="auto"``: stay on threads or move to
-processes) and ``loader._ragged`` (a ragged stream's packed gather into
-recycled buffers, and its padding). ``io.arrow`` converts Arrow tables,
+processes), ``loader._ragged`` (a ragged stream's packed gather into
+recycled buffers, and its padding) and ``loader._packing`` (a ragged stream
+packed into fixed rows, concat or first-fit, with segment ids and positions;
+``loader.packing`` holds its options, ``Pack``, and its batch, ``PackedRows``). ``io.arrow`` converts Arrow tables,
 Parquet files and Hugging Face datasets into a directory of aligned stores;
 ``io.multistream`` opens such a directory as one multi-stream dataset.
 ``store.converter`` writes stores; ``store.dataset`` and ``store.zrecord``
@@ -98,6 +101,8 @@ _EXPORTS = {
     "DenseDataset": "loaderx.dataset",
     "RaggedDataset": "loaderx.dataset",
     "pad": "loaderx.dataset",
+    "Pack": "loaderx.packing",
+    "PackedRows": "loaderx.packing",
     "DataLoader": "loaderx.dataloader",
     "from_numpy": "loaderx.converter",
     "from_iterator": "loaderx.converter",
@@ -112,13 +117,15 @@ _EXPORTS = {
 }
 
 # submodules reachable as attributes without an explicit import
-_SUBMODULES = ("errors", "converter", "dataset", "dataloader", "sampler", "zrecord", "arrow", "cli")
+_SUBMODULES = ("errors", "converter", "dataset", "dataloader", "sampler", "zrecord", "arrow", "cli", "packing")
 
 __all__ = [
     "__version__",
     "DenseDataset",
     "RaggedDataset",
     "pad",
+    "Pack",
+    "PackedRows",
     "DataLoader",
     "from_numpy",
     "from_iterator",
@@ -142,6 +149,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from loaderx.dataloader import DataLoader
     from loaderx.dataset import DenseDataset, RaggedDataset, pad
     from loaderx.dlpack import to_dlpack
+    from loaderx.packing import Pack, PackedRows
     from loaderx.sampler import Sampler, WeightedSampler, sample
     from loaderx.zrecord import Zrecord
 

@@ -226,8 +226,8 @@ class Pipeline:
         for name, ds, pool in self.streams:
             buf = pool.take()
             try:
-                if pool.ragged:  # a RaggedPool slot: one packed gather
-                    batch[name] = ds.gather_into(idx, buf)
+                if pool.ragged:  # a RaggedPool slot: one packed gather (packed rows depend on the step)
+                    batch[name] = ds.gather_into(idx, buf, step)
                 else:
                     rows = buf if k == buf.shape[0] else buf[:k]  # a view keeps buf referenced
                     ds._gather_unchecked(idx, rows)

@@ -68,6 +68,7 @@ from typing import Any
 import numpy as np
 
 from loaderx.errors import ClosedError, CorruptStoreError, LoaderxError, WorkerError
+from loaderx.loader._packing import PackPool, PackStream
 from loaderx.loader._pipeline import ArrayStream, BufferPool, Pipeline, Stream
 from loaderx.loader._ragged import RaggedPool, RaggedStream
 from loaderx.loader._shm import (
@@ -145,8 +146,11 @@ def _worker_main(conn: Any, recipe: bytes) -> None:
                     arr, names = src.open()
                     known.update(names)
                     src = ArrayStream(name, arr)
-                pool = RaggedPool(src, bs, 2) if isinstance(src, RaggedStream) else BufferPool(
-                    (bs, *src.item_shape), src.dtype, 2)
+                if isinstance(src, PackStream):
+                    pool: Any = PackPool(src, bs, 2)
+                else:
+                    pool = RaggedPool(src, bs, 2) if isinstance(src, RaggedStream) else BufferPool(
+                        (bs, *src.item_shape), src.dtype, 2)
                 streams.append((name, src, pool))
             pipe = Pipeline(streams, spec["sampler"], spec["transform"], 0, 1, 0, False)
         except BaseException as e:

@@ -125,10 +125,13 @@ class RaggedStream:
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def gather_into(self, idx: np.ndarray, slot: list[np.ndarray]) -> PackedBatch | PaddedBatch:
+    def gather_into(self, idx: np.ndarray, slot: list[np.ndarray], step: int = 0) -> PackedBatch | PaddedBatch:
         """Gather the records ``idx`` with one native call into the arrays
         of ``slot`` (``[bytes, sizes, offsets, lengths, padded]``), growing
-        the byte buffer (and the padded one) when this batch needs more."""
+        the byte buffer (and the padded one) when this batch needs more.
+        ``step`` is the loader's step; the rows of a packing stream
+        (:class:`loaderx.loader._packing.PackStream`) depend on it, a record batch
+        does not."""
         ds = self.dataset
         k = idx.shape[0]
         sizes = slot[1][:k]
@@ -224,6 +227,10 @@ class RaggedPool:
                     slot = free[i]
                     del free[i]
                     return slot
+        return self._new()
+
+    def _new(self) -> list[np.ndarray]:
+        """A new slot."""
         b = self.batch_size
         s = self.stream
         return [

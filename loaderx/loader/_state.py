@@ -19,7 +19,7 @@ from loaderx._args import check_shard, check_step
 #: keys every state has
 KEYS = ("step", "seed", "sampler", "batch_size", "shard")
 #: keys that identify the data; states saved before they existed load without them
-DATA_KEYS = ("streams", "pass")
+DATA_KEYS = ("streams", "pass", "pack")
 
 
 def epoch_steps(n: int, global_batch: int, drop_last: bool) -> int:
@@ -54,10 +54,12 @@ def make_state(
     end: int | None,
     epoch: bool,
     drop_last: bool,
+    pack: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The JSON-serialisable state of a loader whose next step is ``step``."""
+    """The JSON-serialisable state of a loader whose next step is ``step``
+    (``pack``: the packing of each packed stream, recorded when there is one)."""
     name, seed, shard = sampler_identity(sampler, seed, shard)
-    return {
+    state = {
         "step": step,
         "seed": seed,
         "sampler": name,
@@ -66,6 +68,9 @@ def make_state(
         "streams": dict(lengths),
         "pass": {"steps": end, "epoch": epoch, "drop_last": drop_last},
     }
+    if pack:
+        state["pack"] = {k: list(v) for k, v in pack.items()}
+    return state
 
 
 def check_state(state: Any, mine: Mapping[str, Any], end: int | None) -> int:
@@ -94,6 +99,10 @@ def check_state(state: Any, mine: Mapping[str, Any], end: int | None) -> int:
     for key in ("sampler", "seed", "batch_size", "shard", "pass"):
         if key in theirs and theirs[key] != mine[key]:
             raise ValueError(f"state_dict has {key}={state[key]!r} but this loader has {key}={mine[key]!r}")
+    if state.get("pack", {}) != mine.get("pack", {}):  # a step of packed rows is another step
+        raise ValueError(
+            f"state_dict has pack={state.get('pack', {})!r} but this loader has pack={mine.get('pack', {})!r}"
+        )
     step = check_step(state["step"])
     if end is not None and step > end:
         raise ValueError(f"state_dict has step={step}, past the end of this {end}-step loader")

@@ -57,6 +57,7 @@ from loaderx.loader._autoworkers import (
     keep_processes,
     pace,
 )
+from loaderx.loader._packing import PackPool, PackStream, check_layout, check_packs
 from loaderx.loader._pipeline import ArrayStream as _ArrayStream
 from loaderx.loader._pipeline import Batch, BufferPool, Pipeline, Stream
 from loaderx.loader._procpool import (
@@ -210,6 +211,14 @@ class DataLoader:
             (a fixed ``L``; a longer record fails its step) or
             ``("multiple", m)`` (the longest rounded up to a multiple of
             ``m``, so a few shapes recur).
+        pack: ``{name: L}`` or ``{name: loaderx.Pack(L, mode=...)}`` for
+            ragged streams to yield as fixed ``(rows, L)`` rows of packed
+            records, a :class:`loaderx.packing.PackedRows` with segment ids,
+            positions and ``cu_seqlens`` (see :mod:`loaderx.packing`; not
+            with ``pad=`` for the same stream). ``"concat"`` (the default
+            mode) makes every stream of the loader a packed one and runs
+            without ``epoch=True``; ``"first_fit"`` packs each step's records
+            and gathers the other streams at the step's indices as usual.
         offsets_dtype: ``np.int64`` (default) or ``np.int32``, the dtype of a
             packed batch's offsets.
         workers: ``"auto"`` (default) starts on threads and moves to worker
@@ -323,6 +332,7 @@ class DataLoader:
         epoch: bool = False,
         drop_last: bool = False,
         pad: Mapping[str, Any] | None = None,
+        pack: Mapping[str, Any] | None = None,
         offsets_dtype: Any = np.int64,
         workers: str = "auto",
         start_method: str | None = None,
@@ -387,12 +397,15 @@ class DataLoader:
                     f"pad={{{key!r}: ...}} names no ragged stream; the ragged streams are {ragged}"
                 )
         pads = {key: check_pad(spec, key) for key, spec in pad.items()}
+        packs = check_packs(pack, streams, pads, RaggedDataset)
         lengths = {}
         sources: dict[str, Any] = {}
         for name, ds in streams.items():
             if not isinstance(name, str):
                 raise TypeError(f"stream names must be str, got {name!r}")
-            if isinstance(ds, RaggedDataset):
+            if name in packs:
+                ds = PackStream(name, ds, packs[name], offsets_dt, self.options.batch_size)
+            elif isinstance(ds, RaggedDataset):
                 ds = RaggedStream(name, ds, pads.get(name), offsets_dt)
             elif isinstance(ds, np.ndarray):
                 ds = _ArrayStream(name, ds)
@@ -411,6 +424,8 @@ class DataLoader:
             raise ValueError(f"streams are empty (length 0): {', '.join(lengths)}")
         self._lengths = lengths
         opts = self.options
+        check_layout(sources, opts.epoch)
+        self._packs = {name: p.state() for name, p in packs.items()}
         self._end: int | None = opts.steps
         if custom:
             want = getattr(sampler, "batch_size", opts.batch_size)
@@ -436,6 +451,9 @@ class DataLoader:
             self._end = draw.steps if self._end is None else min(self._end, draw.steps)
         else:
             self.sampler = Sampler(opts.sampler, n, opts.batch_size, seed=opts.seed, shard=opts.shard)
+        for ds in sources.values():
+            if isinstance(ds, PackStream):
+                ds.bind(self.sampler, opts.batch_size)
         if self._end is not None and opts.start_step > self._end:
             raise ValueError(
                 f"start_step={opts.start_step} is past the end of this {self._end}-step loader"
@@ -449,7 +467,7 @@ class DataLoader:
             (
                 name,
                 ds,
-                RaggedPool(ds, opts.batch_size, capacity)
+                (PackPool if isinstance(ds, PackStream) else RaggedPool)(ds, opts.batch_size, capacity)
                 if isinstance(ds, RaggedStream)
                 else BufferPool((opts.batch_size, *ds.item_shape), ds.dtype, capacity),
             )
@@ -740,6 +758,9 @@ class DataLoader:
         """The record indices gathered at ``step`` (this rank's part of the
         global batch): ``batch_size`` of them, fewer only for the short last
         batch of an ``epoch`` pass or when a custom sampler draws fewer.
+        A stream packed in concat mode (``pack=``) draws its rows from the
+        records of the sampler's steps in turn, not from these; each
+        segment's ``records`` entry names its record.
 
         Raises:
             ValueError: ``step`` is negative or past the end of a finite loader.
@@ -835,6 +856,7 @@ class DataLoader:
             end=self._end,
             epoch=o.epoch,
             drop_last=o.drop_last,
+            pack=self._packs,
         )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:

@@ -1,6 +1,6 @@
 """Throughput of loaderx against the alternatives, in three layers.
 
-    python3 scripts/bench {sampler|store|loader|all} [options]
+    python3 scripts/bench {sampler|store|loader|packing|all} [options]
 
 sampler  index generation alone: numpy's two random APIs against zsampler.
 store    batch gather from a record store: zrecord (its defaults, raw verified
@@ -14,6 +14,10 @@ loader   the whole input pipeline (sample, fetch, collate, hand over a batch):
          loaderx against PyTorch's DataLoader, Grain and Hugging Face datasets
          (torch's DataLoader over it when torch is installed), with the peak
          memory of each loader's whole process tree.
+         Its last rows pack tokenised documents into fixed rows with segment
+         ids: loaderx's pack= (concat, first_fit) against Grain's first-fit
+         packing and a first-fit collate_fn on torch's DataLoader.
+packing  those packing rows of the loader layer alone.
 maint    ragged conversion and gather, delete 10 % of a store and compact it.
 
 The original Zig loaderx (loaderx==1.5.2 on PyPI) takes part in every layer
@@ -67,7 +71,7 @@ from collections.abc import Callable
 from typing import Any
 
 from contenders import original
-from loader import bench_loader, loader_child
+from loader import bench_loader, bench_packing, loader_child
 from machine import machine_info, print_machine
 from maint import bench_maint
 from report import checks, out, plot, write_json
@@ -104,7 +108,7 @@ def parser() -> argparse.ArgumentParser:
         prog="python3 scripts/bench",
         description="Benchmark loaderx against other samplers, record stores and data loaders.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("section", nargs="?", default="all", choices=[*LAYERS, "all"])
+    ap.add_argument("section", nargs="?", default="all", choices=[*LAYERS, "packing", "all"])
     ap.add_argument("--shape", type=parse_shape, default=None,
                     help="record shape, e.g. 512x512 (default: store runs 512x512 and 64x192, loader 512x512)")
     ap.add_argument("--dtype", default="uint8",
@@ -194,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, bench in LAYERS.items():
             if args.section in (name, "all"):
                 bench(args, results, work)
+        if args.section == "packing":  # a part of the loader layer, run on its own
+            bench_packing(args, results, work)
         checks(results)
     finally:
         if not args.keep:

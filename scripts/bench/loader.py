@@ -24,8 +24,9 @@ from typing import Any
 
 import numpy as np
 from contenders import LOADERS, RAGGED_LOADERS, loader_named, selected
+from contenders.packing import CHECK_BATCHES, FIT_DOCS, PACK_LEN, PACK_LOADERS, ROWS, check_rows
 from contenders.ragged import MAX_LEN, MIN_LEN, make_tokens
-from data import make_data, read_files_allocated
+from data import DOC_MAX, DOC_MIN, make_data, make_documents, read_files_allocated
 from machine import read_text
 from report import MiB, fmt_ratio, log, median, out, shape_str, skip_lines, table
 from store import DEFAULT_RECORDS, DEFAULT_SHAPE
@@ -63,7 +64,17 @@ def loader_child(cfg: dict[str, Any]) -> None:
     shape = tuple(cfg["shape"])
     get, close = loader_named(cfg["name"]).open(cfg)
     x = get()
-    if cfg.get("ragged"):  # (values, offsets) of b sequences
+    checked: dict[str, Any] = {}
+    if cfg.get("packed"):  # (values, segment_ids, where, dropped) of ROWS packed rows
+        got = [x] + [get() for _ in range(CHECK_BATCHES - 1)]
+        for values, seg, _, _ in got:
+            assert tuple(values.shape) == tuple(seg.shape) == (ROWS, PACK_LEN), (values.shape, seg.shape)
+        checked = check_rows([(np.asarray(v), np.asarray(s), w) for v, s, w, _ in got], cfg["tokens"],
+                             cfg["offsets"])
+        checked["dropped"] = sum(d for *_, d in got) / (CHECK_BATCHES * FIT_DOCS)
+        del got
+        x = get()
+    elif cfg.get("ragged"):  # (values, offsets) of b sequences
         values, offsets = x
         assert tuple(offsets.shape) == (b + 1,) and int(offsets[-1]) == len(values), tuple(offsets.shape)
     else:
@@ -87,7 +98,7 @@ def loader_child(cfg: dict[str, Any]) -> None:
         k += 1
     dt = time.perf_counter() - t0
     mode = getattr(get, "mode", None)
-    res = {"batches": k, "seconds": dt, "warmup_s": settle_s, **(mode() if mode else {})}
+    res = {"batches": k, "seconds": dt, "warmup_s": settle_s, **(mode() if mode else {}), **checked}
     print("RESULT " + json.dumps(res), flush=True)
     del x
     close()  # a clean shutdown lets the workers release their shared memory
@@ -338,6 +349,7 @@ def bench_loader(args: argparse.Namespace, results: dict[str, Any], tmp: str) ->
     """The dense loader table, then the ragged loader row."""
     bench_dense_loader(args, results, tmp)
     bench_ragged(args, results, tmp)
+    bench_packing(args, results, tmp)
 
 
 def bench_dense_loader(args: argparse.Namespace, results: dict[str, Any], tmp: str) -> None:
@@ -573,3 +585,99 @@ def bench_ragged(args: argparse.Namespace, results: dict[str, Any], tmp: str) ->
     results["ragged_loader"] = {"records": n, "batch": b, "workers": args.workers,
                                 "lengths": [MIN_LEN, MAX_LEN], "rows": rows, "skipped": skipped,
                                 "errors": errors, "vs_torch": ratios}
+
+
+#: documents in the packing rows unless --records is given
+PACK_DOCS = 20_000
+
+
+def bench_packing(args: argparse.Namespace, results: dict[str, Any], tmp: str) -> None:
+    """The packing rows: documents packed into (ROWS, PACK_LEN) rows with
+    segment ids, loaderx concat and first_fit against Grain's first-fit
+    packing and torch's DataLoader packing first-fit in its collate_fn;
+    fills results["packing_loader"]. The figure is packed (non-padding)
+    tokens per second; the padding and the dropped documents come from the
+    rows each child checked against the documents before it was timed."""
+    n = args.records or PACK_DOCS
+    out("### Packing loader")
+    out()
+    out(f"{n:,} tokenised documents (int32 Zipf ids, lengths {DOC_MIN}..{DOC_MAX} uniform) packed into "
+        f"{ROWS} rows of {PACK_LEN} tokens per batch with segment ids, {args.workers} workers: loaderx's "
+        "DataLoader(pack=) over a ragged store in concat mode (no padding) and first_fit "
+        f"({FIT_DOCS} documents per step; one that fits no row is dropped), Grain's "
+        f"FirstFitPackIterDataset ({ROWS} bins, carrying what does not fit to the next batch) and "
+        f"torch's DataLoader with a first-fit collate_fn ({FIT_DOCS} documents per batch, loaderx's "
+        f"rule), both over memory-mapped .npy files. Each child checks {CHECK_BATCHES} batches "
+        "against the documents (every segment holds a document's tokens) before it is timed. "
+        f"Median of {args.loader_runs} runs, each {args.loader_measure:.0f}s after warm-up.")
+    out()
+    want = [c for c in PACK_LOADERS if selected(args.only, c.name)]
+    skipped: list[str] = []
+    ldir = os.path.join(tmp, "packing")
+    os.makedirs(ldir, exist_ok=True)
+    tokens, offsets = make_documents(n)
+    npy = {"tokens": os.path.join(ldir, "tokens.npy"), "offsets": os.path.join(ldir, "offsets.npy")}
+    np.save(npy["tokens"], tokens)
+    np.save(npy["offsets"], offsets)
+    cands = [{**c, **npy} for c in _prepared(want, skipped, "prepare_documents", ldir, npy, tokens, offsets)]
+    del tokens, offsets
+    skip_lines(skipped)
+    read_files_allocated(ldir)
+    per: dict[str, list[dict[str, Any]]] = {c["name"]: [] for c in cands}
+    errors: dict[str, str] = {}
+    for r in range(args.loader_runs):
+        order = cands[r % len(cands):] + cands[: r % len(cands)] if cands else []
+        for c in order:
+            if c["name"] in errors:
+                continue
+            cfg = {**c, "packed": True, "batch": ROWS, "workers": args.workers, "transform": "identity",
+                   "shape": [PACK_LEN], "dtype": "int32", "records": n, "warmup_s": args.loader_warmup,
+                   "measure_s": args.loader_measure, "threads": args.threads}
+            log(f"[packing] run {r + 1}/{args.loader_runs}: {c['name']} ...")
+            res = run_loader_child(cfg, timeout=args.loader_timeout)
+            if "error" in res:
+                errors[c["name"]] = res["error"]
+                log(f"[packing] {c['name']} failed:\n{res['error']}")
+                continue
+            res["bps"] = res["batches"] / res["seconds"]
+            res["tokens_s"] = res["bps"] * ROWS * PACK_LEN * (1.0 - res["padding"])
+            log(f"[packing]   {res['tokens_s'] / 1e6:.2f} M packed tokens/s, padding {res['padding']:.1%}")
+            per[c["name"]].append(res)
+    rows = []
+    for c in cands:
+        rs = per[c["name"]]
+        if not rs:
+            continue
+        first_fit = c["name"] != "loaderx-pack-concat" and c["name"] != "grain-pack-first-fit"
+        rows.append({"loader": c["name"], "batches_per_s": median([x["bps"] for x in rs]),
+                     "tokens_per_s": median([x["tokens_s"] for x in rs]),
+                     "padding": median([x["padding"] for x in rs]),
+                     "dropped": median([x["dropped"] for x in rs]) if first_fit else None,
+                     "peak_pss": max(x["peak_pss"] for x in rs), "procs": max(x["procs"] for x in rs),
+                     "workers": _workers_used(rs), "runs": rs})
+    for name, err in errors.items():
+        out(f"- {name} failed: " + err.replace("\n", " | ")[:400])
+    if errors:
+        out()
+    if rows:
+        out(table(["loader", "packed tokens/s", "batches/s", "padding", "documents dropped", "peak PSS",
+                   "processes"],
+                  [[r["loader"], f"{r['tokens_per_s'] / 1e6:,.2f} M", f"{r['batches_per_s']:.1f}",
+                    f"{r['padding']:.1%}", "—" if r["dropped"] is None else f"{r['dropped']:.1%}",
+                    f"{r['peak_pss'] / MiB:,.0f} MiB", r["procs"]] for r in rows]))
+        out()
+    ratios = []
+    for ours in ("loaderx-pack-concat", "loaderx-pack-first-fit"):
+        for theirs in ("grain-pack-first-fit", "torch-pack-first-fit"):
+            if per.get(ours) and per.get(theirs):
+                speed = median([x["tokens_s"] / y["tokens_s"] for x, y in zip(per[ours], per[theirs])])
+                ratios.append({"ours": ours, "theirs": theirs, "speed": speed})
+    if ratios:
+        out("loaderx / others, packed tokens/s (median of per-run ratios; above 1 means loaderx is faster):")
+        out()
+        out(table(["pair", "packed tokens/s"], [[f"{x['ours']} / {x['theirs']}", fmt_ratio(x["speed"])]
+                                                for x in ratios]))
+        out()
+    results["packing_loader"] = {"documents": n, "rows": ROWS, "length": PACK_LEN, "fit_documents": FIT_DOCS,
+                                 "workers": args.workers, "lengths": [DOC_MIN, DOC_MAX], "table": rows,
+                                 "skipped": skipped, "errors": errors, "ratios": ratios}

@@ -1,6 +1,7 @@
 """The contenders: one adapter module per library, registered here per layer.
 
-The ragged loader row's contenders are in ``ragged`` (``RAGGED_LOADERS``).
+The ragged loader row's contenders are in ``ragged`` (``RAGGED_LOADERS``),
+the packing rows' in ``packing`` (``PACK_LOADERS``).
 The tuples below fix the order of each layer's table. To add a contender,
 write its adapter module (see ``base`` for what it may define) and list it in
 the layers it takes part in.
@@ -28,6 +29,7 @@ from contenders import (
     torch,
 )
 from contenders.base import LoaderContender, SamplerContender, Store
+from contenders.packing import PACK_LOADERS
 from contenders.ragged import RAGGED_LOADERS
 
 SAMPLER_MODULES: tuple[ModuleType, ...] = (numpy, loaderx, original)
@@ -65,6 +67,7 @@ def known_names() -> set[str]:
     names |= {cls.name for cls in STORES}
     names |= {c.name for c in LOADERS}
     names |= {c.name for c in RAGGED_LOADERS}
+    names |= {c.name for c in PACK_LOADERS}
     return names
 
 
@@ -87,7 +90,7 @@ def selected(only: Sequence[str] | None, name: str) -> bool:
 
 def loader_named(name: str) -> LoaderContender:
     """The loader contender called `name` (in a loader's child process)."""
-    for c in [*LOADERS, *RAGGED_LOADERS]:
+    for c in [*LOADERS, *RAGGED_LOADERS, *PACK_LOADERS]:
         if c.name == name:
             return c
     raise SystemExit(f"unknown loader {name}")

@@ -1,0 +1,416 @@
+"""The loader's packing streams: a ragged store gathered as fixed rows.
+
+A :class:`PackStream` is a :class:`loaderx.loader._ragged.RaggedStream` whose batch
+is a :class:`loaderx.packing.PackedRows`: one packed native gather of the
+records a step needs (:meth:`RaggedStream.gather_into`), then the placement
+arithmetic in numpy over whole arrays (segment ids and positions by cumulative
+sums over per-segment marks, never a Python loop per token), into the arrays
+of a :class:`PackPool` slot, recycled like every other batch buffer.
+
+Concat mode needs to know where step ``s`` starts in the stream of tokens
+(the records in sampler order); :class:`TokenIndex` keeps the cumulative
+token counts of the sampler's steps, a chunk of steps at a time.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from loaderx.loader._ragged import _GROWTH, RaggedPool, RaggedStream
+from loaderx.loader.packing import Pack, PackedRows, check_pack
+
+if TYPE_CHECKING:
+    from loaderx.store.dataset import RaggedDataset
+
+#: sampler steps whose token counts one chunk of a TokenIndex sums
+CHUNK_STEPS = 1024
+#: chunks of per-step sums a TokenIndex keeps (the boundaries of every chunk stay)
+CACHED_CHUNKS = 16
+
+# the arrays of a PackPool slot; 0-4 are a RaggedPool slot's, for the gather
+_IDX, _DENSE, _SEG, _POS, _CU, _NSEG, _REC, _START, _SRC, _PAD = range(5, 15)
+
+
+def check_packs(pack: Any, streams: Mapping[str, Any], pads: Mapping[str, Any], ragged: type) -> dict[str, Pack]:
+    """``pack=`` as ``{name: Pack}``: every name a ragged stream (of type
+    ``ragged``), none also padded."""
+    if pack is None:
+        return {}
+    if not isinstance(pack, Mapping):
+        raise TypeError(
+            f"pack must be None or a dict of ragged stream name -> length, got {pack!r} "
+            "(e.g. pack={'tokens': 2048})"
+        )
+    out = {}
+    for key, spec in pack.items():
+        if key not in streams or not isinstance(streams[key], ragged):
+            names = [k for k, v in streams.items() if isinstance(v, ragged)]
+            what = "no stream" if key not in streams else f"a {type(streams[key]).__name__}, not a ragged stream"
+            raise ValueError(
+                f"pack={{{key!r}: {spec!r}}} names {what}; only a ragged stream (RaggedDataset) packs, "
+                f"and the ragged streams are {names}"
+            )
+        if key in pads:
+            raise ValueError(
+                f"stream {key!r} is given both pack={{{key!r}: {spec!r}}} and pad={{{key!r}: "
+                f"{pads[key]!r}}}; a stream is packed into rows or padded per record, not both"
+            )
+        out[key] = check_pack(spec, key)
+    return out
+
+
+def check_layout(sources: Mapping[str, Any], epoch: bool) -> None:
+    """Refuse what concat packing leaves undefined: a stream that is not
+    packed (its per-record batch has no rows to line up with, since a step's
+    rows hold records of several sampler steps) and an ``epoch=True`` pass
+    (whose steps count records, not tokens)."""
+    concat = [name for name, ds in sources.items() if isinstance(ds, PackStream) and ds.pack.mode == "concat"]
+    if not concat:
+        return
+    if epoch:
+        raise ValueError(
+            f"pack mode 'concat' (stream {concat[0]!r}) runs endless or for steps=N; an epoch=True "
+            "pass counts records, which concat packing does not batch by: use mode='first_fit'"
+        )
+    for name, ds in sources.items():
+        if not isinstance(ds, PackStream):
+            raise ValueError(
+                f"stream {name!r} is not packed, but {concat[0]!r} is packed in mode 'concat', whose "
+                "rows hold the records of several sampler steps: a per-record stream has no batch "
+                f"that lines up with them. Pack {name!r} too (a ragged stream) or use mode='first_fit'"
+            )
+
+
+class TokenIndex:
+    """Where each sampler step starts in the stream of tokens.
+
+    The stream is the records of sampler step 0, then of step 1, and so on;
+    the tokens before step ``t`` are the sum of the records' lengths over the
+    steps before it. They are summed a chunk of :data:`CHUNK_STEPS` steps at
+    a time (the lengths come from the store's table, the records are not
+    read), when a lookup first reaches that far; the token count at every
+    chunk boundary is kept, and the per-step sums of the last
+    :data:`CACHED_CHUNKS` chunks used. Resuming at step ``s`` therefore
+    costs one pass of sampling and length lookups over the sampler steps
+    before it, once per process, and nothing per step after that.
+    """
+
+    def __init__(self, draw: Any, batch_size: int) -> None:
+        self.draw = draw
+        self.batch_size = batch_size
+        self._init_cache()
+
+    def _init_cache(self) -> None:
+        self._bounds = [0]  # tokens before chunk k
+        self._sums: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"draw": self.draw, "batch_size": self.batch_size}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_cache()
+
+    def _chunk(self, k: int, dataset: RaggedDataset) -> np.ndarray:
+        """``CHUNK_STEPS + 1`` tokens before each step of chunk ``k``, counted
+        from the chunk's start."""
+        got = self._sums.get(k)
+        if got is not None:
+            self._sums.move_to_end(k)
+            return got
+        c, bs = CHUNK_STEPS, self.batch_size
+        rows = np.empty((c, bs), dtype=np.int64)
+        drawn = [self.draw(k * c + j, rows[j]) for j in range(c)]
+        counts = np.fromiter((d.shape[0] for d in drawn), dtype=np.int64, count=c)
+        flat = rows.reshape(-1) if (counts == bs).all() else np.concatenate(drawn)
+        lens = dataset.lengths(flat)
+        cum = np.zeros(c + 1, dtype=np.int64)
+        ends = np.cumsum(counts)
+        total = np.cumsum(lens)
+        cum[1:] = total[ends - 1]
+        self._sums[k] = cum
+        while len(self._sums) > CACHED_CHUNKS:
+            self._sums.popitem(last=False)
+        return cum
+
+    def locate(self, token: int, dataset: RaggedDataset) -> tuple[int, int]:
+        """``(t, r)``: token ``token`` of the stream is token ``r`` of sampler
+        step ``t``'s records (of ``dataset``), laid end to end."""
+        with self._lock:
+            bounds = self._bounds
+            while bounds[-1] <= token:
+                k = len(bounds) - 1
+                cum = self._chunk(k, dataset)
+                if cum[-1] == 0:
+                    raise ValueError(
+                        f"sampler steps {k * CHUNK_STEPS} to {(k + 1) * CHUNK_STEPS - 1} drew only records "
+                        "of length 0: there are no tokens to pack"
+                    )
+                bounds.append(bounds[-1] + int(cum[-1]))
+            k = bisect.bisect_right(bounds, token) - 1
+            cum = self._chunk(k, dataset)
+        rel = token - bounds[k]
+        j = int(np.searchsorted(cum, rel, side="right")) - 1
+        return k * CHUNK_STEPS + j, rel - int(cum[j])
+
+
+def first_fit(lens: np.ndarray, length: int, rows: int, truncate: bool) -> tuple[np.ndarray, np.ndarray, int]:
+    """Place records of ``lens`` tokens, in order, each into the first of
+    ``rows`` rows of ``length`` with room for it.
+
+    A record longer than ``length`` is cut into pieces of ``length`` (the
+    last shorter), each placed in turn, or with ``truncate`` keeps one piece
+    of ``length``. A record that fits no row (one piece of it) is left out
+    whole, its pieces taken back. Records of length 0 have no piece.
+
+    Returns ``(pieces, used, dropped)``: ``pieces`` is an int64 array of
+    ``(record position, token offset in the record, tokens, row, column)``
+    per placed piece, in placement order; ``used`` the tokens of each row.
+    The loop runs once per piece (numpy compares all rows at once), not per
+    token.
+    """
+    free = np.full(rows, length, dtype=np.int64)
+    fits = np.empty(rows, dtype=bool)
+    out: list[tuple[int, int, int, int, int]] = []
+    dropped = 0
+    for k, n in enumerate(lens.tolist()):
+        if n <= 0:
+            continue
+        mine = len(out)
+        off = 0
+        while off < n:
+            piece = min(length, n - off)
+            np.greater_equal(free, piece, out=fits)
+            j = int(fits.argmax())
+            if not fits[j]:
+                for _, _, m, row, _ in out[mine:]:  # take the record's pieces back
+                    free[row] += m
+                del out[mine:]
+                dropped += 1
+                break
+            out.append((k, off, piece, j, length - int(free[j])))
+            free[j] -= piece
+            off = n if truncate else off + piece
+    pieces = np.array(out, dtype=np.int64).reshape(-1, 5)
+    return pieces, length - free, dropped
+
+
+def _fit(slot: list[np.ndarray], i: int, n: int, dtype: Any) -> np.ndarray:
+    """``slot[i]``, replaced by a larger array when it has fewer than ``n`` items."""
+    if slot[i].size < n:
+        slot[i] = np.empty(int(n * _GROWTH) + 1, dtype=dtype)
+    return slot[i]
+
+
+class PackStream(RaggedStream):
+    """A ragged store as a packed loader stream (see :mod:`loaderx.packing`).
+
+    Args:
+        name: the stream's name (for messages).
+        dataset: the store.
+        pack: how it is packed.
+        offsets_dtype: the dtype of ``cu_seqlens``.
+        batch_size: the loader's records per step (the default rows).
+    """
+
+    def __init__(
+        self, name: str, dataset: RaggedDataset, pack: Pack, offsets_dtype: np.dtype, batch_size: int
+    ) -> None:
+        super().__init__(name, dataset, None, offsets_dtype)
+        self.pack = pack
+        self.rows = pack.rows if pack.rows is not None else batch_size
+        self.length = pack.length
+        self.tokens = self.rows * self.length
+        if self.tokens > np.iinfo(np.int32).max:
+            raise ValueError(
+                f"pack={{{name!r}: ...}}: {self.rows} rows of {self.length} tokens are more than "
+                "int32 segment ids and positions can address"
+            )
+        mean_rows = max(self.nbytes_per_item / max(self.row_bytes, 1), 1.0)
+        #: segments a batch is expected to hold (buffers start at twice this)
+        self.expected_segments = int(self.tokens / mean_rows) + self.rows + 1
+        per_token = self.row_bytes + 8  # values, segment ids and positions
+        self.nbytes_per_item = -(-self.tokens * per_token // batch_size) + 1
+        self.index: TokenIndex | None = None
+        self._cols = np.arange(self.length, dtype=np.int32)
+
+    def bind(self, draw: Any, batch_size: int) -> None:
+        """Give a concat stream the loader's sampler (``draw(step, out)``)."""
+        if self.pack.mode == "concat":
+            self.index = TokenIndex(draw, batch_size)
+
+    def gather_into(self, idx: np.ndarray, slot: list[np.ndarray], step: int = 0) -> PackedRows:  # type: ignore[override]
+        """The packed rows of ``step`` in the arrays of ``slot``: in concat
+        mode the step's stretch of tokens (``idx`` is not used), in
+        ``first_fit`` mode the records ``idx`` placed into the rows."""
+        if self.pack.mode == "concat":
+            return self._concat(step, slot)
+        return self._first_fit(idx, slot)
+
+    def _gather(self, idx: np.ndarray, slot: list[np.ndarray], lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One packed native gather of the records ``idx`` (whose lengths
+        were planned as ``lens``): their rows back to back, and the start of
+        each."""
+        k = idx.shape[0]
+        for i in (1, 3):
+            _fit(slot, i, k, np.int64)
+        _fit(slot, 2, k + 1, self.offsets_dtype)
+        got = super().gather_into(idx, slot)
+        if not np.array_equal(got.lengths, lens):
+            j = int(np.argmax(got.lengths != lens))
+            raise RuntimeError(
+                f"stream {self.name!r}: record {int(idx[j])} has {int(got.lengths[j])} rows, but its table "
+                f"entry said {int(lens[j])} when the batch was planned (was the store changed meanwhile?)"
+            )
+        return got.values, got.offsets
+
+    def _concat(self, step: int, slot: list[np.ndarray]) -> PackedRows:
+        index = self.index
+        if index is None:
+            raise RuntimeError(f"stream {self.name!r}: a concat packing stream was not given its sampler")
+        total, length = self.tokens, self.length
+        first = step * total
+        t0, r0 = index.locate(first, self.dataset)
+        t1, _ = index.locate(first + total - 1, self.dataset)
+        buf = np.empty(index.batch_size, dtype=np.int64)
+        drawn = [index.draw(t, buf).copy() for t in range(t0, t1 + 1)]
+        every = drawn[0] if len(drawn) == 1 else np.concatenate(drawn)
+        lens = self.dataset.lengths(every)
+        ends = np.cumsum(lens)
+        a = int(np.searchsorted(ends, r0, side="right"))  # the record holding the step's first token
+        b = int(np.searchsorted(ends, r0 + total - 1, side="right"))  # and its last
+        n = b + 1 - a
+        idx = _fit(slot, _IDX, n, np.int64)[:n]
+        idx[:] = every[a : b + 1]
+        values, _ = self._gather(idx, slot, lens[a : b + 1])
+        doc_end = ends[a : b + 1] - r0  # in the step's coordinates
+        doc_start = doc_end - lens[a : b + 1]
+        skip = -int(doc_start[0])
+        rows = values[skip : skip + total].reshape((self.rows, length, *self.item_shape))
+        # a segment starts at every row start and at every record start inside the step
+        inside = doc_start[(doc_start > 0) & (lens[a : b + 1] > 0)]
+        starts = np.union1d(np.arange(0, total, length, dtype=np.int64), inside)
+        which = np.searchsorted(doc_end, starts, side="right")
+        s = starts.shape[0]
+        rec = _fit(slot, _REC, s, np.int64)[:s]
+        np.take(idx, which, out=rec)
+        at = _fit(slot, _START, s, np.int64)[:s]
+        np.subtract(starts, doc_start[which], out=at)
+        seg, pos, nseg, cu = self._marks(slot, starts, s)
+        np.copyto(nseg, seg[:, -1])
+        cu[s] = total
+        return PackedRows(rows, seg, pos, cu, nseg, rec, at, 0)
+
+    def _marks(
+        self, slot: list[np.ndarray], starts: np.ndarray, s: int, real: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Segment ids (per row) and positions from the sorted segment
+        ``starts`` over the flattened rows (``real``: the starts that are not
+        padding; all of them when None), and ``cu_seqlens`` with ``starts``
+        filled in."""
+        total, length = self.tokens, self.length
+        seg = slot[_SEG][:total]
+        seg.fill(0)
+        seg[starts if real is None else real] = 1
+        seg2 = seg.reshape(self.rows, length)
+        np.cumsum(seg2, axis=1, out=seg2)
+        # positions: 1 per token, and at each segment start the step back to 0
+        pos = slot[_POS][:total]
+        pos.fill(1)
+        lens = np.diff(starts, append=total)
+        pos[starts[1:]] = 1 - lens[:-1]
+        pos[0] = 0
+        np.cumsum(pos, out=pos)
+        cu = _fit(slot, _CU, s + 1, self.offsets_dtype)[: s + 1]
+        cu[:s] = starts
+        nseg = slot[_NSEG][: self.rows]
+        return seg2, pos.reshape(self.rows, length), nseg, cu
+
+    def _first_fit(self, idx: np.ndarray, slot: list[np.ndarray]) -> PackedRows:
+        total, length, nrows = self.tokens, self.length, self.rows
+        lens = self.dataset.lengths(idx)
+        pieces, used, dropped = first_fit(lens, length, nrows, self.pack.long == "truncate")
+        placed = np.unique(pieces[:, 0])  # record positions with a piece, in order
+        dense = slot[_DENSE][: total * self.row_items].reshape((total, *self.item_shape))
+        n = placed.shape[0]
+        if n:
+            ids = _fit(slot, _IDX, n, np.int64)[:n]
+            np.take(idx, placed, out=ids)
+            values, offsets = self._gather(ids, slot, lens[placed])
+            src_start = offsets[np.searchsorted(placed, pieces[:, 0])].astype(np.int64) + pieces[:, 1]
+        else:
+            values = np.zeros((1, *self.item_shape), dtype=self.dtype)
+            src_start = np.zeros(0, dtype=np.int64)
+        # the segments in flattened order: placed pieces and each row's padding tail
+        dest = pieces[:, 3] * length + pieces[:, 4]
+        tails = np.flatnonzero(used < length)
+        pad_at = tails * length + used[tails]
+        starts = np.concatenate([dest, pad_at])
+        order = np.argsort(starts, kind="stable")
+        starts = starts[order]
+        s = starts.shape[0]
+        rec = _fit(slot, _REC, s, np.int64)[:s]
+        at = _fit(slot, _START, s, np.int64)[:s]
+        rec_all = np.concatenate([idx[pieces[:, 0]], np.full(tails.shape[0], -1, dtype=np.int64)])
+        at_all = np.concatenate([pieces[:, 1], np.zeros(tails.shape[0], dtype=np.int64)])
+        np.take(rec_all, order, out=rec)
+        np.take(at_all, order, out=at)
+        # the source row of every token: runs that count up from each
+        # segment's first source row (a padding tail reads row 0, then is zeroed)
+        src_all = np.concatenate([src_start, np.zeros(tails.shape[0], dtype=np.int64)])[order]
+        seg_len = np.diff(starts, append=total)
+        src = slot[_SRC][:total]
+        src.fill(1)
+        src[starts[1:]] = src_all[1:] - (src_all[:-1] + seg_len[:-1] - 1)
+        src[0] = src_all[0]
+        np.cumsum(src, out=src)
+        np.take(values, src, axis=0, out=dense, mode="clip")
+        seg, pos, nseg, cu = self._marks(slot, starts, s, real=np.sort(dest))
+        pad = slot[_PAD][:total].reshape(nrows, length)
+        np.greater_equal(self._cols[None, :], used[:, None], out=pad)
+        np.copyto(seg, 0, where=pad)
+        np.copyto(pos, 0, where=pad)
+        np.copyto(dense.reshape((nrows, length, *self.item_shape)), 0,
+                  where=pad.reshape((nrows, length) + (1,) * len(self.item_shape)))
+        np.max(seg, axis=1, out=nseg)
+        cu[s] = total
+        return PackedRows(
+            dense.reshape((nrows, length, *self.item_shape)), seg, pos, cu, nseg, rec, at, dropped
+        )
+
+
+class PackPool(RaggedPool):
+    """The recycled arrays of a :class:`PackStream`'s batches: a
+    :class:`RaggedPool` slot (for the gather) followed by the rows, segment
+    ids, positions, ``cu_seqlens``, segment counts, records, starts, and the
+    scratch of a first-fit placement."""
+
+    def __init__(self, stream: PackStream, batch_size: int, capacity: int) -> None:
+        super().__init__(stream, batch_size, capacity)
+        self.stream: PackStream = stream
+
+    def _new(self) -> list[np.ndarray]:
+        s = self.stream
+        total = s.tokens
+        segs = 2 * s.expected_segments
+        fit = s.pack.mode == "first_fit"  # only a placement needs the dense rows and its scratch
+        return [
+            *super()._new(),
+            np.empty(2 * self.batch_size, dtype=np.int64),
+            np.empty(total * s.row_items if fit else 0, dtype=s.dtype),
+            np.empty(total, dtype=np.int32),
+            np.empty(total, dtype=np.int32),
+            np.empty(segs + 1, dtype=s.offsets_dtype),
+            np.empty(s.rows, dtype=np.int32),
+            np.empty(segs, dtype=np.int64),
+            np.empty(segs, dtype=np.int64),
+            np.empty(total if fit else 0, dtype=np.int64),
+            np.empty(total if fit else 0, dtype=bool),
+        ]
