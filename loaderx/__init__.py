@@ -23,14 +23,14 @@ reads this table and checks the imports against it)::
     cli
     torch  jax
     dataloader  arrow
-    _procpool
+    _procpool  mixture
     _pipeline
     _ragged
     converter  dataset  zrecord
     _autocodec
     sampler  _store  dlpack  _state
     _native
-    errors  _args  _pages  _progress  _dtypes  _autoworkers
+    errors  _args  _pages  _progress  _dtypes  _autoworkers  _schedule
 
 ``__main__`` runs ``cli``, the ``loaderx`` command line. ``torch`` and
 ``jax`` fit a loader into those frameworks' habits (an ``IterableDataset``
@@ -42,7 +42,11 @@ recycled batch buffers), ``_procpool`` (worker processes handing batches back
 in shared memory, for ``workers="process"``), ``_autoworkers`` (the timing of
 the first steps on threads and the verdict of ``workers="auto"``: stay on
 threads or move to processes) and ``_ragged`` (a ragged stream's packed
-gather into recycled buffers, and its padding). ``arrow`` converts Arrow tables, Parquet files and
+gather into recycled buffers, and its padding). ``mixture`` mixes named
+sources by weight for the loader: its streams over the sources' joint index
+space, and its sampler, which takes each step's per-source counts from
+``_schedule`` (the exact Pfair schedule or the sampled counts, and the
+checks of weights and of a saved mixture, plain Python). ``arrow`` converts Arrow tables, Parquet files and
 Hugging Face datasets into a directory of aligned stores and opens such a
 directory as one multi-stream dataset. ``converter`` writes stores;
 ``dataset`` and ``zrecord`` read them, both built on ``_store`` (the one
@@ -75,6 +79,7 @@ _EXPORTS = {
     "RaggedDataset": "loaderx.dataset",
     "pad": "loaderx.dataset",
     "DataLoader": "loaderx.dataloader",
+    "Mixture": "loaderx.mixture",
     "from_numpy": "loaderx.converter",
     "from_iterator": "loaderx.converter",
     "train_dict": "loaderx.converter",
@@ -88,7 +93,7 @@ _EXPORTS = {
 }
 
 # submodules reachable as attributes without an explicit import
-_SUBMODULES = ("errors", "converter", "dataset", "dataloader", "sampler", "zrecord", "arrow", "cli")
+_SUBMODULES = ("errors", "converter", "dataset", "dataloader", "mixture", "sampler", "zrecord", "arrow", "cli")
 
 __all__ = [
     "__version__",
@@ -96,6 +101,7 @@ __all__ = [
     "RaggedDataset",
     "pad",
     "DataLoader",
+    "Mixture",
     "from_numpy",
     "from_iterator",
     "train_dict",
@@ -117,6 +123,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from loaderx.converter import from_iterator, from_numpy, train_dict
     from loaderx.dataloader import DataLoader
     from loaderx.dataset import DenseDataset, RaggedDataset, pad
+    from loaderx.mixture import Mixture
     from loaderx.dlpack import to_dlpack
     from loaderx.sampler import Sampler, WeightedSampler, sample
     from loaderx.zrecord import Zrecord

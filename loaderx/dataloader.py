@@ -77,6 +77,7 @@ from loaderx._ragged import (
 from loaderx._state import check_state, epoch_steps, make_state, sampler_identity
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import ClosedError, WorkerError, WorkersWarning
+from loaderx.mixture import Mixture
 from loaderx.sampler import IndexSampler, Sampler
 
 __all__ = ["DataLoader", "LoaderOptions", "PackedBatch", "PaddedBatch"]
@@ -187,6 +188,17 @@ def _check_sampler(sampler: Any) -> Any:
         f"got {type(sampler).__name__} (a torch Sampler iterates indices instead: wrap it in an "
         "object whose indices(step) returns the batch of that step)"
     )
+
+
+def _check_mixture_args(sampler: Any, epoch: Any) -> None:
+    """A Mixture draws through its own per-source samplers, endlessly."""
+    if isinstance(sampler, str) and sampler != "cyclic":
+        raise ValueError(
+            f"sampler={sampler!r} with a Mixture: its sources draw with Mixture(sampler=...) "
+            "('cyclic', 'iid' or 'sequential'); the loader's sampler= takes only a custom object here"
+        )
+    if epoch is True:
+        raise ValueError("epoch=True with a Mixture: a mixture is endless (give steps= for a finite run)")
 
 
 def _check_bool(value: Any, name: str) -> bool:
@@ -372,6 +384,8 @@ class DataLoader:
             record ``k`` is ``values[offsets[k]:offsets[k + 1]]`` and
             ``offsets`` (``batch + 1`` entries, ``cu_seqlens``) starts at 0;
             or, with ``pad=``, a :class:`PaddedBatch` ``(values, lengths)``.
+            Or a :class:`loaderx.mixture.Mixture` of named sources, drawn
+            by weight (its batches add a ``source`` stream).
         batch_size: records per batch (per rank when sharded); by default
             256, or a custom sampler's ``batch_size``.
         transform: called on each batch dict on the worker thread; its result
@@ -540,6 +554,10 @@ class DataLoader:
             raise TypeError(f"DataLoader has no {key}= (a torch DataLoader argument): {hint}")
         _check_sampler(sampler)
         custom = not isinstance(sampler, str)
+        mixture = streams if isinstance(streams, Mixture) else None
+        if mixture is not None:
+            _check_mixture_args(sampler, epoch)
+            streams = mixture.template()
         if batch_size is None:
             batch_size = getattr(sampler, "batch_size", 256) if custom else 256
         self.options = LoaderOptions(
@@ -588,14 +606,15 @@ class DataLoader:
         pads = {key: check_pad(spec, key) for key, spec in pad.items()}
         lengths = {}
         sources: dict[str, Any] = {}
-        for name, ds in streams.items():
+        given = streams if mixture is None else mixture.loader_streams(pads, offsets_dt)
+        for name, ds in given.items():
             if not isinstance(name, str):
                 raise TypeError(f"stream names must be str, got {name!r}")
             if isinstance(ds, RaggedDataset):
                 ds = RaggedStream(name, ds, pads.get(name), offsets_dt)
             elif isinstance(ds, np.ndarray):
                 ds = _ArrayStream(name, ds)
-            elif not isinstance(ds, DenseDataset):
+            elif not isinstance(ds, DenseDataset) and mixture is None:
                 raise TypeError(
                     f"stream {name!r} must be a DenseDataset, a RaggedDataset or a NumPy array, "
                     f"got {type(ds).__name__}"
@@ -609,6 +628,7 @@ class DataLoader:
         if n == 0:
             raise ValueError(f"streams are empty (length 0): {', '.join(lengths)}")
         self._lengths = lengths
+        self._mixture = mixture
         opts = self.options
         self._end: int | None = opts.steps
         if custom:
@@ -621,6 +641,8 @@ class DataLoader:
             if sampler_n != n:
                 raise ValueError(f"the sampler draws from n={sampler_n} records but the streams hold {n}")
             self.sampler: Any = _CustomDraw(sampler, n, opts.batch_size)
+        elif mixture is not None:
+            self.sampler = mixture.draw(opts.batch_size, opts.seed, opts.shard)
         elif opts.epoch:
             order = None
             if opts.sampler == "cyclic":  # one permutation of all n, keyed by seed
@@ -1034,6 +1056,7 @@ class DataLoader:
             end=self._end,
             epoch=o.epoch,
             drop_last=o.drop_last,
+            mixture=None if self._mixture is None else self._mixture.identity(),
         )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
