@@ -353,7 +353,8 @@ def compare_mixture(saved: Any, mine: Mapping[str, Any]) -> None:
     if not isinstance(saved, Mapping):
         raise ValueError(f"state_dict has mixture={saved!r}, not a dict")
     s_src, m_src = saved.get("sources"), mine["sources"]
-    if s_src != m_src:
+    # the order counts: it numbers the sources and lays out the global index space
+    if not isinstance(s_src, Mapping) or list(s_src.items()) != list(m_src.items()):
         if not isinstance(s_src, Mapping) or list(s_src) != list(m_src):
             raise ValueError(
                 f"state_dict is from another mixture: its sources are "
