@@ -220,18 +220,20 @@ class ExactCounts:
         self.n = len(w)
         self._pd2 = _PD2(self.frac, self.extras) if len(self.takers) > 2 else None
         self.period = math.lcm(*(f.denominator for f in self.frac)) if self.frac else 1
+        self._per_period = [int(f * self.period) for f in self.frac]  # extras of a whole period
+        self._first = (self.frac[0].numerator, self.frac[0].denominator) if self.frac else (0, 1)
 
     def _extras(self, t: int) -> list[int]:
         """Extras per taker over steps ``[0, t)``."""
         cycles, rest = divmod(t, self.period)
-        full = [int(f * self.period) * cycles for f in self.frac]
-        if not self.frac:
+        full = [x * cycles for x in self._per_period]
+        if not full:
             return full
         if self._pd2 is not None:
             part = self._pd2.state(rest)
         else:  # two takers share one extra a step: the first takes it at floor(u·t)
-            f = self.frac[0]
-            a = (f.numerator * rest) // f.denominator
+            num, den = self._first
+            a = (num * rest) // den
             part = (a, rest - a)
         return [x + y for x, y in zip(full, part)]
 
@@ -333,7 +335,21 @@ class Schedule:
         return [x + y for x, y in zip(off, a)], [y - x for x, y in zip(a, b)]
 
 
+_SPREADS: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+
+
 def spread(counts: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`spread_of`, remembered: exact counts take a few distinct values."""
+    key = tuple(counts)
+    got = _SPREADS.get(key)
+    if got is None:
+        if len(_SPREADS) > 1024:
+            _SPREADS.clear()
+        got = _SPREADS[key] = spread_of(key)
+    return got
+
+
+def spread_of(counts: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
     """``(source, j)`` of each position of a global batch holding
     ``counts[i]`` rows of source ``i``: row ``j`` of source ``i`` sorts at
     ``(j + 1/2) / counts[i]`` (ties by source), so the sources interleave
@@ -342,7 +358,9 @@ def spread(counts: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
     j = np.concatenate([np.arange(c, dtype=np.int64) for c in counts]) if len(counts) else src
     c = np.asarray(counts, dtype=np.float64)[src]
     order = np.argsort((2 * j + 1) / (2 * c), kind="stable")
-    return src[order], j[order]
+    src, j = src[order], j[order]
+    src.flags.writeable = j.flags.writeable = False  # shared between calls
+    return src, j
 
 
 # -- saved identities ----------------------------------------------------------------

@@ -41,6 +41,7 @@ schedule is part of the loader's state, and a state from another mixture
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
@@ -61,6 +62,10 @@ __all__ = ["Mixture"]
 SOURCE_SAMPLERS = ("cyclic", "iid", "sequential")
 #: positions per step of the native iid sampler a source's iid stream reads
 _IID_STEP = 1 << 20
+#: the fewest positions one native call of a source's stream draws: a loader
+#: walks each stream forward, so the next steps usually find their positions
+#: in the block the last call drew (kept per thread)
+_MIN_BLOCK = 4096
 
 
 def _source_seed(seed: int, name: str) -> int:
@@ -77,6 +82,14 @@ class _SourceDraw:
         self.mode = mode
         self.n = n
         self.seed = seed
+        self._last = threading.local()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"mode": self.mode, "n": self.n, "seed": self.seed}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._last = threading.local()
 
     def positions(self, a: int, b: int) -> np.ndarray:
         out = np.empty(b - a, dtype=np.int64)
@@ -99,17 +112,22 @@ class _SourceDraw:
         size = self.n if self.mode == "cyclic" else _IID_STEP
         done = 0
         while y0 < y1:
-            m = 1 << max(0, (y1 - y0 - 1).bit_length())
-            while True:
-                start = y0 - y0 % m
-                if start + m <= size:
-                    break
-                m >>= 1
-            if self.mode == "cyclic":  # batch m, P = n // m steps a pass: step frame·P + start/m
-                block = sample("cyclic", self.n, m, frame * (self.n // m) + start // m, seed=self.seed)
-            else:  # iid: rank start/m of a world of _IID_STEP/m, at native step `frame`
-                block = sample("iid", self.n, m, frame, seed=self.seed, shard=(start // m, _IID_STEP // m))
-            end = min(y1, start + m)
+            last = getattr(self._last, "block", None)
+            if last is not None and last[0] == frame and last[1] <= y0 < last[1] + last[2].size:
+                start, block = last[1], last[2]
+            else:
+                m = 1 << max(0, (max(y1 - y0, _MIN_BLOCK) - 1).bit_length())
+                while True:
+                    start = y0 - y0 % m
+                    if start + m <= size:
+                        break
+                    m >>= 1
+                if self.mode == "cyclic":  # batch m, P = n // m steps a pass: step frame·P + start/m
+                    block = sample("cyclic", self.n, m, frame * (self.n // m) + start // m, seed=self.seed)
+                else:  # iid: rank start/m of a world of _IID_STEP/m, at native step `frame`
+                    block = sample("iid", self.n, m, frame, seed=self.seed, shard=(start // m, _IID_STEP // m))
+                self._last.block = (frame, start, block)
+            end = min(y1, start + block.size)
             out[done : done + end - y0] = block[y0 - start : end - start]
             done += end - y0
             y0 = end
@@ -129,22 +147,47 @@ class MixtureDraw:
         self.draws = [
             _SourceDraw(mixture.sampler, n, _source_seed(seed, name)) for name, n in zip(mixture.names, mixture.sizes)
         ]
+        self._slices: dict[tuple[int, ...], list[tuple[int, np.ndarray, int]]] = {}
 
     def counts(self, step: int) -> list[int]:
         """The records each source gives the global batch of ``step``."""
         return self.schedule.window(step)[1]
 
+    def _slice(self, counts: list[int]) -> list[tuple[int, np.ndarray, int]]:
+        """``(source, rows of this rank's batch, first j)`` per source of a
+        step with these counts (remembered: exact counts repeat)."""
+        key = tuple(counts)
+        got = self._slices.get(key)
+        if got is None:
+            src, j = spread(counts)
+            lo = self.rank * self.batch_size
+            src, j = src[lo : lo + self.batch_size], j[lo : lo + self.batch_size]
+            got = []
+            for i in np.unique(src).tolist():
+                rows = np.flatnonzero(src == i)
+                got.append((i, rows, int(j[rows[0]])))  # this rank's rows of source i: consecutive j
+            if len(self._slices) > 1024:
+                self._slices.clear()
+            self._slices[key] = got
+        return got
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_slices"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._slices = {}
+
     def __call__(self, step: int, out: np.ndarray) -> np.ndarray:
         before, counts = self.schedule.window(step)
-        src, j = spread(counts)
-        lo = self.rank * self.batch_size
-        src, j = src[lo : lo + self.batch_size], j[lo : lo + self.batch_size]
-        for i in np.unique(src).tolist():
-            rows = np.flatnonzero(src == i)
-            first = before[i] + int(j[rows[0]])  # this rank's rows of source i: consecutive j
-            local = self.draws[i].positions(first, first + rows.size)
-            out[rows] = local + self.offsets[i]
+        for i, rows, j0 in self._slice(counts):
+            first = before[i] + j0
+            out[rows] = self.draws[i].positions(first, first + rows.size) + self.offsets[i]
         return out
+
+
+#: the last per-source plan of a batch's indices, per thread (see _Parts._groups)
+_PLANS = threading.local()
 
 
 def _locate(starts: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -171,7 +214,17 @@ class _Parts:
         return new
 
     def _groups(self, idx: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        """``(source, batch rows, local indices)`` per source in ``idx``."""
+        """``(source, batch rows, local indices)`` per source in ``idx``; the
+        streams of one step get the same indices, so the last answer is kept
+        (per thread) and reused when the indices are equal."""
+        last = getattr(_PLANS, "last", None)
+        if last is not None and last[0] == self.offsets and np.array_equal(last[1], idx):
+            return last[2]
+        got = self._plan(idx)
+        _PLANS.last = (self.offsets, idx.copy(), got)
+        return got
+
+    def _plan(self, idx: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
         src = _locate(self.starts, idx)
         if src.size and src[0] == src[-1] and (src == src[0]).all():
             i = int(src[0])
@@ -192,6 +245,7 @@ class MixtureStream(_Parts):
     def __init__(self, name: str, parts: list[tuple[str, Any]], offsets: tuple[int, ...]) -> None:
         self.name = name
         self.parts = parts
+        self.offsets = tuple(offsets)
         self.starts = np.asarray(offsets[:-1], dtype=np.int64)
         self.total = offsets[-1]
         first = parts[0][1]
@@ -220,6 +274,7 @@ class MixtureRaggedStream(_Parts, RaggedStream):
     ) -> None:
         self.name = name
         self.parts = parts
+        self.offsets = tuple(offsets)
         self.starts = np.asarray(offsets[:-1], dtype=np.int64)
         self.total = offsets[-1]
         self.pad = pad
