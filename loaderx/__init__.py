@@ -123,8 +123,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from loaderx.converter import from_iterator, from_numpy, train_dict
     from loaderx.dataloader import DataLoader
     from loaderx.dataset import DenseDataset, RaggedDataset, pad
-    from loaderx.mixture import Mixture
     from loaderx.dlpack import to_dlpack
+    from loaderx.mixture import Mixture
     from loaderx.sampler import Sampler, WeightedSampler, sample
     from loaderx.zrecord import Zrecord
 

@@ -18,10 +18,7 @@ X = np.arange(400 * 3, dtype=np.float32).reshape(400, 3)
 
 
 def make(kind: str) -> LoaderIterable:
-    if kind == "mixture":
-        src = Mixture({"a": {"x": X[:350]}, "b": {"x": X[350:]}}, {"a": 2, "b": 1})
-    else:
-        src = {"x": X}
+    src = Mixture({"a": {"x": X[:350]}, "b": {"x": X[350:]}}, {"a": 2, "b": 1}) if kind == "mixture" else {"x": X}
     return LoaderIterable(src, batch_size=6, seed=2, steps=17)
 
 

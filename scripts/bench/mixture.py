@@ -41,7 +41,9 @@ def _rate(get: Callable[[], tuple[np.ndarray, np.ndarray]], warmup_s: float, mea
     return k / (time.perf_counter() - t0), ones / (k * b)
 
 
-def _loaderx(tmp: str, a: np.ndarray, c: np.ndarray, b: int, workers: int) -> tuple[Callable[[], Any], Callable[[], None]]:
+def _loaderx(
+    tmp: str, a: np.ndarray, c: np.ndarray, b: int, workers: int
+) -> tuple[Callable[[], Any], Callable[[], None]]:
     import loaderx
 
     for name, arr in (("a", a), ("c", c)):
