@@ -20,10 +20,15 @@ yield them. Ranks are split by ``shard=(rank, world)`` as in
 its own part of the global batch.
 
 Every setting of the loader carries over: custom samplers, ``epoch=True``
-passes with ``drop_last``, ragged streams with ``pad``. To resume, save
+passes with ``drop_last``, ragged streams with ``pad``, a
+:class:`loaderx.mixture.Mixture` in place of the streams. To resume, save
 ``it.state_dict(batches_seen)`` with the training state and call
 ``it.load_state_dict(state)`` before iterating again; the state is the one a
 loaderx ``DataLoader`` with the same settings saves, checked the same way.
+Inside torchdata's ``StatefulDataLoader`` nothing needs counting: each
+iteration is a ``Stateful`` iterator whose state is its worker's next step,
+so ``StatefulDataLoader.state_dict()`` and ``load_state_dict()`` resume
+exactly, without replaying batches.
 
 Streams may be given as store paths, :class:`loaderx.dataset.DenseDataset`
 or :class:`loaderx.dataset.RaggedDataset` objects, or NumPy arrays. A dataset pickles as its path and opens in the
