@@ -15,8 +15,9 @@ Modules: :mod:`loaderx.converter` (NumPy → store), :mod:`loaderx.dataset`
 loader), :mod:`loaderx.sampler` (index generation), :mod:`loaderx.zrecord`
 (raw byte records), :mod:`loaderx.arrow` (Arrow, Parquet, Hugging Face),
 :mod:`loaderx.torch`, :mod:`loaderx.jax`, :mod:`loaderx.dlpack`,
-:mod:`loaderx.packing` (sequence packing's options) and
-:mod:`loaderx.errors`. Each of the first ten is a thin public face that
+:mod:`loaderx.packing` (sequence packing's options), :mod:`loaderx.mixture`
+(weighted mixtures of sources) and :mod:`loaderx.errors`. Each of the first
+eleven is a thin public face that
 re-exports its names from the subpackage holding the code:
 
 * ``loaderx.store``: the binding, the store handle, element types, pages,
@@ -34,11 +35,11 @@ relative ones resolved, against it)::
 
     __main__
     cli
-    converter  dataset  zrecord  dataloader  sampler  arrow  torch  jax  dlpack  packing
+    converter  dataset  zrecord  dataloader  sampler  arrow  torch  jax  dlpack  packing  mixture
     integrations.torch  integrations.jax
     loader.dataloader  io.arrow
     loader.options  io.multistream
-    loader._procpool
+    loader._procpool  loader.mixture
     loader._shm
     loader._pipeline  loader._packing
     loader._ragged
@@ -46,7 +47,7 @@ relative ones resolved, against it)::
     store._autocodec  store._schema
     loader.sampler  store._store  integrations.dlpack  loader._state  loader.packing
     store._native
-    errors  _args  _progress  store._pages  store._dtypes  loader._autoworkers
+    errors  _args  _progress  store._pages  store._dtypes  loader._autoworkers  loader._schedule
 
 ``__main__`` runs ``cli``, the ``loaderx`` command line. The third row holds
 the public faces; nothing inside the package imports them, so each public
@@ -64,7 +65,12 @@ on threads and the verdict of ``workers="auto"``: stay on threads or move to
 processes), ``loader._ragged`` (a ragged stream's packed gather into
 recycled buffers, and its padding) and ``loader._packing`` (a ragged stream
 packed into fixed rows, concat or first-fit, with segment ids and positions;
-``loader.packing`` holds its options, ``Pack``, and its batch, ``PackedRows``). ``io.arrow`` converts Arrow tables,
+``loader.packing`` holds its options, ``Pack``, and its batch, ``PackedRows``).
+``loader.mixture`` mixes named sources by weight for the loader: its streams
+over the sources' joint index space, and its sampler, which takes each
+step's per-source counts from ``loader._schedule`` (the exact Pfair schedule
+or the sampled counts, and the checks of weights and of a saved mixture,
+plain Python). ``io.arrow`` converts Arrow tables,
 Parquet files and Hugging Face datasets into a directory of aligned stores;
 ``io.multistream`` opens such a directory as one multi-stream dataset.
 ``store.converter`` writes stores; ``store.dataset`` and ``store.zrecord``
@@ -104,6 +110,7 @@ _EXPORTS = {
     "Pack": "loaderx.packing",
     "PackedRows": "loaderx.packing",
     "DataLoader": "loaderx.dataloader",
+    "Mixture": "loaderx.mixture",
     "from_numpy": "loaderx.converter",
     "from_iterator": "loaderx.converter",
     "train_dict": "loaderx.converter",
@@ -117,7 +124,9 @@ _EXPORTS = {
 }
 
 # submodules reachable as attributes without an explicit import
-_SUBMODULES = ("errors", "converter", "dataset", "dataloader", "sampler", "zrecord", "arrow", "cli", "packing")
+_SUBMODULES = (
+    "errors", "converter", "dataset", "dataloader", "mixture", "sampler", "zrecord", "arrow", "cli", "packing",
+)
 
 __all__ = [
     "__version__",
@@ -127,6 +136,7 @@ __all__ = [
     "Pack",
     "PackedRows",
     "DataLoader",
+    "Mixture",
     "from_numpy",
     "from_iterator",
     "train_dict",
@@ -149,6 +159,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from loaderx.dataloader import DataLoader
     from loaderx.dataset import DenseDataset, RaggedDataset, pad
     from loaderx.dlpack import to_dlpack
+    from loaderx.mixture import Mixture
     from loaderx.packing import Pack, PackedRows
     from loaderx.sampler import Sampler, WeightedSampler, sample
     from loaderx.zrecord import Zrecord

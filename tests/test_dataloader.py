@@ -154,8 +154,10 @@ def test_load_state_dict_validates(streams):
         loader.load_state_dict({**good, "sampler": "cyclic"})
     with pytest.raises(ValueError, match="batch_size=4"):
         loader.load_state_dict({**good, "batch_size": 4})
-    with pytest.raises(ValueError, match=r"shard=\[1, 2\]"):
+    with pytest.raises(ValueError, match=r"global batch 16 \(batch_size=8 x world 2\).*batch_size=16 with world 1"):
         loader.load_state_dict({**good, "shard": [1, 2]})
+    loader.load_state_dict({**good, "batch_size": 4, "shard": [1, 2], "step": 3})  # the same global batch
+    assert loader.step == 3
     with pytest.raises(ValueError, match=r"missing \['step'\]"):
         loader.load_state_dict({k: v for k, v in good.items() if k != "step"})
     with pytest.raises(ValueError, match=r"unexpected \['epoch'\]"):

@@ -2,7 +2,8 @@
 MLPs resume bit-identically, two torchrun ranks draw disjoint batches and
 end with equal weights, a token classifier learns from packed ragged
 batches, and the process-worker augmentation yields the thread mode's
-batches and resumes exactly. Each is skipped, saying why, when its framework
+batches and resumes exactly, and the mixture language model checkpointed on
+two ranks resumes on one with the same losses. Each is skipped, saying why, when its framework
 (or scikit-learn, the data source) is missing; the augmentation needs only
 NumPy."""
 
@@ -117,3 +118,23 @@ def test_examples_run_as_typed_in_a_temporary_workdir(tmp_path: Path) -> None:
     assert (workdir / "torch_ckpt.pt").is_file(), out
     out = run([sys.executable, script, "--steps", "12"], **env)
     assert "resumed at step 6" in out, out
+
+
+@needs("torch")
+@pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun is not on PATH")
+def test_mixture_lm_resumes_on_one_rank_with_the_two_rank_loss_curve(tmp_path: Path) -> None:
+    script = str(EXAMPLES / "mixture_lm.py")
+    two = ["torchrun", "--standalone", "--nproc_per_node=2", script, "--workdir", str(tmp_path), "--steps", "10"]
+
+    def losses(out: str) -> dict[int, str]:
+        return {int(line.split()[1]): line.split()[3] for line in out.splitlines() if line.startswith("step ")}
+
+    straight = losses(run(two))
+    assert sorted(straight) == list(range(10))
+    assert "checkpoint at step 4" in run([*two, "--stop-after", "4"])
+    out = run([sys.executable, script, "--workdir", str(tmp_path), "--steps", "10", "--resume"])
+    assert "resumed at step 4 on 1 rank(s)" in out
+    resumed = losses(out)
+    assert sorted(resumed) == list(range(4, 10))
+    assert all(resumed[s] == straight[s] for s in resumed), (resumed, straight)  # bit-identical, printed as repr
+    assert float(straight[9]) < float(straight[0])  # it learns

@@ -20,10 +20,15 @@ yield them. Ranks are split by ``shard=(rank, world)`` as in
 its own part of the global batch.
 
 Every setting of the loader carries over: custom samplers, ``epoch=True``
-passes with ``drop_last``, ragged streams with ``pad``. To resume, save
+passes with ``drop_last``, ragged streams with ``pad``, a
+:class:`loaderx.mixture.Mixture` in place of the streams. To resume, save
 ``it.state_dict(batches_seen)`` with the training state and call
 ``it.load_state_dict(state)`` before iterating again; the state is the one a
 loaderx ``DataLoader`` with the same settings saves, checked the same way.
+Inside torchdata's ``StatefulDataLoader`` nothing needs counting: each
+iteration is a ``Stateful`` iterator whose state is its worker's next step,
+so ``StatefulDataLoader.state_dict()`` and ``load_state_dict()`` resume
+exactly, without replaying batches.
 
 Streams may be given as store paths, :class:`loaderx.dataset.DenseDataset`
 or :class:`loaderx.dataset.RaggedDataset` objects, or NumPy arrays. A dataset pickles as its path and opens in the
@@ -44,6 +49,7 @@ import torch.utils.data
 from loaderx._args import check_step
 from loaderx.loader._state import check_state, epoch_steps, make_state
 from loaderx.loader.dataloader import DataLoader, LoaderOptions
+from loaderx.loader.mixture import Mixture
 from loaderx.loader.sampler import IndexSampler
 from loaderx.store.dataset import DenseDataset, RaggedDataset
 
@@ -119,7 +125,8 @@ class LoaderIterable(torch.utils.data.IterableDataset):
         offsets_dtype: Any = np.int64,
     ) -> None:
         super().__init__()
-        if not isinstance(streams, Mapping) or not streams:
+        self.mixture = streams if isinstance(streams, Mixture) else None
+        if self.mixture is None and (not isinstance(streams, Mapping) or not streams):
             raise TypeError(f"streams must be a non-empty dict of name -> store path or dataset, got {streams!r}")
         # the argument checks of the loader, without opening anything
         self.options = LoaderOptions(
@@ -128,7 +135,7 @@ class LoaderIterable(torch.utils.data.IterableDataset):
         )
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable or None, got {transform!r}")
-        self.streams = {
+        self.streams: Any = self.mixture or {
             name: DenseDataset(s) if isinstance(s, (str, os.PathLike)) else s for name, s in streams.items()
         }
         self.transform = transform
@@ -138,6 +145,9 @@ class LoaderIterable(torch.utils.data.IterableDataset):
         self.start_step = self.options.start_step
 
     def _lengths(self) -> dict[str, int]:
+        mix = self.mixture
+        if mix is not None:  # every stream of a mixture spans all its sources, as in the loader
+            return {name: len(mix) for name in (*mix.stream_names, mix.source_key)}
         return {name: len(s) for name, s in self.streams.items()}
 
     def _end(self) -> int | None:
@@ -166,17 +176,22 @@ class LoaderIterable(torch.utils.data.IterableDataset):
             raise TypeError("an endless LoaderIterable has no len(); give steps= or epoch=True")
         return end - self.start_step
 
-    def state_dict(self, batches_seen: int) -> dict[str, Any]:
+    def state_dict(self, batches_seen: int = 0) -> dict[str, Any]:
         """The state after ``batches_seen`` batches of an iteration that began
         at :attr:`start_step`: the same JSON-serialisable dict a
         :class:`~loaderx.dataloader.DataLoader` with these settings saves, so
-        either may load the other's. Reads only the stores' headers."""
+        either may load the other's. Reads only the stores' headers. (With no
+        argument it is the state at :attr:`start_step`: what torchdata's
+        ``StatefulDataLoader`` saves of the dataset; the iterator's state
+        holds the position.)"""
+        return self._state_at(self.start_step + check_step(batches_seen))
+
+    def _state_at(self, step: int) -> dict[str, Any]:
         o = self.options
-        seen = check_step(batches_seen)
         return make_state(
-            self.start_step + seen, sampler=o.sampler, seed=o.seed, shard=o.shard,
+            step, sampler=o.sampler, seed=o.seed, shard=o.shard,
             batch_size=o.batch_size, lengths=self._lengths(), end=self._end(), epoch=o.epoch,
-            drop_last=o.drop_last,
+            drop_last=o.drop_last, mixture=None if self.mixture is None else self.mixture.identity(),
         )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -200,6 +215,10 @@ class LoaderIterable(torch.utils.data.IterableDataset):
     def __iter__(self) -> Iterator[Any]:
         info = torch.utils.data.get_worker_info()
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        return _Iteration(self, worker, workers)
+
+    def _batches(self, first: int, worker: int, workers: int) -> Iterator[Any]:
+        """The batches of steps ``first, first + workers, ...``."""
         o = self.options
         common = {"batch_size": o.batch_size, "pad": self.pad, "offsets_dtype": self.offsets_dtype}
         # every step's indices, as one loader with these settings draws them
@@ -208,17 +227,67 @@ class LoaderIterable(torch.utils.data.IterableDataset):
             epoch=o.epoch, drop_last=o.drop_last, num_workers=0, workers="thread", **common,
         )
         end = self._end()
-        first = self.start_step + worker  # this worker's first global step
         mine = None
         if end is not None:
             mine = max(0, -(-(end - first) // workers))  # steps first, first + W, ... below end
             if mine == 0:
                 return
         loader = DataLoader(
-            self.streams, sampler=_EveryKth(full, first, workers, len(next(iter(self.streams.values())))),
+            self.streams, sampler=_EveryKth(full, first, workers, self._records()),
             num_workers=o.num_workers,
             transform=self.transform, steps=mine, **common,
             workers="thread",  # torch's worker processes are the parallelism already
         )
         with loader:
             yield from loader
+
+    def _records(self) -> int:
+        if self.mixture is not None:
+            return len(self.mixture)
+        return len(next(iter(self.streams.values())))
+
+
+class _Iteration:
+    """One iteration of a :class:`LoaderIterable` in one torch worker (or the
+    main process): the steps ``first, first + W, ...`` of the worker ``w`` of
+    ``W``. It is a torchdata ``Stateful`` iterator: ``state_dict()`` is the
+    loader state at this worker's next step, tagged with the worker, and
+    ``load_state_dict()`` (which ``StatefulDataLoader`` calls before the
+    first batch) moves the worker there, so a resumed run continues exactly
+    without replaying batches."""
+
+    def __init__(self, owner: LoaderIterable, worker: int, workers: int) -> None:
+        self.owner = owner
+        self.worker = worker
+        self.workers = workers
+        self.next_step = owner.start_step + worker
+        self._it: Iterator[Any] | None = None
+
+    def __iter__(self) -> _Iteration:
+        return self
+
+    def __next__(self) -> Any:
+        if self._it is None:
+            self._it = self.owner._batches(self.next_step, self.worker, self.workers)
+        item = next(self._it)
+        self.next_step += self.workers
+        return item
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"loader": self.owner._state_at(self.next_step), "worker": [self.worker, self.workers]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if not isinstance(state, Mapping) or set(state) != {"loader", "worker"}:
+            raise ValueError(f"not the state of a LoaderIterable iteration: {state!r}")
+        if list(state["worker"]) != [self.worker, self.workers]:
+            raise ValueError(
+                f"the state is of worker {state['worker'][0]} of {state['worker'][1]}, this iteration is "
+                f"worker {self.worker} of {self.workers}: resume with the same num_workers"
+            )
+        owner = self.owner
+        self.next_step = check_state(state["loader"], owner._state_at(0), owner._end())
+        if self._it is not None:
+            close = getattr(self._it, "close", None)
+            if close is not None:
+                close()
+            self._it = None

@@ -142,10 +142,7 @@ def _worker_main(conn: Any, recipe: bytes) -> None:
             bs = spec["batch_size"]
             streams: list[Stream] = []
             for name, src in spec["streams"]:
-                if isinstance(src, _ArraySource):
-                    arr, names = src.open()
-                    known.update(names)
-                    src = ArrayStream(name, arr)
+                src = _reopen(name, src, known)
                 if isinstance(src, PackStream):
                     pool: Any = PackPool(src, bs, 2)
                 else:
@@ -167,6 +164,19 @@ def _worker_main(conn: Any, recipe: bytes) -> None:
                 _note_names(conn.recv(), known)
         for name in known:
             _unlink(name)
+
+
+def _reopen(name: str, src: Any, known: set[str]) -> Any:
+    """A stream as a worker uses it: a NumPy one reopened (its segment names
+    added to ``known``), a mixture's over its reopened per-source streams."""
+    if isinstance(src, _ArraySource):
+        arr, names = src.open()
+        known.update(names)
+        return ArrayStream(name, arr)
+    parts = getattr(src, "mixture_parts", None)
+    if parts is not None:
+        return src.with_parts([(s, _reopen(f"{name}/{s}", p, known)) for s, p in parts])
+    return src
 
 
 def _note_names(msg: tuple[Any, ...], known: set[str]) -> None:
@@ -318,6 +328,12 @@ def process_blocker(streams: list[Stream]) -> str | None:
     copy, or None when each is a store or a file-backed memmap (an
     in-memory array would be copied whole into shared memory)."""
     for name, ds, _ in streams:
+        parts = getattr(ds, "mixture_parts", None)
+        if parts is not None:  # a mixture's stream: each source's stream in turn
+            why = process_blocker([(f"{name}/{s}", p, None) for s, p in parts])
+            if why is not None:
+                return why
+            continue
         if isinstance(ds, ArrayStream):
             if _memmap_source(ds.array) is None:
                 return f"stream {name!r} is an in-memory NumPy array (a worker process needs a store or a np.memmap)"
@@ -348,6 +364,12 @@ def portable_streams(streams: list[Stream], names: _Names) -> tuple[list[tuple[s
     out: list[tuple[str, Any]] = []
     keep: list[mmap.mmap] = []
     for name, ds, _ in streams:
+        parts = getattr(ds, "mixture_parts", None)
+        if parts is not None:  # a mixture's stream: each source's stream reopens like a stream
+            got, more = portable_streams([(s, p, None) for s, p in parts], names)
+            keep.extend(more)
+            out.append((name, ds.with_parts(got)))
+            continue
         if isinstance(ds, ArrayStream):
             src = _memmap_source(ds.array)
             if src is None:
@@ -365,7 +387,7 @@ def portable_streams(streams: list[Stream], names: _Names) -> tuple[list[tuple[s
                 if ds.dataset.writable:  # the worker reads; a writable copy would take the writer lock
                     ds = copy.copy(ds)
                     ds.dataset = type(ds.dataset)._deferred(ds.dataset.path)
-            elif ds.writable:
+            elif getattr(ds, "writable", False):  # a store (a mixture's source stream is neither)
                 ds = type(ds)._deferred(ds.path)
             check_picklable(ds, f"stream {name!r}")
             out.append((name, ds))

@@ -141,7 +141,15 @@ class RaggedStream:
             if needed <= slot[0].size:
                 break
             slot[0] = np.empty(int(needed * _GROWTH), dtype=np.uint8)
-        rows = ds._rows(sizes, idx)
+        return self.finish(idx, slot, ds._rows(sizes, idx), needed)
+
+    def finish(
+        self, idx: np.ndarray, slot: list[np.ndarray], rows: np.ndarray, needed: int
+    ) -> PackedBatch | PaddedBatch:
+        """The batch of ``slot`` once its first ``needed`` bytes hold the
+        records ``idx`` back to back, record ``k`` being ``rows[k]`` rows
+        (a mixture's ragged stream fills the slot its own way, then ends here)."""
+        k = idx.shape[0]
         lengths = slot[3][:k]
         lengths[:] = rows
         total = needed // self.row_bytes if self.row_bytes else 0

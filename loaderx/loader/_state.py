@@ -1,9 +1,11 @@
 """A loader's saved state: what it records, and the check that a state fits.
 
 The state of a step-based loader is its next step plus what identifies the
-data and the draw (stream names and lengths, sampler, seed, batch size, shard
-and the finite pass), so that a state saved by one loader refuses to load
-into a loader over other data. :class:`loaderx.dataloader.DataLoader` and
+data and the draw (stream names and lengths, sampler, seed, batch size, shard,
+the finite pass and a mixture's sources and weights), so that a state saved
+by one loader refuses to load into a loader over other data. The shard is
+elastic: a state loads into any rank of any world with the same global batch
+(``batch_size x world``), which draws the same records in the same order. :class:`loaderx.dataloader.DataLoader` and
 :class:`loaderx.torch.LoaderIterable` both build and check states here; the
 functions are pure Python, so a process that only saves or checks a state
 never loads the native library.
@@ -15,11 +17,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from loaderx._args import check_shard, check_step
+from loaderx.loader._schedule import compare_mixture
 
 #: keys every state has
 KEYS = ("step", "seed", "sampler", "batch_size", "shard")
 #: keys that identify the data; states saved before they existed load without them
-DATA_KEYS = ("streams", "pass", "pack")
+DATA_KEYS = ("streams", "pass", "pack", "mixture")
 
 
 def epoch_steps(n: int, global_batch: int, drop_last: bool) -> int:
@@ -55,9 +58,11 @@ def make_state(
     epoch: bool,
     drop_last: bool,
     pack: Mapping[str, Any] | None = None,
+    mixture: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The JSON-serialisable state of a loader whose next step is ``step``
-    (``pack``: the packing of each packed stream, recorded when there is one)."""
+    (``pack``: the packing of each packed stream, recorded when there is one;
+    ``mixture``: the identity of a loader's :class:`loaderx.mixture.Mixture`)."""
     name, seed, shard = sampler_identity(sampler, seed, shard)
     state = {
         "step": step,
@@ -70,6 +75,8 @@ def make_state(
     }
     if pack:
         state["pack"] = {k: list(v) for k, v in pack.items()}
+    if mixture is not None:
+        state["mixture"] = dict(mixture)
     return state
 
 
@@ -94,19 +101,54 @@ def check_state(state: Any, mine: Mapping[str, Any], end: int | None) -> int:
         theirs["shard"] = list(state["shard"])
     except TypeError:
         raise ValueError(f"state_dict has shard={state['shard']!r}, not a pair") from None
+    if ("mixture" in state) != ("mixture" in mine):
+        which = "a Mixture" if "mixture" in state else "plain streams"
+        raise ValueError(f"state_dict is from a loader over {which}, this loader's is not")
+    if "mixture" in state:
+        compare_mixture(state["mixture"], mine["mixture"])
     if "streams" in state:
         _compare_streams(state["streams"], mine["streams"])
-    for key in ("sampler", "seed", "batch_size", "shard", "pass"):
+    for key in ("sampler", "seed", "pass"):
         if key in theirs and theirs[key] != mine[key]:
             raise ValueError(f"state_dict has {key}={state[key]!r} but this loader has {key}={mine[key]!r}")
     if state.get("pack", {}) != mine.get("pack", {}):  # a step of packed rows is another step
         raise ValueError(
             f"state_dict has pack={state.get('pack', {})!r} but this loader has pack={mine.get('pack', {})!r}"
         )
+    _compare_global_batch(state["batch_size"], theirs["shard"], mine["batch_size"], mine["shard"])
     step = check_step(state["step"])
     if end is not None and step > end:
         raise ValueError(f"state_dict has step={step}, past the end of this {end}-step loader")
     return step
+
+
+def _compare_global_batch(batch_size: Any, shard: Any, mine_bs: int, mine_shard: Any) -> None:
+    """Elastic resume: a state loads into any shard of any world whose global
+    batch (``batch_size x world``) is the state's, since the ranks of a world
+    together draw exactly the global batch of each step, in the same order
+    whatever the world. Another global batch is refused, naming the
+    ``batch_size`` this world would need."""
+    try:
+        check_shard(shard)
+        b = int(batch_size)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"state_dict has batch_size={batch_size!r}, shard={shard!r}: not a batch size and a shard"
+        ) from None
+    g = b * shard[1]
+    world = mine_shard[1]
+    mine = mine_bs * world
+    if g != mine:
+        need = (
+            f"batch_size={g // world} with world {world}"
+            if g % world == 0
+            else f"a world that divides {g} (world {world} does not)"
+        )
+        raise ValueError(
+            f"state_dict has global batch {g} (batch_size={b} x world {shard[1]}), this loader has {mine} "
+            f"(batch_size={mine_bs} x world {world}): the same sample order needs the state's global batch, "
+            f"so resume with {need}"
+        )
 
 
 def _compare_streams(saved: Any, mine: Mapping[str, int]) -> None:

@@ -75,7 +75,8 @@ from loaderx.loader._ragged import (
     check_pad,
 )
 from loaderx.loader._state import check_state, epoch_steps, make_state, sampler_identity
-from loaderx.loader.options import TORCH_ARGS, LoaderOptions, check_sampler
+from loaderx.loader.mixture import Mixture
+from loaderx.loader.options import TORCH_ARGS, LoaderOptions, check_mixture_args, check_sampler
 from loaderx.loader.sampler import IndexSampler, Sampler
 from loaderx.store.dataset import DenseDataset, RaggedDataset
 
@@ -174,6 +175,8 @@ class DataLoader:
             record ``k`` is ``values[offsets[k]:offsets[k + 1]]`` and
             ``offsets`` (``batch + 1`` entries, ``cu_seqlens``) starts at 0;
             or, with ``pad=``, a :class:`PaddedBatch` ``(values, lengths)``.
+            Or a :class:`loaderx.mixture.Mixture` of named sources, drawn
+            by weight (its batches add a ``source`` stream).
         batch_size: records per batch (per rank when sharded); by default
             256, or a custom sampler's ``batch_size``.
         transform: called on each batch dict on the worker thread; its result
@@ -351,6 +354,10 @@ class DataLoader:
             raise TypeError(f"DataLoader has no {key}= (a torch DataLoader argument): {hint}")
         check_sampler(sampler)
         custom = not isinstance(sampler, str)
+        mixture = streams if isinstance(streams, Mixture) else None
+        if mixture is not None:
+            check_mixture_args(sampler, epoch)
+            streams = mixture.template()
         if batch_size is None:
             batch_size = getattr(sampler, "batch_size", 256) if custom else 256
         self.options = LoaderOptions(
@@ -400,7 +407,8 @@ class DataLoader:
         packs = check_packs(pack, streams, pads, RaggedDataset)
         lengths = {}
         sources: dict[str, Any] = {}
-        for name, ds in streams.items():
+        given = streams if mixture is None else mixture.loader_streams(pads, offsets_dt)
+        for name, ds in given.items():
             if not isinstance(name, str):
                 raise TypeError(f"stream names must be str, got {name!r}")
             if name in packs:
@@ -409,7 +417,7 @@ class DataLoader:
                 ds = RaggedStream(name, ds, pads.get(name), offsets_dt)
             elif isinstance(ds, np.ndarray):
                 ds = _ArrayStream(name, ds)
-            elif not isinstance(ds, DenseDataset):
+            elif not isinstance(ds, DenseDataset) and mixture is None:
                 raise TypeError(
                     f"stream {name!r} must be a DenseDataset, a RaggedDataset or a NumPy array, "
                     f"got {type(ds).__name__}"
@@ -423,6 +431,7 @@ class DataLoader:
         if n == 0:
             raise ValueError(f"streams are empty (length 0): {', '.join(lengths)}")
         self._lengths = lengths
+        self._mixture = mixture
         opts = self.options
         check_layout(sources, opts.epoch)
         self._packs = {name: p.state() for name, p in packs.items()}
@@ -437,6 +446,8 @@ class DataLoader:
             if sampler_n != n:
                 raise ValueError(f"the sampler draws from n={sampler_n} records but the streams hold {n}")
             self.sampler: Any = _CustomDraw(sampler, n, opts.batch_size)
+        elif mixture is not None:
+            self.sampler = mixture.draw(opts.batch_size, opts.seed, opts.shard)
         elif opts.epoch:
             order = None
             if opts.sampler == "cyclic":  # one permutation of all n, keyed by seed
@@ -857,6 +868,7 @@ class DataLoader:
             epoch=o.epoch,
             drop_last=o.drop_last,
             pack=self._packs,
+            mixture=None if self._mixture is None else self._mixture.identity(),
         )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:

@@ -67,6 +67,17 @@ def check_sampler(sampler: Any) -> Any:
     )
 
 
+def check_mixture_args(sampler: Any, epoch: Any) -> None:
+    """A Mixture draws through its own per-source samplers, endlessly."""
+    if isinstance(sampler, str) and sampler != "cyclic":
+        raise ValueError(
+            f"sampler={sampler!r} with a Mixture: its sources draw with Mixture(sampler=...) "
+            "('cyclic', 'iid' or 'sequential'); the loader's sampler= takes only a custom object here"
+        )
+    if epoch is True:
+        raise ValueError("epoch=True with a Mixture: a mixture is endless (give steps= for a finite run)")
+
+
 def check_bool(value: Any, name: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be True or False, got {value!r}")

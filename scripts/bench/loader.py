@@ -28,6 +28,7 @@ from contenders.packing import CHECK_BATCHES, FIT_DOCS, PACK_LEN, PACK_LOADERS, 
 from contenders.ragged import MAX_LEN, MIN_LEN, make_tokens
 from data import DOC_MAX, DOC_MIN, make_data, make_documents, read_files_allocated
 from machine import read_text
+from mixture import bench_mixture
 from report import MiB, fmt_ratio, log, median, out, shape_str, skip_lines, table
 from store import DEFAULT_RECORDS, DEFAULT_SHAPE
 
@@ -346,10 +347,12 @@ def _workers_used(rs: list[dict[str, Any]]) -> str:
 
 
 def bench_loader(args: argparse.Namespace, results: dict[str, Any], tmp: str) -> None:
-    """The dense loader table, then the ragged loader row."""
+    """The dense loader table, the ragged loader row, then the mixture row."""
     bench_dense_loader(args, results, tmp)
     bench_ragged(args, results, tmp)
     bench_packing(args, results, tmp)
+    if selected(args.only, "mixture"):
+        bench_mixture(args, results, tmp)
 
 
 def bench_dense_loader(args: argparse.Namespace, results: dict[str, Any], tmp: str) -> None:
