@@ -355,6 +355,34 @@ def bench_loader(args: argparse.Namespace, results: dict[str, Any], tmp: str) ->
         bench_mixture(args, results, tmp)
 
 
+def _round_robin(
+    args: argparse.Namespace, tag: str, cands: list[dict[str, Any]], cfg: dict[str, Any],
+    on_result: Any,
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, str]]:
+    """Each candidate in a fresh child process, ``args.loader_runs`` rounds,
+    the starting candidate rotated per round; ``on_result`` sees each run's
+    result (its ``bps`` set). Returns the runs per candidate and the errors."""
+    per: dict[str, list[dict[str, Any]]] = {c["name"]: [] for c in cands}
+    errors: dict[str, str] = {}
+    for r in range(args.loader_runs):
+        order = cands[r % len(cands):] + cands[: r % len(cands)] if cands else []
+        for c in order:
+            if c["name"] in errors:
+                continue
+            run_cfg = {**c, **cfg, "workers": args.workers, "transform": "identity", "dtype": "int32",
+                       "warmup_s": args.loader_warmup, "measure_s": args.loader_measure, "threads": args.threads}
+            log(f"[{tag}] run {r + 1}/{args.loader_runs}: {c['name']} ...")
+            res = run_loader_child(run_cfg, timeout=args.loader_timeout)
+            if "error" in res:
+                errors[c["name"]] = res["error"]
+                log(f"[{tag}] {c['name']} failed:\n{res['error']}")
+                continue
+            res["bps"] = res["batches"] / res["seconds"]
+            on_result(res)
+            per[c["name"]].append(res)
+    return per, errors
+
+
 def bench_dense_loader(args: argparse.Namespace, results: dict[str, Any], tmp: str) -> None:
     """Every selected loader, round-robin over --runs fresh child processes; fills results["loader"]."""
     shape = tuple(args.shape) if args.shape else DEFAULT_SHAPE
@@ -542,25 +570,11 @@ def bench_ragged(args: argparse.Namespace, results: dict[str, Any], tmp: str) ->
     del tokens, offsets
     skip_lines(skipped)
     read_files_allocated(ldir)
-    per: dict[str, list[dict[str, Any]]] = {c["name"]: [] for c in cands}
-    errors: dict[str, str] = {}
-    for r in range(args.loader_runs):
-        order = cands[r % len(cands):] + cands[: r % len(cands)] if cands else []
-        for c in order:
-            if c["name"] in errors:
-                continue
-            cfg = {**c, "ragged": True, "batch": b, "workers": args.workers, "transform": "identity",
-                   "shape": [], "dtype": "int32", "records": n, "warmup_s": args.loader_warmup,
-                   "measure_s": args.loader_measure, "threads": args.threads}
-            log(f"[ragged] run {r + 1}/{args.loader_runs}: {c['name']} ...")
-            res = run_loader_child(cfg, timeout=args.loader_timeout)
-            if "error" in res:
-                errors[c["name"]] = res["error"]
-                log(f"[ragged] {c['name']} failed:\n{res['error']}")
-                continue
-            res["bps"] = res["batches"] / res["seconds"]
-            log(f"[ragged]   {res['bps']:.1f} batches/s, peak PSS {res['peak_pss'] / MiB:.0f} MiB")
-            per[c["name"]].append(res)
+    def ragged_result(res: dict[str, Any]) -> None:
+        log(f"[ragged]   {res['bps']:.1f} batches/s, peak PSS {res['peak_pss'] / MiB:.0f} MiB")
+
+    per, errors = _round_robin(args, "ragged", cands, {"ragged": True, "batch": b, "shape": [], "records": n},
+                               ragged_result)
     rows = _summarize(per, cands, b, int(token_bytes))
     for name, err in errors.items():
         out(f"- {name} failed: " + err.replace("\n", " | ")[:400])
@@ -626,26 +640,12 @@ def bench_packing(args: argparse.Namespace, results: dict[str, Any], tmp: str) -
     del tokens, offsets
     skip_lines(skipped)
     read_files_allocated(ldir)
-    per: dict[str, list[dict[str, Any]]] = {c["name"]: [] for c in cands}
-    errors: dict[str, str] = {}
-    for r in range(args.loader_runs):
-        order = cands[r % len(cands):] + cands[: r % len(cands)] if cands else []
-        for c in order:
-            if c["name"] in errors:
-                continue
-            cfg = {**c, "packed": True, "batch": ROWS, "workers": args.workers, "transform": "identity",
-                   "shape": [PACK_LEN], "dtype": "int32", "records": n, "warmup_s": args.loader_warmup,
-                   "measure_s": args.loader_measure, "threads": args.threads}
-            log(f"[packing] run {r + 1}/{args.loader_runs}: {c['name']} ...")
-            res = run_loader_child(cfg, timeout=args.loader_timeout)
-            if "error" in res:
-                errors[c["name"]] = res["error"]
-                log(f"[packing] {c['name']} failed:\n{res['error']}")
-                continue
-            res["bps"] = res["batches"] / res["seconds"]
-            res["tokens_s"] = res["bps"] * ROWS * PACK_LEN * (1.0 - res["padding"])
-            log(f"[packing]   {res['tokens_s'] / 1e6:.2f} M packed tokens/s, padding {res['padding']:.1%}")
-            per[c["name"]].append(res)
+    def packing_result(res: dict[str, Any]) -> None:
+        res["tokens_s"] = res["bps"] * ROWS * PACK_LEN * (1.0 - res["padding"])
+        log(f"[packing]   {res['tokens_s'] / 1e6:.2f} M packed tokens/s, padding {res['padding']:.1%}")
+
+    per, errors = _round_robin(args, "packing", cands,
+                               {"packed": True, "batch": ROWS, "shape": [PACK_LEN], "records": n}, packing_result)
     rows = []
     for c in cands:
         rs = per[c["name"]]
