@@ -129,8 +129,14 @@ class PackedRows(NamedTuple):
         starts: like ``records``: the token of that record the segment
             starts at (0 unless the record was cut, across rows in concat
             mode or into pieces by ``first_fit``'s ``long="split"``).
-        dropped: ``first_fit``: the step's records that fit no row and are
-            not in the batch (0 in concat mode).
+        dropped: ``first_fit``: the records of the step's global batch
+            (all ranks') that fit no row of the global placement, so the same
+            on every rank (0 in concat mode).
+        sources: like ``records``, int32: the source of each segment's
+            record, its position in :attr:`loaderx.mixture.Mixture.names`
+            for a loader over a mixture (whose ``records`` are global
+            indices: :meth:`~loaderx.mixture.Mixture.locate` splits them),
+            0 for a single store; -1 for padding.
     """
 
     values: np.ndarray
@@ -141,6 +147,7 @@ class PackedRows(NamedTuple):
     records: np.ndarray
     starts: np.ndarray
     dropped: int
+    sources: np.ndarray
 
     @property
     def padding(self) -> float:
