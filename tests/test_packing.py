@@ -441,3 +441,22 @@ def test_packed_rows_are_global_so_elastic_resume_is_exact(store, mode, sampler)
                 np.testing.assert_array_equal(got[f], want[s][f], err_msg=f"{f} step {s} {w1} -> {w2}")
         for dl in after:
             dl.close()
+
+
+def test_a_custom_sampler_packs_its_own_indices_and_refuses_another_world(store):
+    from loaderx.sampler import WeightedSampler
+
+    ds, records, _ = store
+    w = np.linspace(1, 2, N)
+    pack = {"t": Pack(L, mode="first_fit", rows=3)}
+    with DataLoader({"t": ds}, sampler=WeightedSampler(w, 6, seed=1, shard=(1, 2)), num_workers=0, pack=pack) as a:
+        b = next(a)["t"]
+        check_segments(b, records, 3, L)
+        assert set(b.records[b.records >= 0].tolist()) <= set(a.indices(0).tolist())
+        state = a.state_dict()
+    with DataLoader({"t": ds}, sampler=WeightedSampler(w, 6, seed=1, shard=(0, 2)), num_workers=0, pack=pack) as same:
+        same.load_state_dict(state)  # the same world: accepted
+    with DataLoader({"t": ds}, sampler=WeightedSampler(w, 12, seed=1), num_workers=0,
+                    pack={"t": Pack(L, mode="first_fit", rows=6)}) as other:
+        with pytest.raises(ValueError, match="from world 2, this packed loader is in world 1.*WeightedSampler"):
+            other.load_state_dict(state)

@@ -222,6 +222,13 @@ class DataLoader:
             mode) makes every stream of the loader a packed one and runs
             without ``epoch=True``; ``"first_fit"`` packs each step's records
             and gathers the other streams at the step's indices as usual.
+            Packing is global over the ranks (the step's global batch into
+            ``rows x world`` rows, of which this rank gets its ``rows``), so
+            an elastic resume is exact; a custom sampler packs its own
+            indices and resumes only in the world that saved the state. A
+            :class:`~loaderx.mixture.Mixture`'s ragged streams pack too
+            (``PackedRows.sources`` names each segment's source; concat
+            drops the per-row ``source`` stream).
         offsets_dtype: ``np.int64`` (default) or ``np.int32``, the dtype of a
             packed batch's offsets.
         workers: ``"auto"`` (default) starts on threads and moves to worker
@@ -908,7 +915,7 @@ class DataLoader:
         """
         step = check_state(state, self.state_dict(), self._end)
         if self._packs and isinstance(self.sampler, _CustomDraw):
-            saved, mine = list(state["shard"]), list(self.options.shard)
+            saved, mine = list(state["shard"]), list(self._identity()[2])
             if saved[1] != mine[1]:
                 raise ValueError(
                     f"state_dict is from world {saved[1]}, this packed loader is in world {mine[1]}: with a "
