@@ -416,7 +416,7 @@ def test_packed_rows_are_global_so_elastic_resume_is_exact(store, mode, sampler)
         w1, w2 = int(rng.choice(worlds)), int(rng.choice(worlds))
         stop = int(rng.integers(0, 6))
 
-        def make(world: int, rank: int, **kw) -> DataLoader:
+        def make(world: int, rank: int, g: int = g, rows: int = rows, **kw) -> DataLoader:
             return DataLoader({"t": ds}, batch_size=g // world, sampler=sampler, seed=5, shard=(rank, world),
                               pack={"t": Pack(L, mode=mode, rows=rows // world)}, **kw)
 
