@@ -460,3 +460,19 @@ def test_a_custom_sampler_packs_its_own_indices_and_refuses_another_world(store)
                     pack={"t": Pack(L, mode="first_fit", rows=6)}) as other:
         with pytest.raises(ValueError, match="from world 2, this packed loader is in world 1.*WeightedSampler"):
             other.load_state_dict(state)
+
+
+@pytest.mark.usefixtures("deadline")
+def test_processes_pack_a_rank_of_a_world_as_threads_do(store):
+    _, _, path = store
+    for pack in (Pack(L, rows=2), Pack(L, mode="first_fit", rows=2)):
+        with RaggedDataset(path) as ds:
+            out = {}
+            for workers in ("thread", "process"):
+                with DataLoader({"t": ds}, batch_size=4, shard=(1, 3), seed=2, steps=6, num_workers=2,
+                                workers=workers, pack={"t": pack}) as dl:
+                    out[workers] = [[np.copy(a) for a in b["t"] if isinstance(a, np.ndarray)] for b in dl]
+            assert len(out["process"]) == 6
+            for x, y in zip(out["thread"], out["process"]):
+                for a, b in zip(x, y):
+                    np.testing.assert_array_equal(a, b)

@@ -101,7 +101,8 @@ def check_layout(sources: Mapping[str, Any], epoch: bool) -> None:
 class TokenIndex:
     """Where each sampler step starts in the stream of tokens.
 
-    The stream is the records of sampler step 0, then of step 1, and so on;
+    The stream is the records of sampler step 0, then of step 1, and so on
+    (the global batches, when the loader is sharded: its ``draw`` is unsharded);
     the tokens before step ``t`` are the sum of the records' lengths over the
     steps before it. They are summed a chunk of :data:`CHUNK_STEPS` steps at
     a time (the lengths come from the store's table, the records are not
