@@ -8,10 +8,13 @@ nothing had happened.
 
 The two sources are token rows of two different Markov chains ("prose" and
 "code"), stored as ragged stores; the loader mixes them 70/30 with exact
-per-step counts and pads each row to a fixed length. Each rank takes its
-slice of the global batch (``shard=(rank, world)``, ``batch_size = global /
-world``), so the one-rank resume draws exactly the records the two ranks
-would have. The gradient is always summed over the same two halves of the
+per-step counts and packs the records back to back into rows of a fixed
+length (``pack=``, concat mode): no padding, a record may go on in the next
+row. The model attends only within a record (causal and the same segment
+id) and embeds each token's position within its record. Each rank takes its
+rows of the global packed step (``shard=(rank, world)``, ``batch_size =
+global / world``), so the one-rank resume packs exactly the rows the two
+ranks would have. The gradient is always summed over the same two halves of the
 global batch (one per rank, or both on one rank), so the resumed losses are
 bit-identical to the uninterrupted run's, not just close.
 """
@@ -28,7 +31,7 @@ import torch.distributed as dist
 
 from loaderx import DataLoader, Mixture, RaggedDataset, from_iterator
 
-VOCAB, LENGTH, GLOBAL_BATCH, HALVES = 48, 24, 16, 2
+VOCAB, LENGTH, GLOBAL_BATCH, HALVES, HEADS = 48, 24, 16, 2, 2
 SOURCES = {"prose": (0.7, 600, 1), "code": (0.3, 200, 2)}  # weight, records, chain seed
 
 
@@ -50,21 +53,31 @@ class TinyLM(torch.nn.Module):
         super().__init__()
         self.embed = torch.nn.Embedding(VOCAB, 32)
         self.pos = torch.nn.Parameter(torch.zeros(LENGTH, 32))
-        self.block = torch.nn.TransformerEncoderLayer(32, 2, 64, dropout=0.0, batch_first=True)
+        self.block = torch.nn.TransformerEncoderLayer(32, HEADS, 64, dropout=0.0, batch_first=True)
         self.head = torch.nn.Linear(32, VOCAB)
-        self.register_buffer("causal", torch.nn.Transformer.generate_square_subsequent_mask(LENGTH - 1))
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        h = self.embed(tokens) + self.pos[: tokens.shape[1]]
-        return self.head(self.block(h, src_mask=self.causal, is_causal=True))
+    def forward(self, tokens: torch.Tensor, segments: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        h = self.embed(tokens) + self.pos[positions]
+        n = tokens.shape[1]
+        # a token sees the earlier tokens of its own record only (True: masked out)
+        later = torch.ones(n, n, dtype=torch.bool).triu(1)
+        other = segments[:, :, None] != segments[:, None, :]
+        mask = (later[None] | other).repeat_interleave(HEADS, dim=0)
+        return self.head(self.block(h, src_mask=mask))
 
 
-def loss_sum(model: torch.nn.Module, tokens: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Summed next-token loss over the real (unpadded) positions, and their count."""
-    logits = model(tokens[:, :-1])
-    mask = torch.arange(LENGTH - 1)[None, :] < (lengths[:, None] - 1)
+def pairs(segments: torch.Tensor) -> torch.Tensor:
+    """Which next-token targets stay inside one record (a row may hold the
+    end of one record and the start of the next)."""
+    return (segments[:, 1:] == segments[:, :-1]) & (segments[:, 1:] > 0)
+
+
+def loss_sum(model: torch.nn.Module, tokens: torch.Tensor, segments: torch.Tensor,
+             positions: torch.Tensor) -> torch.Tensor:
+    """Summed next-token loss over the targets inside a record."""
+    logits = model(tokens[:, :-1], segments[:, :-1], positions[:, :-1])
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1), reduction="none")
-    return (loss * mask.reshape(-1)).sum(), int(mask.sum())
+    return (loss * pairs(segments).reshape(-1)).sum()
 
 
 def main() -> None:
@@ -92,11 +105,11 @@ def main() -> None:
     model = TinyLM()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
 
-    # -- the glue: a 70/30 mixture of the two stores, this rank's slice of the global batch
+    # -- the glue: a 70/30 mixture of the two stores packed into rows, this rank's rows of each step
     mix = Mixture({name: {"tokens": RaggedDataset(os.path.join(a.workdir, name))} for name in SOURCES},
                   {name: w for name, (w, _, _) in SOURCES.items()})
     loader = DataLoader(mix, batch_size=GLOBAL_BATCH // world, shard=(rank, world), seed=0, steps=a.steps,
-                        pad={"tokens": LENGTH}, num_workers=1)
+                        pack={"tokens": LENGTH}, num_workers=1)
     if a.resume:
         saved = torch.load(ckpt, weights_only=False)
         model.load_state_dict(saved["model"])
@@ -108,16 +121,18 @@ def main() -> None:
     with loader:
         for batch in loader:
             step = loader.step - 1
-            tokens, lengths = (torch.from_numpy(x).long() for x in batch["tokens"])
+            rows = batch["tokens"]  # a PackedRows: values, segment_ids, positions, ...
+            tokens, segments, positions = (torch.from_numpy(x).long()
+                                           for x in (rows.values, rows.segment_ids, rows.positions))
             halves = HALVES // world  # this rank's halves of the global batch
-            parts = list(zip(tokens.chunk(halves), lengths.chunk(halves)))
-            count = torch.tensor(float(sum(int((n - 1).clamp(min=0).sum()) for _, n in parts)))
+            parts = list(zip(tokens.chunk(halves), segments.chunk(halves), positions.chunk(halves)))
+            count = torch.tensor(float(sum(int(pairs(g).sum()) for _, g, _ in parts)))
             if distributed:
                 dist.all_reduce(count)
             opt.zero_grad()
             total = torch.zeros(())
-            for t, n in parts:  # gradients add up half by half, as the ranks' all-reduce adds them
-                s, _ = loss_sum(model, t, n)
+            for t, g, q in parts:  # gradients add up half by half, as the ranks' all-reduce adds them
+                s = loss_sum(model, t, g, q)
                 (s / count).backward()
                 total = total + s.detach()
             if distributed:

@@ -390,3 +390,89 @@ def test_a_stream_without_tokens_fails_its_step_clearly(tmp_path):
         with DataLoader({"t": ds}, batch_size=2, num_workers=0, pack={"t": Pack(4, mode="first_fit")}) as dl:
             b = next(dl)["t"]
             assert b.padding == 1.0 and (b.records == -1).all() and b.cu_seqlens.tolist() == [0, 4, 8]
+
+
+# -- elastic resume: packing is global ---------------------------------------
+
+#: the fields of PackedRows laid out per row, which the ranks' batches concatenate
+ROW_FIELDS = ("values", "segment_ids", "positions", "num_segments")
+
+
+def ranks_rows(loaders: list[DataLoader]) -> tuple[dict[str, np.ndarray], list[PackedRows]]:
+    """One step of every rank: their rows concatenated in rank order."""
+    got = [next(dl)["t"] for dl in loaders]
+    return {f: np.concatenate([getattr(b, f) for b in got]) for f in ROW_FIELDS}, got
+
+
+@pytest.mark.parametrize("mode", ["concat", "first_fit"])
+@pytest.mark.parametrize("sampler", ["cyclic", "iid", "sequential"])
+def test_packed_rows_are_global_so_elastic_resume_is_exact(store, mode, sampler):
+    ds, records, _ = store
+    rng = np.random.default_rng(hash((mode, sampler)) % 1000)
+    for _ in range(3):
+        g = int(rng.choice([12, 24, 36]))
+        rows = g // 2  # global rows: first_fit packs g records into them
+        worlds = [d for d in range(1, rows + 1) if rows % d == 0]
+        w1, w2 = int(rng.choice(worlds)), int(rng.choice(worlds))
+        stop = int(rng.integers(0, 6))
+
+        def make(world: int, rank: int, g: int = g, rows: int = rows, **kw) -> DataLoader:
+            return DataLoader({"t": ds}, batch_size=g // world, sampler=sampler, seed=5, shard=(rank, world),
+                              pack={"t": Pack(L, mode=mode, rows=rows // world)}, **kw)
+
+        with make(1, 0, num_workers=0) as ref:
+            want = [ranks_rows([ref])[0] for _ in range(stop + 4)]
+        before = [make(w1, r, num_workers=0) for r in range(w1)]
+        for s in range(stop):
+            got, parts = ranks_rows(before)
+            for f in ROW_FIELDS:
+                np.testing.assert_array_equal(got[f], want[s][f], err_msg=f"{f} step {s} world {w1}")
+            for b in parts:
+                check_segments(b, records, rows // w1, L)
+        state = json.loads(json.dumps(before[int(rng.integers(w1))].state_dict()))
+        for dl in before:
+            dl.close()
+        after = [make(w2, r, num_workers=1, workers="thread") for r in range(w2)]
+        for dl in after:
+            dl.load_state_dict(state)
+        for s in range(stop, stop + 4):
+            got, _ = ranks_rows(after)
+            for f in ROW_FIELDS:
+                np.testing.assert_array_equal(got[f], want[s][f], err_msg=f"{f} step {s} {w1} -> {w2}")
+        for dl in after:
+            dl.close()
+
+
+def test_a_custom_sampler_packs_its_own_indices_and_refuses_another_world(store):
+    from loaderx.sampler import WeightedSampler
+
+    ds, records, _ = store
+    w = np.linspace(1, 2, N)
+    pack = {"t": Pack(L, mode="first_fit", rows=3)}
+    with DataLoader({"t": ds}, sampler=WeightedSampler(w, 6, seed=1, shard=(1, 2)), num_workers=0, pack=pack) as a:
+        b = next(a)["t"]
+        check_segments(b, records, 3, L)
+        assert set(b.records[b.records >= 0].tolist()) <= set(a.indices(0).tolist())
+        state = a.state_dict()
+    with DataLoader({"t": ds}, sampler=WeightedSampler(w, 6, seed=1, shard=(0, 2)), num_workers=0, pack=pack) as same:
+        same.load_state_dict(state)  # the same world: accepted
+    with DataLoader({"t": ds}, sampler=WeightedSampler(w, 12, seed=1), num_workers=0,
+                    pack={"t": Pack(L, mode="first_fit", rows=6)}) as other:
+        with pytest.raises(ValueError, match="from world 2, this packed loader is in world 1.*WeightedSampler"):
+            other.load_state_dict(state)
+
+
+@pytest.mark.usefixtures("deadline")
+def test_processes_pack_a_rank_of_a_world_as_threads_do(store):
+    _, _, path = store
+    for pack in (Pack(L, rows=2), Pack(L, mode="first_fit", rows=2)):
+        with RaggedDataset(path) as ds:
+            out = {}
+            for workers in ("thread", "process"):
+                with DataLoader({"t": ds}, batch_size=4, shard=(1, 3), seed=2, steps=6, num_workers=2,
+                                workers=workers, pack={"t": pack}) as dl:
+                    out[workers] = [[np.copy(a) for a in b["t"] if isinstance(a, np.ndarray)] for b in dl]
+            assert len(out["process"]) == 6
+            for x, y in zip(out["thread"], out["process"]):
+                for a, b in zip(x, y):
+                    np.testing.assert_array_equal(a, b)

@@ -20,7 +20,9 @@ yield them. Ranks are split by ``shard=(rank, world)`` as in
 its own part of the global batch.
 
 Every setting of the loader carries over: custom samplers, ``epoch=True``
-passes with ``drop_last``, ragged streams with ``pad``, a
+passes with ``drop_last``, ragged streams with ``pad`` or ``pack`` (a
+packed stream's :class:`loaderx.packing.PackedRows` reaches the consumer with
+its arrays as tensors, as torch's DataLoader converts every batch), a
 :class:`loaderx.mixture.Mixture` in place of the streams. To resume, save
 ``it.state_dict(batches_seen)`` with the training state and call
 ``it.load_state_dict(state)`` before iterating again; the state is the one a
@@ -50,6 +52,7 @@ from loaderx._args import check_step
 from loaderx.loader._state import check_state, epoch_steps, make_state
 from loaderx.loader.dataloader import DataLoader, LoaderOptions
 from loaderx.loader.mixture import Mixture
+from loaderx.loader.packing import check_pack
 from loaderx.loader.sampler import IndexSampler
 from loaderx.store.dataset import DenseDataset, RaggedDataset
 
@@ -99,6 +102,11 @@ class LoaderIterable(torch.utils.data.IterableDataset):
         transform: called on each batch dict in the worker that made it.
         num_threads: loaderx gather threads inside each torch worker.
         pad: ``{ragged stream name: length}``, as the loader's ``pad=``.
+        pack: ``{ragged stream name: L or loaderx.Pack}``, as the loader's
+            ``pack=``. With several torch workers, each makes its steps one
+            at a time (a packed step is placed from its own step number, so
+            a worker seeks to each of its steps rather than drawing them
+            through a custom sampler as unpacked streams do).
         offsets_dtype: the dtype of a packed ragged batch's offsets.
 
     Raises:
@@ -122,6 +130,7 @@ class LoaderIterable(torch.utils.data.IterableDataset):
         transform: Callable[[dict[str, np.ndarray]], Any] | None = None,
         num_threads: int = 1,
         pad: Mapping[str, Any] | None = None,
+        pack: Mapping[str, Any] | None = None,
         offsets_dtype: Any = np.int64,
     ) -> None:
         super().__init__()
@@ -140,6 +149,13 @@ class LoaderIterable(torch.utils.data.IterableDataset):
         }
         self.transform = transform
         self.pad = dict(pad) if pad is not None else None
+        if pack is not None and not isinstance(pack, Mapping):
+            raise TypeError(
+                f"pack must be None or a dict of ragged stream name -> length, got {pack!r} "
+                "(e.g. pack={'tokens': 2048})"
+            )
+        # checked against the streams when iteration opens them, as the loader does
+        self.pack = {name: check_pack(spec, name) for name, spec in (pack or {}).items()}
         self.offsets_dtype = offsets_dtype
         self._check_start(self.options.start_step)
         self.start_step = self.options.start_step
@@ -147,7 +163,8 @@ class LoaderIterable(torch.utils.data.IterableDataset):
     def _lengths(self) -> dict[str, int]:
         mix = self.mixture
         if mix is not None:  # every stream of a mixture spans all its sources, as in the loader
-            return {name: len(mix) for name in (*mix.stream_names, mix.source_key)}
+            concat = any(p.mode == "concat" for p in self.pack.values())  # no per-row source stream then
+            return {name: len(mix) for name in (*mix.stream_names, *(() if concat else (mix.source_key,)))}
         return {name: len(s) for name, s in self.streams.items()}
 
     def _end(self) -> int | None:
@@ -191,7 +208,8 @@ class LoaderIterable(torch.utils.data.IterableDataset):
         return make_state(
             step, sampler=o.sampler, seed=o.seed, shard=o.shard,
             batch_size=o.batch_size, lengths=self._lengths(), end=self._end(), epoch=o.epoch,
-            drop_last=o.drop_last, mixture=None if self.mixture is None else self.mixture.identity(),
+            drop_last=o.drop_last, pack={name: p.state() for name, p in self.pack.items()},
+            mixture=None if self.mixture is None else self.mixture.identity(),
         )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -221,6 +239,9 @@ class LoaderIterable(torch.utils.data.IterableDataset):
         """The batches of steps ``first, first + workers, ...``."""
         o = self.options
         common = {"batch_size": o.batch_size, "pad": self.pad, "offsets_dtype": self.offsets_dtype}
+        if self.pack:
+            yield from self._packed_batches(first, worker, workers, common)
+            return
         # every step's indices, as one loader with these settings draws them
         full = DataLoader(
             self.streams, sampler=o.sampler, seed=o.seed, shard=o.shard, steps=o.steps,
@@ -240,6 +261,29 @@ class LoaderIterable(torch.utils.data.IterableDataset):
         )
         with loader:
             yield from loader
+
+    def _packed_batches(self, first: int, worker: int, workers: int, common: dict[str, Any]) -> Iterator[Any]:
+        """The packed batches of steps ``first, first + workers, ...``: one
+        loader with every setting, seeking to each step when the steps are
+        shared among several torch workers."""
+        o = self.options
+        end = self._end()
+        alone = workers == 1
+        loader = DataLoader(
+            self.streams, sampler=o.sampler, seed=o.seed, shard=o.shard, steps=o.steps, epoch=o.epoch,
+            drop_last=o.drop_last, transform=self.transform, start_step=first, pack=self.pack,
+            num_workers=o.num_workers if alone else 0, workers="thread", **common,
+        )
+        with loader:
+            if alone:
+                yield from loader
+                return
+            step = first
+            while end is None or step < end:
+                if step != loader.step:
+                    loader.load_state_dict(self._state_at(step))
+                yield next(loader)
+                step += workers
 
     def _records(self) -> int:
         if self.mixture is not None:

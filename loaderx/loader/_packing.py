@@ -7,15 +7,26 @@ arithmetic in numpy over whole arrays (segment ids and positions by cumulative
 sums over per-segment marks, never a Python loop per token), into the arrays
 of a :class:`PackPool` slot, recycled like every other batch buffer.
 
+Packing is global: each rank packs the global batch of a step (the ranks'
+sampler slices in rank order, drawn by one unsharded draw every rank makes
+the same) into the global rows, ``rows x world`` of them, and keeps its own
+``rows`` of them (rank ``r`` rows ``[r * rows, (r + 1) * rows)``), gathering
+only the records those rows hold. The rows of a step are therefore the same
+in every world with the same global batch, which is what makes an elastic
+resume (a state saved at world ``W`` loaded at ``W'``) exact. Every rank
+computes the whole placement (lengths come from the store's table), which
+costs per step a sum over the global batch's lengths, not a read.
+
 Concat mode needs to know where step ``s`` starts in the stream of tokens
-(the records in sampler order); :class:`TokenIndex` keeps the cumulative
-token counts of the sampler's steps, a chunk of steps at a time.
+(the records of the global batches in order); :class:`TokenIndex` keeps the
+cumulative token counts of the sampler's steps, a chunk of steps at a time.
 """
 
 from __future__ import annotations
 
 import bisect
 import collections
+import copy
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -34,7 +45,7 @@ CHUNK_STEPS = 1024
 CACHED_CHUNKS = 16
 
 # the arrays of a PackPool slot; 0-4 are a RaggedPool slot's, for the gather
-_IDX, _DENSE, _SEG, _POS, _CU, _NSEG, _REC, _START, _SRC, _PAD = range(5, 15)
+_IDX, _DENSE, _SEG, _POS, _CU, _NSEG, _REC, _START, _SRC, _PAD, _FROM = range(5, 16)
 
 
 def check_packs(pack: Any, streams: Mapping[str, Any], pads: Mapping[str, Any], ragged: type) -> dict[str, Pack]:
@@ -90,7 +101,8 @@ def check_layout(sources: Mapping[str, Any], epoch: bool) -> None:
 class TokenIndex:
     """Where each sampler step starts in the stream of tokens.
 
-    The stream is the records of sampler step 0, then of step 1, and so on;
+    The stream is the records of sampler step 0, then of step 1, and so on
+    (the global batches, when the loader is sharded: its ``draw`` is unsharded);
     the tokens before step ``t`` are the sum of the records' lengths over the
     steps before it. They are summed a chunk of :data:`CHUNK_STEPS` steps at
     a time (the lengths come from the store's table, the records are not
@@ -214,7 +226,9 @@ class PackStream(RaggedStream):
 
     Args:
         name: the stream's name (for messages).
-        dataset: the store.
+        dataset: the store, or a mixture's ragged stream
+            (:class:`loaderx.loader.mixture.MixtureRaggedStream`), whose
+            records are those of its sources over the global index space.
         pack: how it is packed.
         offsets_dtype: the dtype of ``cu_seqlens``.
         batch_size: the loader's records per step (the default rows).
@@ -240,11 +254,33 @@ class PackStream(RaggedStream):
         self.nbytes_per_item = -(-self.tokens * per_token // batch_size) + 1
         self.index: TokenIndex | None = None
         self._cols = np.arange(self.length, dtype=np.int32)
+        self.draw: Any = None
+        self.global_batch = batch_size
+        self.rank, self.world = 0, 1
+        #: where each source's records start in a mixture's index space (None: one store)
+        self.source_starts: np.ndarray | None = getattr(dataset, "starts", None)
 
-    def bind(self, draw: Any, batch_size: int) -> None:
-        """Give a concat stream the loader's sampler (``draw(step, out)``)."""
+    @property
+    def mixture_parts(self) -> list[tuple[str, Any]] | None:
+        """A mixture's ``(source name, stream)`` pairs (what a worker process
+        reopens), None over a single store."""
+        return None if self.source_starts is None else self.dataset.mixture_parts
+
+    def with_parts(self, parts: list[tuple[str, Any]]) -> PackStream:
+        """A copy over a mixture's reopened per-source streams."""
+        new = copy.copy(self)
+        new.dataset = self.dataset.with_parts(parts)
+        return new
+
+    def bind(self, draw: Any, global_batch: int, shard: tuple[int, int] = (0, 1)) -> None:
+        """Give the stream the unsharded draw of the global batches
+        (``draw(step, out)``, up to ``global_batch`` indices: the ranks'
+        slices in rank order) and this rank's ``(rank, world)``."""
+        self.draw = draw
+        self.global_batch = global_batch
+        self.rank, self.world = shard
         if self.pack.mode == "concat":
-            self.index = TokenIndex(draw, batch_size)
+            self.index = TokenIndex(draw, global_batch)
 
     def gather_into(self, idx: np.ndarray, slot: list[np.ndarray], step: int = 0) -> PackedRows:  # type: ignore[override]
         """The packed rows of ``step`` in the arrays of ``slot``: in concat
@@ -252,7 +288,28 @@ class PackStream(RaggedStream):
         ``first_fit`` mode the records ``idx`` placed into the rows."""
         if self.pack.mode == "concat":
             return self._concat(step, slot)
+        if self.world > 1:  # the step's global batch; this rank's slice of it is idx
+            idx = self.draw(step, np.empty(self.global_batch, dtype=np.int64))
         return self._first_fit(idx, slot)
+
+    def _records_gather(self, idx: np.ndarray, slot: list[np.ndarray]) -> Any:
+        """The packed record batch of ``idx`` (a mixture's stream gathers
+        from its sources)."""
+        if self.source_starts is not None:
+            return self.dataset.gather_into(idx, slot)
+        return super().gather_into(idx, slot)
+
+    def _sources(self, slot: list[np.ndarray], rec: np.ndarray) -> np.ndarray:
+        """The source of each segment's record (-1 for padding): its
+        position in the mixture's sources, 0 for a single store."""
+        s = rec.shape[0]
+        out = _fit(slot, _FROM, s, np.int32)[:s]
+        if self.source_starts is None:
+            np.copyto(out, 0)
+        else:
+            np.copyto(out, np.searchsorted(self.source_starts, rec, side="right") - 1, casting="unsafe")
+        np.copyto(out, -1, where=rec < 0)
+        return out
 
     def _gather(self, idx: np.ndarray, slot: list[np.ndarray], lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One packed native gather of the records ``idx`` (whose lengths
@@ -262,7 +319,7 @@ class PackStream(RaggedStream):
         for i in (1, 3):
             _fit(slot, i, k, np.int64)
         _fit(slot, 2, k + 1, self.offsets_dtype)
-        got = super().gather_into(idx, slot)
+        got = self._records_gather(idx, slot)
         if not np.array_equal(got.lengths, lens):
             j = int(np.argmax(got.lengths != lens))
             raise RuntimeError(
@@ -276,7 +333,7 @@ class PackStream(RaggedStream):
         if index is None:
             raise RuntimeError(f"stream {self.name!r}: a concat packing stream was not given its sampler")
         total, length = self.tokens, self.length
-        first = step * total
+        first = (step * self.world + self.rank) * total  # this rank's stretch of the global step
         t0, r0 = index.locate(first, self.dataset)
         t1, _ = index.locate(first + total - 1, self.dataset)
         buf = np.empty(index.batch_size, dtype=np.int64)
@@ -306,7 +363,7 @@ class PackStream(RaggedStream):
         seg, pos, nseg, cu = self._marks(slot, starts, s)
         np.copyto(nseg, seg[:, -1])
         cu[s] = total
-        return PackedRows(rows, seg, pos, cu, nseg, rec, at, 0)
+        return PackedRows(rows, seg, pos, cu, nseg, rec, at, 0, self._sources(slot, rec))
 
     def _marks(
         self, slot: list[np.ndarray], starts: np.ndarray, s: int, real: np.ndarray | None = None
@@ -336,7 +393,12 @@ class PackStream(RaggedStream):
     def _first_fit(self, idx: np.ndarray, slot: list[np.ndarray]) -> PackedRows:
         total, length, nrows = self.tokens, self.length, self.rows
         lens = self.dataset.lengths(idx)
-        pieces, used, dropped = first_fit(lens, length, nrows, self.pack.long == "truncate")
+        pieces, used, dropped = first_fit(lens, length, nrows * self.world, self.pack.long == "truncate")
+        if self.world > 1:  # this rank's rows of the global placement
+            lo = self.rank * nrows
+            pieces = pieces[(pieces[:, 3] >= lo) & (pieces[:, 3] < lo + nrows)]
+            pieces[:, 3] -= lo
+            used = used[lo : lo + nrows]
         placed = np.unique(pieces[:, 0])  # record positions with a piece, in order
         dense = slot[_DENSE][: total * self.row_items].reshape((total, *self.item_shape))
         n = placed.shape[0]
@@ -382,7 +444,8 @@ class PackStream(RaggedStream):
         np.max(seg, axis=1, out=nseg)
         cu[s] = total
         return PackedRows(
-            dense.reshape((nrows, length, *self.item_shape)), seg, pos, cu, nseg, rec, at, dropped
+            dense.reshape((nrows, length, *self.item_shape)), seg, pos, cu, nseg, rec, at, dropped,
+            self._sources(slot, rec),
         )
 
 
@@ -413,4 +476,5 @@ class PackPool(RaggedPool):
             np.empty(segs, dtype=np.int64),
             np.empty(total if fit else 0, dtype=np.int64),
             np.empty(total if fit else 0, dtype=bool),
+            np.empty(segs, dtype=np.int32),
         ]

@@ -111,7 +111,8 @@ def check_state(state: Any, mine: Mapping[str, Any], end: int | None) -> int:
     for key in ("sampler", "seed", "pass"):
         if key in theirs and theirs[key] != mine[key]:
             raise ValueError(f"state_dict has {key}={state[key]!r} but this loader has {key}={mine[key]!r}")
-    if state.get("pack", {}) != mine.get("pack", {}):  # a step of packed rows is another step
+    if _global_pack(state.get("pack", {}), theirs["shard"]) != _global_pack(mine.get("pack", {}), mine["shard"]):
+        # a step of packed rows is another step
         raise ValueError(
             f"state_dict has pack={state.get('pack', {})!r} but this loader has pack={mine.get('pack', {})!r}"
         )
@@ -120,6 +121,19 @@ def check_state(state: Any, mine: Mapping[str, Any], end: int | None) -> int:
     if end is not None and step > end:
         raise ValueError(f"state_dict has step={step}, past the end of this {end}-step loader")
     return step
+
+
+def _global_pack(pack: Any, shard: Any) -> Any:
+    """A state's ``pack`` entry with each explicit per-rank ``rows`` counted
+    over the world (packing is global: the ranks of a world split the rows
+    of one global packing), so that states of two worlds with the same
+    global rows compare equal; anything malformed is returned as it is, to
+    be refused as unequal."""
+    try:
+        world = int(shard[1])
+        return {k: [v[0], v[1], None if v[2] is None else int(v[2]) * world, *v[3:]] for k, v in pack.items()}
+    except (TypeError, ValueError, IndexError, KeyError, AttributeError):
+        return pack
 
 
 def _compare_global_batch(batch_size: Any, shard: Any, mine_bs: int, mine_shard: Any) -> None:

@@ -222,6 +222,13 @@ class DataLoader:
             mode) makes every stream of the loader a packed one and runs
             without ``epoch=True``; ``"first_fit"`` packs each step's records
             and gathers the other streams at the step's indices as usual.
+            Packing is global over the ranks (the step's global batch into
+            ``rows x world`` rows, of which this rank gets its ``rows``), so
+            an elastic resume is exact; a custom sampler packs its own
+            indices and resumes only in the world that saved the state. A
+            :class:`~loaderx.mixture.Mixture`'s ragged streams pack too
+            (``PackedRows.sources`` names each segment's source; concat
+            drops the per-row ``source`` stream).
         offsets_dtype: ``np.int64`` (default) or ``np.int32``, the dtype of a
             packed batch's offsets.
         workers: ``"auto"`` (default) starts on threads and moves to worker
@@ -408,6 +415,9 @@ class DataLoader:
         lengths = {}
         sources: dict[str, Any] = {}
         given = streams if mixture is None else mixture.loader_streams(pads, offsets_dt)
+        if mixture is not None and any(p.mode == "concat" for p in packs.values()):
+            # concat rows mix records of several steps: each segment names its source instead
+            given = {k: v for k, v in given.items() if k != mixture.source_key}
         for name, ds in given.items():
             if not isinstance(name, str):
                 raise TypeError(f"stream names must be str, got {name!r}")
@@ -462,9 +472,11 @@ class DataLoader:
             self._end = draw.steps if self._end is None else min(self._end, draw.steps)
         else:
             self.sampler = Sampler(opts.sampler, n, opts.batch_size, seed=opts.seed, shard=opts.shard)
-        for ds in sources.values():
-            if isinstance(ds, PackStream):
-                ds.bind(self.sampler, opts.batch_size)
+        if packs:
+            draw, g, shard = self._global_draw(n)
+            for ds in sources.values():
+                if isinstance(ds, PackStream):
+                    ds.bind(draw, g, shard)
         if self._end is not None and opts.start_step > self._end:
             raise ValueError(
                 f"start_step={opts.start_step} is past the end of this {self._end}-step loader"
@@ -486,6 +498,24 @@ class DataLoader:
         ]
         self._step = opts.start_step  # next step to yield while no pipeline runs
         self._init_workers()
+
+    def _global_draw(self, n: int) -> tuple[Any, int, tuple[int, int]]:
+        """What packing draws from (packing is global, see
+        :mod:`loaderx.loader._packing`): the unsharded draw of every step's
+        global batch (the ranks' slices in rank order), its size and this
+        rank's shard. A custom sampler shards itself in its own way, so it
+        packs its own indices, as a world of one (and a state of another
+        world is refused for it)."""
+        o = self.options
+        world = o.shard[1]
+        g = o.batch_size * world
+        if isinstance(self.sampler, _CustomDraw) or world == 1:
+            return self.sampler, o.batch_size, (0, 1)
+        if self._mixture is not None:
+            return self._mixture.draw(g, o.seed, (0, 1)), g, o.shard
+        if isinstance(self.sampler, _EpochDraw):
+            return _EpochDraw(n, g, (0, 1), self.sampler.order, o.drop_last), g, o.shard
+        return Sampler(o.sampler, n, g, seed=o.seed), g, o.shard
 
     # -- worker mode -------------------------------------------------------
 
@@ -884,6 +914,14 @@ class DataLoader:
                 past the end of a finite loader.
         """
         step = check_state(state, self.state_dict(), self._end)
+        if self._packs and isinstance(self.sampler, _CustomDraw):
+            saved, mine = list(state["shard"]), list(self._identity()[2])
+            if saved[1] != mine[1]:
+                raise ValueError(
+                    f"state_dict is from world {saved[1]}, this packed loader is in world {mine[1]}: with a "
+                    f"custom sampler ({type(self.sampler.sampler).__name__}) each rank packs its own "
+                    "indices, so packed rows resume exactly only in the world that saved them"
+                )
         if self._closed:
             raise ClosedError("the DataLoader is closed")
         self._reset()

@@ -287,6 +287,14 @@ class MixtureRaggedStream(_Parts, RaggedStream):
         per = [RaggedStream(name, ds, None, offsets_dtype).nbytes_per_item for _, ds in parts]
         self.nbytes_per_item = max(per)
 
+    def lengths(self, idx: np.ndarray) -> np.ndarray:
+        """The first-axis length of each record ``idx`` (global indices), as
+        int64, from the sources' tables: what packing plans a step with."""
+        out = np.empty(idx.shape[0], dtype=np.int64)
+        for i, rows, local in self._plan(np.asarray(idx, dtype=np.int64)):
+            out[rows] = self.parts[i][1].lengths(local)
+        return out
+
     def gather_into(self, idx: np.ndarray, slot: list[np.ndarray], step: int = 0) -> Any:
         k = idx.shape[0]
         sizes = slot[1][:k]
