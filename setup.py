@@ -66,6 +66,10 @@ class BuildPyWithGo(build_py):
     """build_py that also compiles the Go shared library."""
 
     def run(self) -> None:
+        if not getattr(self, "editable_mode", False):
+            # setuptools reuses build/lib between builds and only adds to it, so a
+            # module moved or removed since the last build would ship in the wheel
+            shutil.rmtree(os.path.join(self.build_lib, "loaderx"), ignore_errors=True)
         super().run()
         if getattr(self, "editable_mode", False):
             target = os.path.join(HERE, "loaderx", "lib")

@@ -329,3 +329,25 @@ def test_source_build_without_c_compiler_fails_in_one_sentence(tmp_path: Path) -
     assert "Traceback" not in proc.stderr, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("loaderx:")]
     assert len(lines) == 1 and "needs a C compiler" in lines[0], proc.stderr
+
+
+def test_a_build_drops_modules_an_earlier_build_left(tmp_path: Path) -> None:
+    """setuptools keeps build/lib between builds; a module moved or removed
+    since the last build must not ship in the next wheel."""
+    if shutil.which("go") is None:
+        pytest.skip("go is not installed")
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("setup.py", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", "go.mod", "go.sum"):
+        shutil.copy(ROOT / name, src / name)
+    for name in ("loaderx", "python", "capi", "zrecord", "zsampler"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "lib", "testdata"))
+    stale = src / "build" / "lib" / "loaderx" / "_moved_away.py"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("raise ImportError('a module of an earlier build')\n")
+    proc = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", "build/lib"],
+                          cwd=src, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not stale.exists()
+    assert (src / "build" / "lib" / "loaderx" / "loader" / "mixture.py").is_file()
+    assert list((src / "build" / "lib" / "loaderx" / "lib").glob("libloaderx.*"))
