@@ -1,7 +1,7 @@
 """Worker processes for a :class:`loaderx.dataloader.DataLoader` whose
 transform is Python code that the GIL would serialise on threads.
 
-The file stays past 700 lines because the worker's loop and the consumer's
+It stays one file past 700 lines because the worker's loop and the consumer's
 dispatch speak one message protocol (job, done, error, grow, slot, drop,
 cancel, skip, ready, fatal, stop) about the slots between them; split, each
 half would only make sense next to the other. The shared memory itself (the
