@@ -71,11 +71,13 @@ _CHILD = textwrap.dedent(
                 if snapshot() != before:
                     say("touched")
                     return
-        threading.Thread(target=watch, daemon=True).start()
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
         try:
             h = create(*args, **kwargs)
         finally:
             done.set()
+            watcher.join()  # not left writing to stdout while the interpreter shuts down
         say("created")
         return h
     native.store_create = store_create
