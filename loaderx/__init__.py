@@ -16,8 +16,9 @@ loader), :mod:`loaderx.sampler` (index generation), :mod:`loaderx.zrecord`
 (raw byte records), :mod:`loaderx.arrow` (Arrow, Parquet, Hugging Face),
 :mod:`loaderx.torch`, :mod:`loaderx.jax`, :mod:`loaderx.dlpack`,
 :mod:`loaderx.packing` (sequence packing's options), :mod:`loaderx.mixture`
-(weighted mixtures of sources) and :mod:`loaderx.errors`. Each of the first
-eleven is a thin public face that
+(weighted mixtures of sources), :mod:`loaderx.ray` (Ray Data's datasink and
+datasource) and :mod:`loaderx.errors`. Each of the first
+twelve is a thin public face that
 re-exports its names from the subpackage holding the code:
 
 * ``loaderx.store``: the binding, the store handle, element types, pages,
@@ -25,7 +26,7 @@ re-exports its names from the subpackage holding the code:
 * ``loaderx.loader``: the DataLoader and its options, pipeline, process
   pool, saved state, ``workers="auto"``, ragged gather and sampler;
 * ``loaderx.io``: Arrow, Parquet and Hugging Face sources;
-* ``loaderx.integrations``: torch, jax and dlpack.
+* ``loaderx.integrations``: torch, jax, dlpack and ray.
 
 Layers, top to bottom; a module imports only from rows below its own, and
 never a private (``_``) name of a public module; a subpackage module is named
@@ -35,8 +36,8 @@ relative ones resolved, against it)::
 
     __main__
     cli
-    converter  dataset  zrecord  dataloader  sampler  arrow  torch  jax  dlpack  packing  mixture
-    integrations.torch  integrations.jax
+    converter  dataset  zrecord  dataloader  sampler  arrow  torch  jax  dlpack  packing  mixture  ray
+    integrations.torch  integrations.jax  integrations.ray
     loader.dataloader  io.arrow
     loader.options  io.multistream
     loader._procpool  loader.mixture
@@ -54,8 +55,10 @@ the public faces; nothing inside the package imports them, so each public
 name has one home and a facade's import costs only its subpackage module.
 ``integrations.torch`` and ``integrations.jax`` fit a loader into those
 frameworks' habits (an ``IterableDataset`` split across torch's workers;
-batches put onto devices with a sharding and prefetched); each imports its
-framework, so nothing else imports them. ``loader.dataloader`` is the public
+batches put onto devices with a sharding and prefetched), and
+``integrations.ray`` plugs datasets into Ray Data (a datasink writing one
+shard per write task, committed once; a datasource reading by shard and
+record range); each imports its framework, so nothing else imports them. ``loader.dataloader`` is the public
 loader, its arguments checked into a ``LoaderOptions`` by ``loader.options``,
 over ``loader._pipeline`` (worker threads, the step window, recycled batch
 buffers), ``loader._procpool`` (worker processes handing batches back in

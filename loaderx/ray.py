@@ -1,0 +1,23 @@
+"""loaderx datasets in Ray Data: :class:`LoaderxDatasink` and :func:`write`
+(a Ray dataset written as a sharded dataset, one shard per write task,
+committed once), :class:`LoaderxDatasource` and :func:`read` (any loaderx
+dataset read into Ray). Importing this module imports ray and checks its
+version against :data:`SUPPORTED_RAY`.
+
+The public face of :mod:`loaderx.integrations.ray`, where the code and its full
+documentation live; import from here.
+"""
+
+from __future__ import annotations
+
+from loaderx.integrations.ray import (
+    BLOCK_BYTES,
+    COLUMN,
+    SUPPORTED_RAY,
+    LoaderxDatasink,
+    LoaderxDatasource,
+    read,
+    write,
+)
+
+__all__ = ["LoaderxDatasink", "LoaderxDatasource", "write", "read", "SUPPORTED_RAY", "BLOCK_BYTES", "COLUMN"]
