@@ -303,7 +303,8 @@ class LoaderxDatasink(Datasink):
 
     Use it with ``ray_dataset.write_datasink(LoaderxDatasink(path))``, or
     :func:`write`. After a successful write, :attr:`manifest` is the
-    committed :class:`loaderx.store.shards.Manifest`.
+    committed :class:`loaderx.store.shards.Manifest` and :attr:`write_tasks`
+    the number of write tasks (tasks without rows write no shard).
 
     Args:
         path: the dataset directory; created if missing. With
@@ -354,6 +355,7 @@ class LoaderxDatasink(Datasink):
         self._started = False
         self._created = False
         self.manifest: shards.Manifest | None = None
+        self.write_tasks: int | None = None
 
     @property
     def path(self) -> str:
@@ -401,6 +403,7 @@ class LoaderxDatasink(Datasink):
         """On the driver, once every task succeeded: commit the shards in task
         order (one manifest rename). A refusal raises, and Ray then calls
         :meth:`on_write_failed`."""
+        self.write_tasks = len(write_result.write_returns)
         done = sorted((r for r in write_result.write_returns if r is not None), key=lambda r: r["task"])
         written = [r for r in done if r["name"] is not None]
         names = [r["name"] for r in written]
