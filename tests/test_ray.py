@@ -252,6 +252,14 @@ def test_the_sink_refuses_a_directory_a_commit_would_clobber(tmp_path):
     with pytest.raises(StoreExistsError, match="notes.txt"):
         lxray.LoaderxDatasink(tmp_path / "other").on_write_start(None)
     assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
+    (tmp_path / "hidden" / ".git").mkdir(parents=True)
+    with pytest.raises(StoreExistsError, match="'.git'"):
+        lxray.LoaderxDatasink(tmp_path / "hidden").on_write_start(None)
+    # what a killed first write left (a partial shard, a lock) is no reason to refuse
+    (tmp_path / "left" / "ray-0123456789ab-0123456789abcdef" / "x").mkdir(parents=True)
+    (tmp_path / "left" / ".writing-ray-0123456789ab-0123456789abcdef.lock").touch()
+    m = lxray.write(ray.data.from_numpy(np.ones((2, 2), np.uint8)), tmp_path / "left")
+    assert listing(tmp_path / "left") == {s.name for s in m.shards}
     loaderx.from_numpy(tmp_path / "single", np.zeros((2, 2), np.uint8))
     with pytest.raises(StoreExistsError, match="append needs a sharded dataset"):
         lxray.LoaderxDatasink(tmp_path / "single", mode="append").on_write_start(None)
@@ -358,6 +366,11 @@ def test_read_sharded_datasets_of_both_layouts(tmp_path):
     assert back.column("ids").to_pylist() == [a.tolist() for a in expected_ids(x)]
     assert np.array_equal(np.concatenate([ray.get(r)["x"] for r in rds.to_numpy_refs()]), x)
     assert rds.count() == 20
+    # one stream of a sharded multi-stream dataset
+    one = lxray.LoaderxDatasource(tmp_path / "ms" / "ids")
+    assert one.columns == ["ids"] and one.num_rows == 20
+    got = pa.concat_tables(ray.get(lxray.read(tmp_path / "ms" / "ids").to_arrow_refs()))
+    assert got.column_names == ["ids"] and got.column("ids").to_pylist() == [a.tolist() for a in expected_ids(x)]
 
 
 def test_read_refuses_what_it_cannot_read(tmp_path):

@@ -53,6 +53,10 @@ exact.
 Ray Data's ``Datasink`` and ``Datasource`` are developer APIs that change
 between Ray releases, so this module checks the installed version against
 :data:`SUPPORTED_RAY` at import and refuses others with an ImportError.
+
+The sink and the source stay in this one module (past 700 lines) because
+they are the two halves of one mapping between Ray's column types and
+loaderx streams, and the only place that imports ray and checks its version.
 """
 
 from __future__ import annotations
@@ -263,28 +267,41 @@ def _task_table(blocks: Iterable[Any], columns: Sequence[str] | None, ragged: fr
     return pa.concat_tables(tables)
 
 
+#: A shard's name as ShardWriter makes it: a prefix, a dash, 16 hex digits.
+_SHARD_NAME = re.compile(r"[^.][^/]*-[0-9a-f]{16}")
+
+
+def _sharding_leftover(path: str, entry: str) -> bool:
+    """Whether ``entry`` is what shard writers and commits leave in a dataset
+    directory (a lock, a store's staging directory, a manifest being
+    written, a shard that was never committed)."""
+    if entry.startswith(".writing-") or entry == ".commit.lock" or entry.startswith(".manifest.json.tmp-"):
+        return True
+    if entry.startswith("."):
+        return ".zrecord-create-" in entry
+    sub = os.path.join(path, entry)
+    return not os.path.islink(sub) and os.path.isdir(sub) and _SHARD_NAME.fullmatch(entry) is not None
+
+
 def _check_target(path: str, mode: str) -> None:
-    """Refuse a ``path`` that a commit would clobber: anything but nothing, an
-    empty directory, a sharded dataset, or (``mode="overwrite"``) a loaderx
-    store or directory of stores, or the shards of a job that never
-    committed. A commit deletes every entry it does not name."""
+    """Refuse a ``path`` that a commit would clobber, since a commit deletes
+    every entry it does not name. Accepted: nothing, an empty directory, a
+    sharded dataset, what failed writes left, and (``mode="overwrite"``) a
+    loaderx store or directory of stores."""
     if not os.path.lexists(path):
         return
     if os.path.islink(path) or not os.path.isdir(path):
         raise StoreExistsError(f"{path!r} already exists and is not a directory")
+    entries = [e for e in os.listdir(path) if not _sharding_leftover(path, e)]
     if shards.is_sharded(path):
         shards.read_manifest(path)  # a damaged manifest is reported before any work
-        return
-    entries = [e for e in os.listdir(path) if not e.startswith(".writing-")]
-    if not entries:
-        return
-    single = os.path.isfile(os.path.join(path, META_FILE))
-    if mode == "append" and (single or is_multistream(path)):
-        raise StoreExistsError(
-            f"{path!r} holds a loaderx {'store' if single else 'multi-stream dataset'}, not a sharded one; "
-            "append needs a sharded dataset (write it with mode='overwrite' to replace it)"
-        )
-    if single:
+        entries = [e for e in entries if e != shards.MANIFEST_FILE]
+    elif os.path.isfile(os.path.join(path, META_FILE)) or is_multistream(path):
+        if mode == "append":
+            raise StoreExistsError(
+                f"{path!r} holds a loaderx store or directory of stores, not a sharded dataset; append needs "
+                "a sharded dataset (write it with mode='overwrite' to replace it)"
+            )
         return
     for e in entries:
         sub = os.path.join(path, e)
@@ -292,7 +309,8 @@ def _check_target(path: str, mode: str) -> None:
             os.path.isfile(os.path.join(sub, META_FILE)) or is_multistream(sub)
         ):
             raise StoreExistsError(
-                f"{path!r} holds {e!r}, which is not a loaderx store or shard; refusing to write a dataset there"
+                f"{path!r} holds {e!r}, which is not part of a loaderx dataset; refusing to write there, as "
+                "the commit would delete it"
             )
 
 
@@ -609,6 +627,11 @@ class LoaderxDatasource(Datasource):
         return "Loaderx"
 
     @property
+    def columns(self) -> list[str]:
+        """The Ray columns the blocks hold, in order."""
+        return [s.name for s in self._streams]
+
+    @property
     def num_rows(self) -> int:
         """The records of each stream."""
         return sum(n for _, n in self._shards)
@@ -674,9 +697,10 @@ def _empty(s: _Stream) -> Any:
 
 def _describe(path: str) -> tuple[str, dict[str, _Stream], list[tuple[str, int]]]:
     """A dataset's layout, streams and ``(directory, records)`` per shard."""
-    if shards.is_sharded(path):
-        m = shards.read_manifest(path)
-        where = os.path.join(path, shards.MANIFEST_FILE)
+    resolved = shards.resolve(path)
+    if resolved is not None:
+        root, only, m = resolved
+        where = os.path.join(root, shards.MANIFEST_FILE)
         streams = {
             (COLUMN if m.layout == "store" else name): _Stream(
                 COLUMN if m.layout == "store" else name,
@@ -685,8 +709,9 @@ def _describe(path: str) -> tuple[str, dict[str, _Stream], list[tuple[str, int]]
                 tuple(int(d) for d in info.item_shape),
             )
             for name, info in m.streams.items()
+            if not only or name == only
         }
-        return m.layout, streams, [(os.path.join(path, s.name), int(s.length)) for s in m.shards]
+        return m.layout, streams, [(os.path.join(root, s.name), int(s.length)) for s in m.shards]
     if os.path.isfile(os.path.join(path, META_FILE)):
         stream, n = _stream_of(COLUMN, path)
         return "store", {COLUMN: stream}, [(path, n)]
