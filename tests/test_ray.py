@@ -207,24 +207,44 @@ def test_the_failed_jobs_finished_shards_are_abandoned_at_once(tmp_path):
     assert np.array_equal(loaderx.DenseDataset(path / "data")[:], np.zeros((3, 2), np.int8))
 
 
-def test_tasks_that_disagree_on_a_columns_kind_commit_nothing_unless_named_ragged(tmp_path):
+def test_tasks_that_disagree_on_a_columns_kind_are_made_ragged_before_the_commit(tmp_path):
     """Ray types a batch of equal-length arrays as a fixed-shape tensor: a
-    write task that sees only such batches cannot know the column is ragged."""
+    write task that sees only such batches writes the column dense, and the
+    driver rewrites that shard's stream ragged before committing."""
     rows = [{"n": i} for i in range(8)]
 
     def ids(batch):
         n = batch["n"]
         width = (lambda v: 3) if n[0] == 0 else (lambda v: v % 3 + 1)  # block 0: equal lengths
-        return {"ids": [np.full(width(int(v)), int(v), dtype=np.int32) for v in n]}
+        return {"ids": [np.full(width(int(v)), int(v), dtype=np.int32) for v in n], "n": n}
 
     rds = ray.data.from_items(rows, override_num_blocks=2).map_batches(ids, batch_size=None)
     want = [[i] * 3 for i in range(4)] + [[i] * (i % 3 + 1) for i in range(4, 8)]
-    with pytest.raises(ValueError, match="ragged="):
-        lxray.write(rds, tmp_path / "k")
-    assert not shards.is_sharded(tmp_path / "k")
-    m = lxray.write(rds, tmp_path / "k", ragged=["ids"])
-    assert len(m.shards) == 2 and streams(m) == {"ids": info("ragged", "int32", ())}
-    assert [r.tolist() for r in loaderx.RaggedDataset(tmp_path / "k" / "ids")[:]] == want
+    for name, opts in (("k", {}), ("r", {"ragged": ["ids"]})):
+        m = lxray.write(rds, tmp_path / name, **opts)
+        assert len(m.shards) == 2
+        assert streams(m) == {"ids": info("ragged", "int32", ()), "n": info("dense", "int64", ())}
+        assert [r.tolist() for r in loaderx.RaggedDataset(tmp_path / name / "ids")[:]] == want
+        assert listing(tmp_path / name) == {s.name for s in m.shards}
+        for s in m.shards:  # nothing staged is left inside a shard
+            assert sorted(os.listdir(tmp_path / name / s.name)) == ["ids", "n"]
+
+
+def test_tasks_that_disagree_on_a_dtype_commit_nothing(tmp_path):
+    path = tmp_path / "d"
+    lxray.write(ray.data.from_numpy(np.arange(4, dtype=np.int64)).rename_columns({"data": "n"}), path)
+    manifest = (path / shards.MANIFEST_FILE).read_bytes()
+
+    def widen(batch):
+        n = batch["n"]
+        return {"n": n.astype(np.int32 if n[0] == 0 else np.int64)}
+
+    rds = ray.data.from_items([{"n": i} for i in range(6)], override_num_blocks=2).map_batches(widen, batch_size=None)
+    with pytest.raises(ValueError, match="dtype"):
+        lxray.write(rds, path)
+    assert (path / shards.MANIFEST_FILE).read_bytes() == manifest
+    assert listing(path) == {s.name for s in shards.read_manifest(path).shards}
+    assert loaderx.MSDataset(path)["n"][:].tolist() == [0, 1, 2, 3]
 
 
 def test_a_task_whose_blocks_mix_fixed_and_variable_tensors_stores_them_ragged(tmp_path):

@@ -31,9 +31,13 @@ becomes a ragged stream. Ray chooses a column's tensor type per batch: a
 ``map_batches`` step that returns lists of arrays gives a fixed-shape tensor
 for a batch whose arrays happen to share one length and a variable-shaped one
 otherwise. Inside one write task such a column is stored ragged as soon as
-one of its blocks is; a task that saw only equal lengths cannot know about
-the others, so name such columns in ``ragged=`` (the commit refuses shards
-that disagree, with a message saying so, and keeps the previous dataset).
+one of its blocks is. A task that saw only equal lengths cannot know about
+the others and writes the column dense; before committing, the driver
+rewrites such a shard's stream ragged (reading and writing that stream of
+that shard once, logged). Naming the column in ``ragged=`` has every task
+store it ragged and spares the rewrite. Shards that still disagree (another
+dtype, another trailing shape) are refused by the commit, which keeps the
+previous dataset.
 
 With ``codec="auto"`` each shard chooses its codecs itself, per column, from
 its own first records (the rule of :func:`loaderx.arrow.from_arrow`, with the
@@ -89,6 +93,7 @@ from loaderx.io.arrow import from_arrow
 from loaderx.io.multistream import META_FILE, is_multistream
 from loaderx.store import _native, shards
 from loaderx.store._dtypes import from_schema_name
+from loaderx.store.converter import from_iterator
 from loaderx.store.dataset import DenseDataset, RaggedDataset
 
 if TYPE_CHECKING:
@@ -430,15 +435,13 @@ class LoaderxDatasink(Datasink):
             return
         if not names:
             raise ValueError(f"the Ray dataset has no rows: nothing to commit at {self._path!r}")
+        _unify_kinds(self._path, names, self._codec)
         try:
             self.manifest = shards.commit(self._path, names, append=self._mode == "append")
         except ValueError as e:
             hint = ""
             if "kind" in str(e):
-                hint = (
-                    "; Ray gives a column of equal-length arrays a fixed-shape tensor type and one of "
-                    "unequal lengths a variable-shaped one, batch by batch: name such columns in ragged="
-                )
+                hint = "; name columns that are lists in some rows in ragged= to store them ragged in every shard"
             raise ValueError(f"{e}{hint}") from e
         got = {s.name: s.length for s in self.manifest.shards}
         for r in written:
@@ -456,6 +459,38 @@ class LoaderxDatasink(Datasink):
         if self._created:
             shards.remove_if_empty(self._path)
         _log.info("loaderx: write to %s failed (%s); removed %d uncommitted shard(s)", self._path, error, removed)
+
+
+def _unify_kinds(root: str, names: Sequence[str], codec: str) -> None:
+    """Rewrite ragged every dense stream of the shards ``names`` whose column
+    is ragged in another shard, when its records fit that column (same dtype,
+    its item shape the ragged trailing shape behind a first axis): the write
+    task saw only fixed-shape tensor blocks of a column Ray typed per batch."""
+    described = {n: shards.describe(os.path.join(root, n))[1] for n in names}
+    columns = sorted({c for streams in described.values() for c in streams})
+    for c in columns:
+        infos = {n: st[c] for n, st in described.items() if c in st}
+        ragged = [i for i in infos.values() if i.kind == "ragged"]
+        if not ragged:
+            continue
+        want = ragged[0]
+        for n, i in infos.items():
+            if i.kind == "dense" and i.dtype == want.dtype and i.item_shape[1:] == want.item_shape and i.item_shape:
+                _dense_to_ragged(os.path.join(root, n, c), codec)
+                _log.info("loaderx: stream %r of shard %s came dense; rewrote it ragged", c, n)
+
+
+def _dense_to_ragged(path: str, codec: str) -> None:
+    """Replace the dense store at ``path`` (in a shard no manifest names yet)
+    by a ragged store of the same records."""
+    parent, name = os.path.split(path)
+    tag = uuid.uuid4().hex[:8]
+    staged, old = os.path.join(parent, f".{name}.ragged-{tag}"), os.path.join(parent, f".{name}.dense-{tag}")
+    with DenseDataset(path) as ds:
+        from_iterator(staged, ds, codec=codec, progress=False)
+    os.rename(path, old)
+    os.rename(staged, path)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _names(what: str, names: Sequence[str] | None) -> list[str] | None:
