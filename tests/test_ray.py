@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 import types
 from pathlib import Path
 
@@ -414,6 +415,10 @@ def test_an_unsupported_ray_is_refused_at_import(monkeypatch):
         monkeypatch.undo()
         monkeypatch.delattr(ray.data.Datasink, "on_write_failed")
         with pytest.raises(ImportError, match="Datasink has no on_write_failed"):
+            importlib.reload(module)
+        monkeypatch.undo()
+        monkeypatch.setitem(sys.modules, "ray.data.extensions", None)  # a release without these names
+        with pytest.raises(ImportError, match=r"supports ray\[data\] >=2\.60,<3.*ray\.data\.extensions"):
             importlib.reload(module)
     finally:
         monkeypatch.undo()

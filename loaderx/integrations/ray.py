@@ -75,17 +75,24 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
 import ray
-import ray.data
-from ray.data.block import BlockAccessor, BlockMetadata
-from ray.data.datasource import Datasink, Datasource, ReadTask, WriteResult
-from ray.data.extensions import (
-    ArrowTensorArray,
-    ArrowTensorType,
-    ArrowTensorTypeV2,
-    ArrowVariableShapedTensorType,
-)
+
+try:  # plain ray without its data extra, or a release too old for these names
+    import pyarrow as pa
+    import ray.data
+    from ray.data.block import BlockAccessor, BlockMetadata
+    from ray.data.datasource import Datasink, Datasource, ReadTask, WriteResult
+    from ray.data.extensions import (
+        ArrowTensorArray,
+        ArrowTensorType,
+        ArrowTensorTypeV2,
+        ArrowVariableShapedTensorType,
+    )
+except ImportError as e:  # the range is SUPPORTED_RAY's, below
+    raise ImportError(
+        f"loaderx.ray supports ray[data] >=2.60,<3 (pip install 'loaderx[ray]'); with ray "
+        f"{getattr(ray, '__version__', 'unknown')} this fails: {e}"
+    ) from e
 
 from loaderx._args import CONVERT_CODECS, check_codec
 from loaderx.errors import StoreExistsError
@@ -171,12 +178,6 @@ def _no_nulls(name: str, arr: Any) -> None:
         raise ValueError(
             f"column {name!r} holds {arr.null_count} null(s); a store has no null: fill or drop them first"
         )
-
-
-def _list_offsets(arr: Any) -> np.ndarray:
-    """The offsets of a (possibly sliced) list array, starting at 0."""
-    offs = arr.offsets.to_numpy().astype(np.int64)
-    return offs - offs[0]
 
 
 def _plain(name: str, arr: Any, ragged: bool) -> Any:
@@ -435,7 +436,13 @@ class LoaderxDatasink(Datasink):
             return
         if not names:
             raise ValueError(f"the Ray dataset has no rows: nothing to commit at {self._path!r}")
-        _unify_kinds(self._path, names, self._codec)
+        lengths = _unify_kinds(self._path, names, self._codec)
+        for r in written:
+            if lengths[r["name"]] != r["rows"]:
+                raise ValueError(
+                    f"shard {r['name']!r} of write task {r['task']} holds {lengths[r['name']]} records, "
+                    f"the task wrote {r['rows']} rows"
+                )
         try:
             self.manifest = shards.commit(self._path, names, append=self._mode == "append")
         except ValueError as e:
@@ -443,13 +450,6 @@ class LoaderxDatasink(Datasink):
             if "kind" in str(e):
                 hint = "; name columns that are lists in some rows in ragged= to store them ragged in every shard"
             raise ValueError(f"{e}{hint}") from e
-        got = {s.name: s.length for s in self.manifest.shards}
-        for r in written:
-            if got.get(r["name"]) != r["rows"]:
-                raise ValueError(
-                    f"shard {r['name']!r} of write task {r['task']} holds {got.get(r['name'])} records, "
-                    f"the task wrote {r['rows']} rows"
-                )
 
     def on_write_failed(self, error: Exception) -> None:
         """On the driver, when the job failed: commit nothing and remove the
@@ -461,12 +461,14 @@ class LoaderxDatasink(Datasink):
         _log.info("loaderx: write to %s failed (%s); removed %d uncommitted shard(s)", self._path, error, removed)
 
 
-def _unify_kinds(root: str, names: Sequence[str], codec: str) -> None:
+def _unify_kinds(root: str, names: Sequence[str], codec: str) -> dict[str, int]:
     """Rewrite ragged every dense stream of the shards ``names`` whose column
     is ragged in another shard, when its records fit that column (same dtype,
     its item shape the ragged trailing shape behind a first axis): the write
-    task saw only fixed-shape tensor blocks of a column Ray typed per batch."""
-    described = {n: shards.describe(os.path.join(root, n))[1] for n in names}
+    task saw only fixed-shape tensor blocks of a column Ray typed per batch.
+    Returns each shard's records."""
+    found = {n: shards.describe(os.path.join(root, n)) for n in names}
+    described = {n: streams for n, (_, streams, _) in found.items()}
     columns = sorted({c for streams in described.values() for c in streams})
     for c in columns:
         infos = {n: st[c] for n, st in described.items() if c in st}
@@ -478,6 +480,7 @@ def _unify_kinds(root: str, names: Sequence[str], codec: str) -> None:
             if i.kind == "dense" and i.dtype == want.dtype and i.item_shape[1:] == want.item_shape and i.item_shape:
                 _dense_to_ragged(os.path.join(root, n, c), codec)
                 _log.info("loaderx: stream %r of shard %s came dense; rewrote it ragged", c, n)
+    return {n: length for n, (_, _, length) in found.items()}
 
 
 def _dense_to_ragged(path: str, codec: str) -> None:
