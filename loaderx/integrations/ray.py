@@ -591,8 +591,13 @@ def _column(s: _Stream, data: Any) -> Any:
             return pa.array(data, type=pa.from_numpy_dtype(s.dtype))
         return ArrowTensorArray.from_numpy(data, column_name=s.name)
     lengths = np.fromiter((len(r) for r in data), dtype=np.int64, count=len(data))
-    offsets = np.zeros(len(data) + 1, dtype=np.int32)
+    offsets = np.zeros(len(data) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] > np.iinfo(np.int32).max:  # a list column's offsets are int32
+        raise ValueError(
+            f"stream {s.name!r}: {len(data)} records of {int(offsets[-1])} rows do not fit one Arrow list "
+            "block; read with a smaller block_bytes"
+        )
     flat = np.concatenate([r.reshape(-1) for r in data]) if data else np.empty(0, s.dtype)
     values = _nest(pa.array(flat, type=pa.from_numpy_dtype(s.dtype)), s.item_shape)
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values)
