@@ -735,6 +735,60 @@ def test_a_killed_writer_leaves_nothing_visible_and_a_live_one_is_kept(published
                 p.wait()
 
 
+_CHILD_COMMITTER = textwrap.dedent(
+    """
+    import sys, time
+    from loaderx.store import shards
+    end = time.monotonic() + float(sys.argv[2])
+    n = 0
+    print("ready", flush=True)
+    while time.monotonic() < end:
+        shards.commit(sys.argv[1], [], append=True)
+        n += 1
+    print(n, flush=True)
+    """
+)
+
+
+def test_writers_starting_while_another_process_commits_keep_their_shards(published):
+    # A commit probes each reservation's lock and deletes those no writer
+    # holds. A writer starting meanwhile (its lock file made, not locked yet)
+    # must neither end up holding a lock file the commit deleted (its shard
+    # would go with the next commit) nor fail to start because a probe held
+    # its lock for a moment.
+    root, data, _ = published
+    committer = spawn(_CHILD_COMMITTER, str(root), "8")
+    live: list[shards.ShardWriter] = []
+    started = 0
+    try:
+        assert committer.stdout.readline().strip() == "ready", committer.stderr.read()
+        while committer.poll() is None:
+            w = shards.ShardWriter(root)
+            os.makedirs(w.path)  # the shard in the making
+            started += 1
+            live.append(w)
+            gone = [x.name for x in live if not os.path.isdir(x.path)]
+            assert not gone, f"a commit deleted the shards of live writers {gone} ({started} started)"
+            if len(live) > 20:
+                live.pop(0).close()
+        assert committer.wait(timeout=60) == 0, committer.stderr.read()
+        commits = int(committer.stdout.readline())
+        shards.commit(root, [], append=True)
+        gone = [x.name for x in live if not os.path.isdir(x.path)]
+        assert not gone, f"a commit deleted the shards of live writers {gone} ({started} started, {commits} commits)"
+        assert started > 100 and commits > 100, (started, commits)
+    finally:
+        for w in live:
+            w.close()
+        if committer.poll() is None:
+            committer.kill()
+            committer.wait()
+    shards.commit(root, [], append=True)
+    assert sorted(os.listdir(root)) == sorted(
+        [shards.MANIFEST_FILE, ".commit.lock", *(s.name for s in shards.read_manifest(root).shards)])
+    assert_unchanged(root, manifest_bytes(root), data)
+
+
 def test_a_writer_closed_without_commit_is_cleaned_by_the_next_commit(published):
     root, _data, names = published
     [orphan] = write_dense(root, [np.zeros((3, 3), np.float32)], ["raw"])  # written, closed, never committed
