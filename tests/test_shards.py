@@ -737,15 +737,11 @@ def test_a_killed_writer_leaves_nothing_visible_and_a_live_one_is_kept(published
 
 _CHILD_COMMITTER = textwrap.dedent(
     """
-    import sys, time
+    import sys
     from loaderx.store import shards
-    end = time.monotonic() + float(sys.argv[2])
-    n = 0
     print("ready", flush=True)
-    while time.monotonic() < end:
+    for _ in range(int(sys.argv[2])):
         shards.commit(sys.argv[1], [], append=True)
-        n += 1
-    print(n, flush=True)
     """
 )
 
@@ -757,26 +753,29 @@ def test_writers_starting_while_another_process_commits_keep_their_shards(publis
     # would go with the next commit) nor fail to start because a probe held
     # its lock for a moment.
     root, data, _ = published
-    committer = spawn(_CHILD_COMMITTER, str(root), "8")
+    committer = spawn(_CHILD_COMMITTER, str(root), "300")
     live: list[shards.ShardWriter] = []
     started = 0
+    deadline = time.monotonic() + 300
     try:
         assert committer.stdout.readline().strip() == "ready", committer.stderr.read()
         while committer.poll() is None:
+            assert time.monotonic() < deadline, f"300 commits took over 300 s ({started} writers started)"
             w = shards.ShardWriter(root)
             os.makedirs(w.path)  # the shard in the making
             started += 1
             live.append(w)
             gone = [x.name for x in live if not os.path.isdir(x.path)]
             assert not gone, f"a commit deleted the shards of live writers {gone} ({started} started)"
-            if len(live) > 20:
-                live.pop(0).close()
+            if len(live) > 20:  # done with the oldest: it goes, so the directory stays small
+                old = live.pop(0)
+                old.close()
+                shutil.rmtree(old.path, ignore_errors=True)
         assert committer.wait(timeout=60) == 0, committer.stderr.read()
-        commits = int(committer.stdout.readline())
         shards.commit(root, [], append=True)
         gone = [x.name for x in live if not os.path.isdir(x.path)]
-        assert not gone, f"a commit deleted the shards of live writers {gone} ({started} started, {commits} commits)"
-        assert started > 100 and commits > 100, (started, commits)
+        assert not gone, f"a commit deleted the shards of live writers {gone} ({started} started)"
+        assert started > 100, started  # writers start far faster than commits finish
     finally:
         for w in live:
             w.close()
