@@ -788,6 +788,64 @@ def test_writers_starting_while_another_process_commits_keep_their_shards(publis
     assert_unchanged(root, manifest_bytes(root), data)
 
 
+_CHILD_CREATING = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    from loaderx.converter import from_numpy
+    from loaderx.store import shards
+    w = shards.ShardWriter(sys.argv[1], prefix=sys.argv[2])
+    print(w.name, flush=True)
+    from_numpy(w.path, np.full((64, 3), 3, np.float32), codec="raw", progress=False)
+    print("done", flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("prefix", ["shard", "part.train", "p" * 183])
+def test_a_commit_keeps_a_live_writers_store_in_the_making(published, prefix):
+    # The writer is stopped (SIGSTOP) while its store is being created, in
+    # the store's staging directory beside the shard's path; a commit then
+    # must keep that directory, whatever the prefix (dots, the longest
+    # allowed), and the writer finishes once continued.
+    root, data, names = published
+    for _attempt in range(30):
+        child = spawn(_CHILD_CREATING, str(root), prefix)
+        try:
+            name = child.stdout.readline().strip()
+            assert name.startswith(prefix + "-"), child.stderr.read()
+            stage = f".{name}.zrecord-create-"
+            while not any(e.startswith(stage) for e in os.listdir(root)) and child.poll() is None:
+                pass
+            child.send_signal(signal.SIGSTOP)
+            inside = [e for e in os.listdir(root) if e.startswith(stage)]
+            if inside:
+                shards.commit(root, [], append=True)
+                assert [e for e in os.listdir(root) if e.startswith(stage)] == inside, "the commit removed it"
+            child.send_signal(signal.SIGCONT)
+            assert child.stdout.readline().strip() == "done", child.stderr.read()
+            assert child.wait(timeout=60) == 0
+        finally:
+            if child.poll() is None:
+                child.send_signal(signal.SIGCONT)
+                child.kill()
+                child.wait()
+        if inside:
+            break
+        shards.commit(root, [], append=True)  # this one finished before the stop: clean it
+    else:
+        pytest.fail("no stop landed inside a create in 30 tries")
+    m = shards.commit(root, [name], append=True)
+    assert [s.name for s in m.shards] == [*names, name]
+    with DenseDataset(root) as ds:
+        np.testing.assert_array_equal(ds[:30], data)
+        assert len(ds) == 94
+    with shards.ShardWriter(root, prefix=prefix) as w:
+        assert len(w.name.encode()) <= 200
+    with pytest.raises(ValueError, match="184"):
+        shards.ShardWriter(root, prefix="p" * 184)
+
+
 def test_a_writer_closed_without_commit_is_cleaned_by_the_next_commit(published):
     root, _data, names = published
     [orphan] = write_dense(root, [np.zeros((3, 3), np.float32)], ["raw"])  # written, closed, never committed

@@ -75,6 +75,15 @@ _TEMP_PREFIX = "." + MANIFEST_FILE + ".tmp-"
 #: what a store directory holds; a directory with both is a store
 _STORE_FILES = ("meta.zr", "schema.msgpack")
 _LAYOUTS = ("store", "streams")
+#: what follows NAME in the hidden directory a store's Create or replacement
+#: keeps beside the path NAME (zrecord/doc.go, Durability)
+_STAGING_MARK = ".zrecord-"
+#: the longest shard name (bytes) a store keeps whole in its staging
+#: directory's name; past it Create shortens and hashes the name, which a
+#: commit could no longer tie to its writer
+_MAX_NAME_BYTES = 200
+#: what ShardWriter appends to the prefix: "-" and 16 hex digits
+_NAME_SUFFIX_BYTES = 17
 _KINDS = ("dense", "ragged")
 
 
@@ -307,6 +316,11 @@ class ShardWriter:
 
     def __init__(self, dataset_dir: PathLike, *, prefix: str = "shard") -> None:
         _check_name(prefix)
+        room = _MAX_NAME_BYTES - _NAME_SUFFIX_BYTES
+        if len(prefix.encode()) > room:
+            raise ValueError(
+                f"prefix {prefix[:40]!r}... is {len(prefix.encode())} bytes; a shard's prefix may have at most {room}"
+            )
         self.dataset_dir = os.fspath(dataset_dir)
         os.makedirs(self.dataset_dir, exist_ok=True)
         self.name = f"{prefix}-{secrets.token_hex(8)}"
@@ -465,9 +479,11 @@ def _clean(root: str, keep: set[str]) -> list[str]:
         if e.startswith(_TEMP_PREFIX):
             owner = ""  # a commit that died before its rename (we hold the commit lock)
         elif e.startswith("."):
-            # a store's own staging directory (".NAME.zrecord-create-<hex>"),
-            # left by a writer of shard NAME
-            owner = e[1:].split(".", 1)[0]
+            # a store's own staging directory (".NAME.zrecord-create-<hex>",
+            # or "-trash-" while it replaces one) of a writer of shard NAME,
+            # which may hold dots itself
+            cut = e.rfind(_STAGING_MARK)
+            owner = e[1:cut] if cut > 0 else e[1:]
             if owner in keep:
                 continue
         else:
