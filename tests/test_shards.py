@@ -496,7 +496,7 @@ def test_a_pickled_sharded_dataset_reads_in_a_spawned_process(pair, tmp_path):
     ds = DenseDataset(pair["sharded"] / "x")
     idx = np.random.default_rng(1).integers(0, N, size=64)
     blob = pickle.dumps((ds, idx))
-    assert b"shard-" not in blob  # the path travels, not the shards or handles
+    assert all(os.path.basename(p).encode() in blob for p in ds.shards)  # the manifest travels, not handles
     (tmp_path / "p.pkl").write_bytes(blob)
     out = subprocess.run(
         [sys.executable, "-c", _CHILD_READ, str(tmp_path / "p.pkl"), str(tmp_path / "out.npy")],
@@ -508,6 +508,30 @@ def test_a_pickled_sharded_dataset_reads_in_a_spawned_process(pair, tmp_path):
     again = pickle.loads(blob)[0]  # in this process: deferred, opens at first use
     np.testing.assert_array_equal(again[idx], pair["x"][idx])
     assert again.shards == ds.shards
+
+
+def test_a_pickled_sharded_dataset_keeps_the_generation_it_was_opened_at(tmp_path):
+    # A worker process gets the dataset by pickle: it must read the records
+    # the loader sized its sampler by, whatever was committed since.
+    root = tmp_path / "g"
+    data = np.arange(30 * 3, dtype=np.float32).reshape(30, 3)
+    names = make_sharded_dense(root, data, [10, 20])
+    ds = DenseDataset(root)
+    blob = pickle.dumps(ds)
+    shards.commit(root, write_dense(root, [np.full((4, 3), 8, np.float32)], ["raw"]), append=True)
+    copy = pickle.loads(blob)
+    assert len(copy) == 30
+    np.testing.assert_array_equal(copy[:], data)
+    assert copy.shards == ds.shards
+    assert len(DenseDataset(root)) == 34  # a new open sees the new generation
+    shards.commit(root, write_dense(root, [np.zeros((30, 3), np.float32)], ["raw"]))  # replaces every shard
+    copy = pickle.loads(blob)
+    with pytest.raises(CorruptStoreError, match=rf"{names[0]}.*missing.*since"):
+        copy[0]
+    np.testing.assert_array_equal(ds[:], data)  # the open original still reads its (deleted) shards
+    with DenseDataset(root) as now:
+        np.testing.assert_array_equal(now[:], np.zeros((30, 3), np.float32))
+    ds.close()
 
 
 # -- commit --------------------------------------------------------------------

@@ -309,7 +309,15 @@ class _StoreView(StoreHandle):
             resolved = shards.resolve(self._path)  # an unpickled instance
         if resolved is not None:
             dtype, item_shape = _manifest_schema(self._path, self._kind, resolved[2], resolved[1])
-            handle = _open_shards(self._path, self._kind, resolved)
+            try:
+                handle = _open_shards(self._path, self._kind, resolved)
+            except CorruptStoreError as e:
+                if self._sharded is not None and _replaced_since(resolved):
+                    raise CorruptStoreError(
+                        f"{e}; {self._path!r} was opened (or pickled) at an earlier commit, and a commit since "
+                        "replaced its shards: open it again"
+                    ) from None
+                raise
             self._sharded = resolved
         else:
             dtype, item_shape = _read_schema(self._path, self._kind)
@@ -439,13 +447,35 @@ class _StoreView(StoreHandle):
         # unpickling a read-only dataset must not call the native library (in
         # a forked worker that raises where a pool cannot report it), so the
         # copy opens the store at its first use. A writer reopens at once.
+        # A sharded dataset's copy takes the manifest along and opens the
+        # shards this one has, so a worker reads the records its loader was
+        # sized by even after a commit (or fails naming a shard now gone).
         if self._writable:
             return (_reopen_writable, (type(self), self._path))
+        if self._sharded is not None:
+            return (_reopen_sharded, (type(self), self._path, self._sharded))
         return (type(self)._deferred, (self._path,))
 
 
 def _reopen_writable(cls: type, path: str) -> Any:
     return cls(path, writable=True)
+
+
+def _reopen_sharded(cls: type, path: str, resolved: tuple[str, str, shards.Manifest]) -> Any:
+    obj = cls._deferred(path)
+    obj._sharded = resolved
+    obj._header_length = resolved[2].length
+    return obj
+
+
+def _replaced_since(resolved: tuple[str, str, shards.Manifest]) -> bool:
+    """Whether the manifest at ``resolved``'s root no longer names every
+    shard of ``resolved``'s manifest."""
+    try:
+        now = shards.read_manifest(resolved[0])
+    except (OSError, CorruptStoreError):
+        return False
+    return not {s.name for s in resolved[2].shards} <= {s.name for s in now.shards}
 
 
 class DenseDataset(_StoreView):
