@@ -198,6 +198,11 @@ def verify_sharded(path: PathLike, kind: str | None = None) -> VerifyReport:
     resolved = shards.resolve(p)
     if resolved is None:
         raise ValueError(f"{p!r} is not a sharded dataset (no {shards.MANIFEST_FILE})")
+    return _verify_resolved(p, resolved, kind)
+
+
+def _verify_resolved(p: str, resolved: tuple[str, str, shards.Manifest], kind: str | None) -> VerifyReport:
+    """:func:`verify_sharded` of the shards ``resolved`` names."""
     root, stream, m = resolved
     info = m.streams.get(stream)
     if info is None:
@@ -419,8 +424,8 @@ class _StoreView(StoreHandle):
         every shard (:func:`verify_sharded`): one report, faults at global
         indices, files named inside their shards."""
         _ = self._h  # raises once closed; opens a deferred instance
-        if self._sharded is not None:
-            return verify_sharded(self._path, self._kind)
+        if self._sharded is not None:  # the generation this dataset opened
+            return _verify_resolved(self._path, self._sharded, self._kind)
         return super().verify()
 
     def _verify_more(self, faults: list[Fault]) -> list[Fault]:
