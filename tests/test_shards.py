@@ -266,7 +266,7 @@ def test_multistream_sharded_reads_like_the_source(tmp_path):
     from loaderx.arrow import MSDataset
 
     rng = np.random.default_rng(11)
-    names, src = write_multistream(tmp_path, rng, [13, 1, 40, 7], ["raw", "zstd", "zstd", "raw"])
+    names, src = write_multistream(tmp_path, rng, [13, 0, 1, 40, 7], ["raw", "zstd", "raw", "zstd", "raw"])
     n = 61
     m = shards.read_manifest(tmp_path)
     assert m.layout == "streams" and sorted(m.streams) == ["id", "tok", "x"] and m.length == n
@@ -573,8 +573,8 @@ def test_commit_refuses_a_disagreeing_shard_and_changes_nothing(published, bad, 
             shards.commit(root, named, append=append)
         msg = str(e.value)
         assert field in msg and value in msg, msg
-        # the shard named is the one that disagrees with those before it
-        assert repr(odd) in msg or repr(names[0]) in msg, msg
+        # the message names the disagreeing pair: the odd shard and the first one
+        assert repr(odd) in msg and repr(names[0]) in msg, msg
         assert_unchanged(root, before, data)
         assert all(os.path.isdir(root / s) for s in (*names, odd))  # a refused commit deletes nothing
 
