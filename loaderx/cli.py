@@ -7,9 +7,11 @@ COMMAND ...``. Every command prints readable text, or one JSON document with
 ``info PATH``
     kind, dtype, shape, length, codec, dictionary size, on-disk and logical
     bytes, compression ratio and format version of a store (or of every
-    stream of a multi-stream directory).
+    stream of a multi-stream directory); of a sharded dataset, its shard
+    count and the shards' summed figures.
 ``verify PATH``
-    a full integrity scan; lists what is damaged.
+    a full integrity scan; lists what is damaged (every shard of a sharded
+    dataset, its faults at the dataset's global indices).
 ``convert SRC DST``
     from ``.npy`` (memory-mapped), ``.npz``, a directory of ``.npy`` files,
     Parquet, Arrow IPC / Feather files or a saved Hugging Face dataset.
@@ -49,9 +51,9 @@ from loaderx._args import CONVERT_CODECS
 from loaderx._progress import Progress
 from loaderx.errors import CorruptStoreError, StoreExistsError, StoreLockedError
 from loaderx.io.arrow import MSDataset, arrow_source, from_arrow, is_multistream
-from loaderx.store import _native
+from loaderx.store import _native, shards
 from loaderx.store.converter import DICT_TIERS, from_numpy
-from loaderx.store.dataset import DenseDataset, RaggedDataset
+from loaderx.store.dataset import DenseDataset, RaggedDataset, verify_sharded
 from loaderx.store.zrecord import Zrecord
 
 __all__ = ["main", "EXIT_CODES"]
@@ -88,7 +90,13 @@ class CommandError(Exception):
 
 def _store_kind(path: str) -> str:
     """``"dense"``, ``"ragged"``, ``"raw"`` (a Zrecord without schema) or
-    ``"multistream"``; raises CommandError when ``path`` holds no store."""
+    ``"multistream"``, for a store or a sharded dataset (or one stream of a
+    sharded multi-stream one, a path that need not exist); raises
+    CommandError when ``path`` holds no store."""
+    resolved = shards.resolve(path)
+    if resolved is not None:
+        _, stream, m = resolved
+        return "multistream" if m.layout == "streams" and not stream else m.streams[stream].kind
     if not os.path.exists(path):
         raise CommandError(f"{path}: no such file or directory")
     if not os.path.isdir(path):
@@ -155,6 +163,8 @@ def _store_info(path: str, kind: str) -> dict[str, Any]:
         checksummed=bool(stats.get("checksummed", False)),
         verified_reads=bool(stats.get("verified", False)),
     )
+    if "shards" in stats:  # a sharded dataset: its figures are the shards' sums
+        info["shards"] = int(stats["shards"])
     return info
 
 
@@ -187,6 +197,8 @@ def _info_text(info: dict[str, Any]) -> list[str]:
         else:
             lines.append(f"  item shape      (L, {', '.join(map(str, info['item_shape']))})".replace(", )", ")"))
     lines.append(f"  length          {info['length']:,}")
+    if "shards" in info:
+        lines.append(f"  shards          {info['shards']:,}")
     codec = info["codec"]
     if info["dict_bytes"]:
         codec += f" (dictionary {_human(info['dict_bytes'])})"
@@ -249,9 +261,13 @@ def cmd_verify(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
     for p in paths:
         bar = Progress(f"verify {p}", None, None, enabled=args.progress)
         try:
-            with Zrecord(p, readonly=True) as zr:
-                report = zr.verify()
-                n = len(zr)
+            if shards.resolve(p) is not None:  # every shard scanned, faults at global indices
+                report = verify_sharded(p)
+                n = report.records
+            else:
+                with Zrecord(p, readonly=True) as zr:
+                    report = zr.verify()
+                    n = len(zr)
         finally:
             bar.close()
         found = [{"store": p, **_fault_fields(item)} for item in report]
@@ -352,7 +368,14 @@ def cmd_convert(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
     return EXIT_OK, doc, lines
 
 
+def _refuse_sharded(path: str, op: str) -> None:
+    if shards.resolve(path) is not None:
+        raise CommandError(f"{path}: a sharded dataset is read-only, so it cannot {op}; write new shards and "
+                           "commit them (loaderx.store.shards) instead")
+
+
 def cmd_compact(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
+    _refuse_sharded(args.path, "compact")
     kind = _store_kind(args.path)
     if kind == "multistream":
         raise CommandError(f"{args.path}: a multi-stream directory; compact each stream's store")
@@ -365,6 +388,7 @@ def cmd_compact(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
 
 
 def cmd_delete(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
+    _refuse_sharded(args.path, "delete records")
     kind = _store_kind(args.path)
     store: Any = MSDataset(args.path, writable=True) if kind == "multistream" else Zrecord(args.path)
 

@@ -37,6 +37,7 @@ from loaderx.store._store import (
     Fault,
     StoreHandle,
     VerifyReport,
+    _fault,
     compact_handle,
     header_length,
     open_logged,
@@ -49,7 +50,7 @@ _INT64 = np.dtype(np.int64)
 if TYPE_CHECKING:
     from loaderx._args import IndexLike, PathLike
 
-__all__ = ["DenseDataset", "RaggedDataset", "VerifyReport", "pad"]
+__all__ = ["DenseDataset", "RaggedDataset", "VerifyReport", "pad", "verify_sharded"]
 
 _ITER_BYTES = 4 << 20  # iteration reads this much per native call
 
@@ -97,7 +98,13 @@ def _read_schema(path: str, want: str) -> tuple[np.dtype, tuple[int, ...]]:
 
 
 def _manifest_schema(path: str, want: str, m: shards.Manifest, stream: str) -> tuple[np.dtype, tuple[int, ...]]:
-    info = m.streams[stream]
+    info = m.streams.get(stream)
+    if info is None:  # the root of a sharded multi-stream dataset
+        cls = {"dense": "DenseDataset", "ragged": "RaggedDataset"}.get(want, "a dataset")
+        raise ValueError(
+            f"{path!r} is a sharded multi-stream dataset of streams {sorted(m.streams)}: open it with "
+            f"MSDataset, or one stream with {cls}(os.path.join(path, stream))"
+        )
     if info.kind != want:
         other = {"dense": "DenseDataset", "ragged": "RaggedDataset"}.get(info.kind)
         hint = f"; open it with {other}" if other else ""
@@ -135,6 +142,128 @@ def _open_shards(path: str, want: str, resolved: tuple[str, str, shards.Manifest
             _native.store_close(h)
         raise
     return h
+
+
+def _size_faults(h: int, want: str, stride: int, start: int, schema_file: str, damaged: set[int]) -> list[Fault]:
+    """Records of the open store ``h`` whose size the schema rules out (a
+    dense record not of ``stride`` bytes, a ragged one not a whole number of
+    ``stride``-byte rows), as faults at global index ``start + local``; the
+    records in ``damaged`` (global indices the store's scan already
+    reported) are left out."""
+    n = int(_native.store_len(h))
+    out: list[Fault] = []
+    if want == "ragged" and not stride:
+        return out
+    for lo in range(0, n, _VERIFY_BLOCK):
+        idx = np.arange(lo, min(n, lo + _VERIFY_BLOCK), dtype=np.int64)
+        try:
+            sizes = _native.store_sizes(h, idx)
+        except CorruptStoreError:  # the store's own faults cover it
+            continue
+        if want == "dense":
+            bad = np.flatnonzero(sizes != stride)
+            need = f"{stride} bytes"
+        else:
+            bad = np.flatnonzero(sizes % stride)
+            need = f"a multiple of one row ({stride} bytes)"
+        for k in bad.tolist():
+            i = start + lo + k
+            if i not in damaged:
+                out.append(Fault(schema_file, i, f"record {i} is {int(sizes[k])} bytes, the schema needs {need}"))
+    return out
+
+
+def verify_sharded(path: PathLike, kind: str | None = None) -> VerifyReport:
+    """Verify every shard of the sharded dataset at ``path`` (or of one
+    stream of a sharded multi-stream dataset, ``root/stream``) and return one
+    :class:`VerifyReport` for all of them.
+
+    Each shard's store gets the store's own full scan
+    (``_native.verify_dir``, which reads a store that does not open, too),
+    so a damaged shard is listed rather than stopping the scan. A fault
+    keeps the file the scan named (inside the shard's directory) and gets
+    its global index, the shard's own index added to its text; a record
+    whose size the schema rules out is a fault of the shard's
+    ``schema.msgpack``; a shard that is missing, or whose store disagrees
+    with the manifest (kind, dtype, item shape, length), is a fault naming
+    the shard. ``kind`` (``"dense"`` or ``"ragged"``), when given, must be
+    the manifest's.
+
+    Raises:
+        ValueError: ``path`` is not a sharded dataset (or stream of one), or
+            not of ``kind``.
+        loaderx.errors.CorruptStoreError: the manifest itself is damaged.
+    """
+    p = os.fspath(path)
+    resolved = shards.resolve(p)
+    if resolved is None:
+        raise ValueError(f"{p!r} is not a sharded dataset (no {shards.MANIFEST_FILE})")
+    return _verify_resolved(p, resolved, kind)
+
+
+def _verify_resolved(p: str, resolved: tuple[str, str, shards.Manifest], kind: str | None) -> VerifyReport:
+    """:func:`verify_sharded` of the shards ``resolved`` names."""
+    root, stream, m = resolved
+    info = m.streams.get(stream)
+    if info is None:
+        raise ValueError(f"{p!r} is a sharded dataset of streams {sorted(m.streams)}: verify one of them")
+    if kind is not None and info.kind != kind:
+        raise ValueError(f"{p!r} is a sharded {info.kind!r} dataset, not a {kind!r} one")
+    dtype = from_schema_name(info.dtype, p)
+    stride = int(np.prod(info.item_shape, dtype=np.int64)) * dtype.itemsize
+    faults: list[Fault] = []
+    versions: list[int] = []
+    checksummed, records, checked, more, pending = True, 0, 0, 0, []
+    start = 0
+    for shard, sub in zip(m.shards, m.shard_paths(root, stream), strict=True):
+        first, start = start, start + shard.length
+        if not os.path.isdir(sub):
+            faults.append(Fault(sub, None, f"shard {shard.name!r} is missing"))
+            continue
+        try:
+            scan = _native.verify_dir(sub)
+        except (OSError, ValueError) as e:
+            faults.append(Fault(sub, None, f"shard {shard.name!r} cannot be scanned: {e}"))
+            continue
+        versions.append(int(scan["version"]))
+        checksummed = checksummed and bool(scan["checksummed"])
+        records += int(scan["records"])
+        checked += int(scan["checked"])
+        more += int(scan.get("more_faults") or 0)
+        pending += [f"{shard.name}: {x}" for x in scan.get("pending") or ()]
+        own = [_fault(f) for f in scan["faults"]]
+        for f in own:
+            if f.index is None:
+                faults.append(Fault(f.file, None, f"{f.what} (shard {shard.name!r})"))
+            else:
+                faults.append(Fault(f.file, first + f.index, f"{f.what} (shard {shard.name!r}, its record {f.index})"))
+        try:
+            kind_s, dtype_s, shape_s = _native.schema_read(sub)
+            shards.check_shard(root, m, shard, stream, kind_s, dtype_s, tuple(shape_s), int(scan["records"]))
+        except (FileNotFoundError, ValueError, CorruptStoreError) as e:
+            faults.append(Fault(os.path.join(sub, "schema.msgpack"), None, f"shard {shard.name!r}: {e}"))
+            continue
+        if own and any(f.index is None for f in own):
+            continue  # the header, table or dictionary is damaged: the store may not open
+        try:
+            h = _native.store_open(sub, readonly=True)
+        except (OSError, ValueError):
+            continue  # what keeps it from opening is among its faults
+        try:
+            damaged = {first + f.index for f in own if f.index is not None}
+            faults += _size_faults(h, info.kind, stride, first, os.path.join(sub, "schema.msgpack"), damaged)
+        finally:
+            _native.store_close(h)
+    return VerifyReport(
+        p,
+        faults,
+        version=min(versions) if versions else 0,
+        checksummed=checksummed,
+        records=records,
+        checked=checked,
+        more_faults=more,
+        pending=pending,
+    )
 
 
 class _StoreView(StoreHandle):
@@ -185,7 +314,15 @@ class _StoreView(StoreHandle):
             resolved = shards.resolve(self._path)  # an unpickled instance
         if resolved is not None:
             dtype, item_shape = _manifest_schema(self._path, self._kind, resolved[2], resolved[1])
-            handle = _open_shards(self._path, self._kind, resolved)
+            try:
+                handle = _open_shards(self._path, self._kind, resolved)
+            except CorruptStoreError as e:
+                if self._sharded is not None and _replaced_since(resolved):
+                    raise CorruptStoreError(
+                        f"{e}; {self._path!r} was opened (or pickled) at an earlier commit, and a commit since "
+                        "replaced its shards: open it again"
+                    ) from None
+                raise
             self._sharded = resolved
         else:
             dtype, item_shape = _read_schema(self._path, self._kind)
@@ -281,34 +418,23 @@ class _StoreView(StoreHandle):
         """The dtype of every element."""
         return self._dtype
 
+    def verify(self) -> VerifyReport:
+        """Read the whole store and check every checksum; see
+        :meth:`loaderx.zrecord.Zrecord.verify`. A sharded dataset verifies
+        every shard (:func:`verify_sharded`): one report, faults at global
+        indices, files named inside their shards."""
+        _ = self._h  # raises once closed; opens a deferred instance
+        if self._sharded is not None:  # the generation this dataset opened
+            return _verify_resolved(self._path, self._sharded, self._kind)
+        return super().verify()
+
     def _verify_more(self, faults: list[Fault]) -> list[Fault]:
         """Records whose size the schema rules out (a dense record not of the
         item size, a ragged one not a whole number of rows), in records the
         store itself found sound."""
-        h = self._h
-        n = int(_native.store_len(h))
         damaged = {f.index for f in faults if f.index is not None}
-        out: list[Fault] = []
         schema_file = os.path.join(self._path, "schema.msgpack")
-        for start in range(0, n, _VERIFY_BLOCK):
-            idx = np.arange(start, min(n, start + _VERIFY_BLOCK), dtype=np.int64)
-            try:
-                sizes = _native.store_sizes(h, idx)
-            except CorruptStoreError:  # the store's own faults cover it
-                continue
-            if self._kind == "dense":
-                bad = np.flatnonzero(sizes != self._stride)
-                want = f"{self._stride} bytes"
-            elif self._stride:
-                bad = np.flatnonzero(sizes % self._stride)
-                want = f"a multiple of one row ({self._stride} bytes)"
-            else:
-                continue
-            for k in bad.tolist():
-                i = start + k
-                if i not in damaged:
-                    out.append(Fault(schema_file, i, f"record {i} is {int(sizes[k])} bytes, the schema needs {want}"))
-        return out
+        return _size_faults(self._h, self._kind, self._stride, 0, schema_file, damaged)
 
     def __repr__(self) -> str:
         name = type(self).__name__
@@ -326,13 +452,35 @@ class _StoreView(StoreHandle):
         # unpickling a read-only dataset must not call the native library (in
         # a forked worker that raises where a pool cannot report it), so the
         # copy opens the store at its first use. A writer reopens at once.
+        # A sharded dataset's copy takes the manifest along and opens the
+        # shards this one has, so a worker reads the records its loader was
+        # sized by even after a commit (or fails naming a shard now gone).
         if self._writable:
             return (_reopen_writable, (type(self), self._path))
+        if self._sharded is not None:
+            return (_reopen_sharded, (type(self), self._path, self._sharded))
         return (type(self)._deferred, (self._path,))
 
 
 def _reopen_writable(cls: type, path: str) -> Any:
     return cls(path, writable=True)
+
+
+def _reopen_sharded(cls: type, path: str, resolved: tuple[str, str, shards.Manifest]) -> Any:
+    obj = cls._deferred(path)
+    obj._sharded = resolved
+    obj._header_length = resolved[2].length
+    return obj
+
+
+def _replaced_since(resolved: tuple[str, str, shards.Manifest]) -> bool:
+    """Whether the manifest at ``resolved``'s root no longer names every
+    shard of ``resolved``'s manifest."""
+    try:
+        now = shards.read_manifest(resolved[0])
+    except (OSError, CorruptStoreError):
+        return False
+    return not {s.name for s in resolved[2].shards} <= {s.name for s in now.shards}
 
 
 class DenseDataset(_StoreView):

@@ -37,6 +37,7 @@ import json
 import os
 import secrets
 import shutil
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -74,6 +75,15 @@ _TEMP_PREFIX = "." + MANIFEST_FILE + ".tmp-"
 #: what a store directory holds; a directory with both is a store
 _STORE_FILES = ("meta.zr", "schema.msgpack")
 _LAYOUTS = ("store", "streams")
+#: what follows NAME in the hidden directory a store's Create or replacement
+#: keeps beside the path NAME (zrecord/doc.go, Durability)
+_STAGING_MARK = ".zrecord-"
+#: the longest shard name (bytes) a store keeps whole in its staging
+#: directory's name; past it Create shortens and hashes the name, which a
+#: commit could no longer tie to its writer
+_MAX_NAME_BYTES = 200
+#: what ShardWriter appends to the prefix: "-" and 16 hex digits
+_NAME_SUFFIX_BYTES = 17
 _KINDS = ("dense", "ragged")
 
 
@@ -306,18 +316,17 @@ class ShardWriter:
 
     def __init__(self, dataset_dir: PathLike, *, prefix: str = "shard") -> None:
         _check_name(prefix)
+        room = _MAX_NAME_BYTES - _NAME_SUFFIX_BYTES
+        if len(prefix.encode()) > room:
+            raise ValueError(
+                f"prefix {prefix[:40]!r}... is {len(prefix.encode())} bytes; a shard's prefix may have at most {room}"
+            )
         self.dataset_dir = os.fspath(dataset_dir)
         os.makedirs(self.dataset_dir, exist_ok=True)
         self.name = f"{prefix}-{secrets.token_hex(8)}"
         self.path = os.path.join(self.dataset_dir, self.name)
         lock = os.path.join(self.dataset_dir, f"{_LOCK_PREFIX}{self.name}{_LOCK_SUFFIX}")
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise
-        self._fd: int | None = fd
+        self._fd: int | None = _take_lock(lock)
         self._lock = lock
 
     def close(self) -> None:
@@ -341,6 +350,69 @@ class ShardWriter:
 
     def __repr__(self) -> str:
         return f"ShardWriter({self.path!r})"
+
+
+#: how long a new writer retries a lock a commit's probe holds for a moment
+_TAKE_LOCK_SECONDS = 10.0
+
+
+def _take_lock(lock: str) -> int:
+    """Create and flock the reservation ``lock``; return its descriptor.
+
+    A commit deletes a lock file only while it holds its flock (see
+    :func:`_reap`), and this holds the flock on the file the path names
+    when it returns, so no commit can take the reservation from under a
+    writer. Between creating the file and locking it, a commit may probe it
+    (then the flock is busy for a moment) or find it unheld and delete it
+    (then the flock lands on a file no longer at the path): either way the
+    lock is made again."""
+    deadline = time.monotonic() + _TAKE_LOCK_SECONDS
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            if time.monotonic() > deadline:
+                raise BlockingIOError(f"shard reservation {lock!r} stays locked by another process") from None
+            time.sleep(0.0005)
+            continue
+        except OSError:
+            os.close(fd)
+            raise
+        try:
+            st = os.stat(lock)
+        except FileNotFoundError:
+            st = None
+        mine = os.fstat(fd)
+        if st is not None and (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
+            return fd
+        os.close(fd)  # a commit deleted the file before the flock: make it again
+
+
+def _reap(lock: str) -> bool:
+    """Whether a live writer holds ``lock``; if none does, delete the lock
+    file while holding its flock (so no writer can have taken it meanwhile:
+    a writer that locks it afterwards finds it gone and makes a new one)."""
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        try:
+            st = os.stat(lock)
+        except FileNotFoundError:
+            return False
+        mine = os.fstat(fd)
+        if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
+            os.unlink(lock)
+        return False
+    finally:
+        os.close(fd)  # closing drops the lock if we took it
 
 
 def _held(lock: str) -> bool:
@@ -392,23 +464,26 @@ def _clean(root: str, keep: set[str]) -> list[str]:
     return the names deleted."""
     entries = os.listdir(root)
     live = set()
-    for e in entries:
-        if e.startswith(_LOCK_PREFIX) and e.endswith(_LOCK_SUFFIX):
-            name = e[len(_LOCK_PREFIX) : -len(_LOCK_SUFFIX)]
-            if _held(os.path.join(root, e)):
-                live.add(name)
     removed = []
+    for e in entries:  # the locks of dead writers go first, each under its flock
+        if e.startswith(_LOCK_PREFIX) and e.endswith(_LOCK_SUFFIX):
+            if _reap(os.path.join(root, e)):
+                live.add(e[len(_LOCK_PREFIX) : -len(_LOCK_SUFFIX)])
+            else:
+                removed.append(e)
     for e in entries:
         if e in (MANIFEST_FILE, _COMMIT_LOCK) or e in keep:
             continue
         if e.startswith(_LOCK_PREFIX) and e.endswith(_LOCK_SUFFIX):
-            owner = e[len(_LOCK_PREFIX) : -len(_LOCK_SUFFIX)]
-        elif e.startswith(_TEMP_PREFIX):
+            continue  # reaped above, or a live writer's
+        if e.startswith(_TEMP_PREFIX):
             owner = ""  # a commit that died before its rename (we hold the commit lock)
         elif e.startswith("."):
-            # a store's own staging directory (".NAME.zrecord-create-<hex>"),
-            # left by a writer of shard NAME
-            owner = e[1:].split(".", 1)[0]
+            # a store's own staging directory (".NAME.zrecord-create-<hex>",
+            # or "-trash-" while it replaces one) of a writer of shard NAME,
+            # which may hold dots itself
+            cut = e.rfind(_STAGING_MARK)
+            owner = e[1:cut] if cut > 0 else e[1:]
             if owner in keep:
                 continue
         else:
