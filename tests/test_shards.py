@@ -880,6 +880,54 @@ def test_a_writer_closed_without_commit_is_cleaned_by_the_next_commit(published)
     assert [s.name for s in m.shards] == [*names, w.name]
 
 
+def test_a_commit_deletes_only_what_the_dataset_made(published):
+    """Files a user keeps beside the shards (notes, a .git directory, a store
+    that is no shard) survive every commit; only shards, reservations and
+    staging directories the module made are ever deleted."""
+    root, _data, names = published
+    (root / "NOTES.txt").write_text("keep me")
+    (root / ".git").mkdir()
+    (root / ".git" / "HEAD").write_text("ref: refs/heads/main")
+    from_numpy(root / "unrelated_store", np.zeros((2, 2), np.int16), codec="raw", progress=False)
+    [orphan] = write_dense(root, [np.zeros((3, 3), np.float32)], ["raw"])
+    shards.commit(root, [], append=True)
+    assert not (root / orphan).exists()
+    assert (root / "NOTES.txt").read_text() == "keep me"
+    assert (root / ".git" / "HEAD").exists()
+    assert (root / "unrelated_store" / "meta.zr").exists()
+    [new] = write_dense(root, [np.ones((4, 3), np.float32)], ["raw"])
+    shards.commit(root, [new])  # a replacing commit drops the old shards, and only them
+    assert all(not (root / n).exists() for n in names)
+    assert (root / "NOTES.txt").exists() and (root / ".git").is_dir() and (root / "unrelated_store").is_dir()
+    with DenseDataset(root) as ds:
+        np.testing.assert_array_equal(ds[:], np.ones((4, 3), np.float32))
+
+
+def test_a_sharded_commit_replaces_a_single_store_written_there(tmp_path):
+    root = tmp_path / "ds"
+    from_numpy(root, np.zeros((5, 2), np.float32), codec="raw", progress=False)
+    (root / "NOTES.txt").write_text("keep me")
+    with shards.ShardWriter(root) as w:
+        from_numpy(w.path, np.ones((3, 2), np.float32), codec="raw", progress=False)
+    shards.commit(root, [w.name])
+    left = sorted(e for e in os.listdir(root) if not e.startswith("."))
+    assert left == sorted(["NOTES.txt", shards.MANIFEST_FILE, w.name])
+    with DenseDataset(root) as ds:
+        np.testing.assert_array_equal(ds[:], np.ones((3, 2), np.float32))
+
+
+def test_abandon_keeps_a_shard_a_live_writer_holds(published):
+    root, _data, names = published
+    live = shards.ShardWriter(root)
+    from_numpy(live.path, np.zeros((2, 3), np.float32), codec="raw", progress=False)
+    [done] = write_dense(root, [np.zeros((3, 3), np.float32)], ["raw"])
+    assert shards.abandon(root, [live.name, done, names[0]]) == [done]
+    assert (root / live.name).is_dir() and not (root / done).exists() and (root / names[0]).is_dir()
+    live.close()
+    assert shards.abandon(root, [live.name]) == [live.name]
+    assert not (root / live.name).exists()
+
+
 # -- damage at open or read ----------------------------------------------------
 
 

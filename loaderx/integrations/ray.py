@@ -290,8 +290,8 @@ def _sharding_leftover(path: str, entry: str) -> bool:
 
 
 def _check_target(path: str, mode: str) -> None:
-    """Refuse a ``path`` that a commit would clobber, since a commit deletes
-    every entry it does not name. Accepted: nothing, an empty directory, a
+    """Refuse a ``path`` that holds anything but a loaderx dataset, so a
+    dataset never shares its directory with other files. Accepted: nothing, an empty directory, a
     sharded dataset, what failed writes left, and (``mode="overwrite"``) a
     loaderx store or directory of stores."""
     if not os.path.lexists(path):
@@ -315,8 +315,8 @@ def _check_target(path: str, mode: str) -> None:
             os.path.isfile(os.path.join(sub, META_FILE)) or is_multistream(sub)
         ):
             raise StoreExistsError(
-                f"{path!r} holds {e!r}, which is not part of a loaderx dataset; refusing to write there, as "
-                "the commit would delete it"
+                f"{path!r} holds {e!r}, which is not part of a loaderx dataset; refusing to write a "
+                "dataset there"
             )
 
 
@@ -515,24 +515,19 @@ def _job_prefix() -> str:
 
 
 def _remove_job_shards(path: str, prefix: str) -> int:
-    """Abandon the shards named ``prefix-...`` whose writer has finished
-    (no lock file left beside them); the number removed. A shard whose
-    writer may still run is left to the next commit, which checks its lock."""
+    """Abandon the shards named ``prefix-...`` whose writer has finished;
+    the number removed. A shard whose writer may still run (its lock held)
+    is left to the next commit, which checks the lock again."""
     try:
         entries = set(os.listdir(path))
     except OSError:
         return 0
-    names = sorted(
-        e for e in entries if e.startswith(prefix + "-") and f".writing-{e}.lock" not in entries
-    )
+    names = sorted(e for e in entries if e.startswith(prefix + "-"))
     try:
-        keep = {s.name for s in shards.read_manifest(path).shards} if shards.is_sharded(path) else set()
-        names = [n for n in names if n not in keep]
-        shards.abandon(path, names)
+        return len(shards.abandon(path, names))
     except Exception as e:  # an unreadable manifest: touch nothing
         _log.warning("loaderx: left the uncommitted shards at %s in place: %s", path, e)
         return 0
-    return len(names)
 
 
 def write(ray_dataset: Any, path: PathLike, **opts: Any) -> shards.Manifest:

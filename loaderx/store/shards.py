@@ -18,9 +18,13 @@ Two phases, as a distributed write needs them:
 2. one :func:`commit` checks every named shard against the others, writes
    the new manifest beside the old one, syncs it and renames it into place:
    a reader sees the previous dataset or the new one, never a mix. Then it
-   deletes what the new manifest does not name and no live writer holds:
-   the shards of writers that died or failed, and, unless ``append``, the
-   previous generation's shards.
+   deletes the shards it no longer needs: those of reservations that ended
+   (writers that died, failed, or closed without being committed) and,
+   unless ``append``, the previous generation's. It deletes nothing it did
+   not make: other files in the directory stay.
+
+One job writes a dataset at a time: a shard whose writer has closed must
+be named by the next commit, whoever makes it, or that commit deletes it.
 
 A reader opens the shards the manifest names and checks each against it
 (:func:`check_shard`): a shard that is missing, of another length, kind,
@@ -330,12 +334,11 @@ class ShardWriter:
         self._lock = lock
 
     def close(self) -> None:
-        """Release the reservation (the shard stays until a commit that does
-        not name it)."""
+        """Release the reservation. Its lock file stays, unlocked, so the
+        next commit knows the shard as one of a writer that ended: it keeps
+        the shard if it names it and deletes it otherwise."""
         fd, self._fd = self._fd, None
         if fd is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(self._lock)
             os.close(fd)
 
     def __enter__(self) -> ShardWriter:
@@ -459,39 +462,62 @@ def _remove(path: str) -> None:
             os.unlink(path)
 
 
-def _clean(root: str, keep: set[str]) -> list[str]:
-    """Delete what the manifest does not name and no live writer holds;
-    return the names deleted."""
+_STORE_NAMES = frozenset({"meta.zr", "dict.zr", "schema.msgpack", "delete.intent", "compact.journal"})
+_STORE_SUFFIXES = (".tab", ".chunk", ".loc")
+
+
+def _replaced(root: str) -> set[str]:
+    """What a commit that replaces the dataset at ``root`` drops besides a
+    previous manifest's shards: the files of a single store written there
+    (zrecord/doc.go names them), or the stream directories of a directory
+    of stores."""
+    out = set()
+    for e in os.listdir(root):
+        p = os.path.join(root, e)
+        if os.path.isfile(os.path.join(root, "meta.zr")):
+            stem, dot, suffix = e.partition(".")
+            if e in _STORE_NAMES or (stem.isdigit() and dot and "." + suffix in _STORE_SUFFIXES):
+                out.add(e)
+        elif not e.startswith(".") and os.path.isdir(p) and not os.path.islink(p) and _is_store(p):
+            out.add(e)
+    return out
+
+
+def _staging_owner(entry: str) -> str | None:
+    """The shard NAME whose store's own staging directory ``entry`` is
+    (".NAME.zrecord-create-<hex>", or "-trash-" while it replaces one; NAME
+    may hold dots itself), else None."""
+    if not entry.startswith("."):
+        return None
+    cut = entry.rfind(_STAGING_MARK)
+    return entry[1:cut] if cut > 0 else None
+
+
+def _clean(root: str, keep: set[str], previous: set[str]) -> list[str]:
+    """Delete what this module made and the manifest no longer needs, and
+    return the entries deleted: the shards of reservations no live writer
+    holds that ``keep`` does not name (writers that died, failed or closed
+    without being committed) with their lock files and their stores'
+    staging directories, the ``previous`` manifest's shards that ``keep``
+    drops, and temporary manifests of commits that died (the caller holds
+    the commit lock). Everything else in the directory is left alone."""
     entries = os.listdir(root)
-    live = set()
+    live: set[str] = set()
+    ended: set[str] = set()
     removed = []
-    for e in entries:  # the locks of dead writers go first, each under its flock
+    for e in entries:  # every reservation's lock is reaped under its flock, unless held
         if e.startswith(_LOCK_PREFIX) and e.endswith(_LOCK_SUFFIX):
+            name = e[len(_LOCK_PREFIX) : -len(_LOCK_SUFFIX)]
             if _reap(os.path.join(root, e)):
-                live.add(e[len(_LOCK_PREFIX) : -len(_LOCK_SUFFIX)])
+                live.add(name)
             else:
+                ended.add(name)
                 removed.append(e)
+    drop = (ended | previous) - keep - live
     for e in entries:
-        if e in (MANIFEST_FILE, _COMMIT_LOCK) or e in keep:
-            continue
-        if e.startswith(_LOCK_PREFIX) and e.endswith(_LOCK_SUFFIX):
-            continue  # reaped above, or a live writer's
-        if e.startswith(_TEMP_PREFIX):
-            owner = ""  # a commit that died before its rename (we hold the commit lock)
-        elif e.startswith("."):
-            # a store's own staging directory (".NAME.zrecord-create-<hex>",
-            # or "-trash-" while it replaces one) of a writer of shard NAME,
-            # which may hold dots itself
-            cut = e.rfind(_STAGING_MARK)
-            owner = e[1:cut] if cut > 0 else e[1:]
-            if owner in keep:
-                continue
-        else:
-            owner = e
-        if owner in live:
-            continue
-        _remove(os.path.join(root, e))
-        removed.append(e)
+        if e in drop or e.startswith(_TEMP_PREFIX) or (_staging_owner(e) in drop):
+            _remove(os.path.join(root, e))
+            removed.append(e)
     return removed
 
 
@@ -504,9 +530,11 @@ def commit(dataset_dir: PathLike, names: Sequence[str], *, append: bool = False)
     same kind, dtype and item shape; otherwise ValueError naming the shard
     and the values, and nothing changes. The new manifest is written to a
     temporary file, synced and renamed over the old one, and the directory
-    synced, so a crash leaves the old dataset or the new one. Then what the
-    new manifest does not name, and no live :class:`ShardWriter` holds, is
-    deleted. Returns the new manifest."""
+    synced, so a crash leaves the old dataset or the new one. Then the
+    shards of ended reservations that it does not name, and those of the
+    previous manifest that it drops, are deleted (nothing a live
+    :class:`ShardWriter` holds, nor anything else in the directory).
+    Returns the new manifest."""
     root = os.fspath(dataset_dir)
     names = [str(n) for n in names]
     for n in names:
@@ -517,7 +545,8 @@ def commit(dataset_dir: PathLike, names: Sequence[str], *, append: bool = False)
     lock_fd = os.open(os.path.join(root, _COMMIT_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_EX)  # one commit at a time
-        old = read_manifest(root) if append and is_sharded(root) else None
+        current = read_manifest(root) if is_sharded(root) else None
+        old = current if append else None
         shards: list[ShardInfo] = list(old.shards) if old else []
         layout, streams = (old.layout, dict(old.streams)) if old else (None, None)
         first = shards[0].name if shards else None
@@ -556,21 +585,33 @@ def commit(dataset_dir: PathLike, names: Sequence[str], *, append: bool = False)
             os.close(fd)
         os.replace(tmp, os.path.join(root, MANIFEST_FILE))
         _fsync_dir(root)
-        _clean(root, {s.name for s in m.shards})
+        if current is not None:
+            previous = {s.name for s in current.shards}
+        else:  # a single store or directory of stores written here before
+            previous = set() if append else _replaced(root) - set(names)
+        _clean(root, {s.name for s in m.shards}, previous)
         return m
     finally:
         os.close(lock_fd)
 
 
-def abandon(dataset_dir: PathLike, names: Sequence[str]) -> None:
-    """Delete shards a failed job wrote and never committed (a name the
-    current manifest holds is kept)."""
+def abandon(dataset_dir: PathLike, names: Sequence[str]) -> list[str]:
+    """Delete shards a failed job wrote and never committed, with their
+    reservations, and return the names deleted. A name the current manifest
+    holds is kept, and so is one a live writer still holds."""
     root = os.fspath(dataset_dir)
     keep = {s.name for s in read_manifest(root).shards} if is_sharded(root) else set()
+    done = []
     for n in names:
         _check_name(n)
-        if n not in keep:
-            _remove(os.path.join(root, n))
+        if n in keep or _reap(os.path.join(root, f"{_LOCK_PREFIX}{n}{_LOCK_SUFFIX}")):
+            continue
+        _remove(os.path.join(root, n))
+        for e in os.listdir(root):
+            if _staging_owner(e) == n:
+                _remove(os.path.join(root, e))
+        done.append(n)
+    return done
 
 
 def remove_if_empty(dataset_dir: PathLike) -> None:
