@@ -209,6 +209,9 @@ func lx_store_close(h C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
 // that is already closed does nothing.
 func closeWith(name string, h C.int64_t, errBuf *C.char, errLen C.int64_t, close func(*zrecord.Store) error) C.int {
 	return call(name, errBuf, errLen, func() error {
+		if t := releaseSet(int64(h)); t != nil {
+			return t.Close() // read-only: nothing to sync
+		}
 		s, err := release(int64(h))
 		if err != nil || s == nil {
 			return err
@@ -226,6 +229,33 @@ func lx_store_close_unsynced(h C.int64_t, errBuf *C.char, errLen C.int64_t) C.in
 	return closeWith("lx_store_close_unsynced", h, errBuf, errLen, (*zrecord.Store).CloseUnsynced)
 }
 
+// lx_set_open makes one read-only dataset of the n open stores behind
+// handles, in order (zrecord.Set: the records of the first store, then
+// those of the second, ...), and writes its handle to *handle. The read
+// exports (len, codec, stats, set_verify, sizes and the gathers) take it
+// like a store handle, with global indices; lx_store_close closes it and
+// its stores. On success the store handles are retired: the set owns their
+// stores. On failure they stay open and the caller still owns them.
+//
+//export lx_set_open
+func lx_set_open(stores *C.int64_t, n C.int64_t, handle *C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
+	return call("lx_set_open", errBuf, errLen, func() error {
+		if handle == nil {
+			return nullArg("handle")
+		}
+		hs, err := int64s(stores, n, "stores")
+		if err != nil {
+			return err
+		}
+		h, err := registerSet(hs)
+		if err != nil {
+			return err
+		}
+		*handle = C.int64_t(h)
+		return nil
+	})
+}
+
 // lx_store_len writes the number of records to *length.
 //
 //export lx_store_len
@@ -234,7 +264,7 @@ func lx_store_len(h C.int64_t, length *C.int64_t, errBuf *C.char, errLen C.int64
 		if length == nil {
 			return nullArg("length")
 		}
-		s, err := storeOf(h)
+		s, err := lookupReader(int64(h))
 		if err != nil {
 			return err
 		}
@@ -251,7 +281,7 @@ func lx_store_codec(h C.int64_t, codec *C.int64_t, errBuf *C.char, errLen C.int6
 		if codec == nil {
 			return nullArg("codec")
 		}
-		s, err := storeOf(h)
+		s, err := lookupReader(int64(h))
 		if err != nil {
 			return err
 		}
@@ -296,7 +326,7 @@ func lx_store_gather(h C.int64_t, indices *C.int64_t, n C.int64_t, dst unsafe.Po
 	errBuf *C.char, errLen C.int64_t) (status C.int) {
 	defer guard("lx_store_gather", &status, errBuf, errLen)
 	defer debug.SetPanicOnFault(faultsPanic())
-	s, err := lookup(int64(h))
+	s, err := lookupReader(int64(h))
 	if err != nil {
 		return fail(errBuf, errLen, err)
 	}
@@ -326,7 +356,7 @@ func lx_store_gather(h C.int64_t, indices *C.int64_t, n C.int64_t, dst unsafe.Po
 //export lx_store_sizes
 func lx_store_sizes(h C.int64_t, indices *C.int64_t, n C.int64_t, sizes *C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
 	return call("lx_store_sizes", errBuf, errLen, func() error {
-		s, err := storeOf(h)
+		s, err := lookupReader(int64(h))
 		if err != nil {
 			return err
 		}
@@ -351,7 +381,7 @@ func lx_store_gather_packed(h C.int64_t, indices *C.int64_t, n C.int64_t, dst un
 	errBuf *C.char, errLen C.int64_t) (status C.int) {
 	defer guard("lx_store_gather_packed", &status, errBuf, errLen)
 	defer debug.SetPanicOnFault(faultsPanic())
-	s, err := lookup(int64(h))
+	s, err := lookupReader(int64(h))
 	if err != nil {
 		return fail(errBuf, errLen, err)
 	}
@@ -388,7 +418,7 @@ func lx_store_gather_ragged(h C.int64_t, indices *C.int64_t, n C.int64_t, sizes 
 	if needed == nil {
 		return fail(errBuf, errLen, nullArg("needed"))
 	}
-	s, err := lookup(int64(h))
+	s, err := lookupReader(int64(h))
 	if err != nil {
 		return fail(errBuf, errLen, err)
 	}
@@ -450,7 +480,7 @@ func lx_store_compact(h C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
 //export lx_store_stats
 func lx_store_stats(h C.int64_t, out *C.int64_t, outLen C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
 	return call("lx_store_stats", errBuf, errLen, func() error {
-		s, err := storeOf(h)
+		s, err := lookupReader(int64(h))
 		if err != nil {
 			return err
 		}
@@ -505,7 +535,7 @@ func lx_store_upgrade(h C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
 //export lx_store_set_verify
 func lx_store_set_verify(h C.int64_t, on C.int, errBuf *C.char, errLen C.int64_t) C.int {
 	return call("lx_store_set_verify", errBuf, errLen, func() error {
-		s, err := storeOf(h)
+		s, err := lookupReader(int64(h))
 		if err != nil {
 			return err
 		}

@@ -45,7 +45,7 @@ relative ones resolved, against it)::
     loader._ragged
     store.converter  store.dataset  store.zrecord
     store._parallel
-    store._autocodec  store._schema
+    store._autocodec  store._schema  store.shards
     loader.sampler  store._store  integrations.dlpack  loader._state  loader.packing
     store._native
     errors  _args  _progress  store._pages  store._dtypes  loader._autoworkers  loader._schedule
@@ -79,7 +79,9 @@ dataset's shards (its own and ``io.arrow``'s) to ``store._parallel``, which
 writes them in worker processes at once and commits them; ``store.dataset``
 and ``store.zrecord`` read them, both built on ``store._store`` (the one owner of a native store
 handle); ``store.dataset`` reads a schema without the library through
-``store._schema``. ``loader.sampler`` draws indices; ``loader._state`` builds and
+``store._schema``. ``store.shards`` keeps a sharded dataset's manifest: writers
+reserve shards, one commit publishes them in one rename, and readers check
+each shard against it. ``loader.sampler`` draws indices; ``loader._state`` builds and
 checks a loader's saved state (pure Python, shared by the loader and
 ``integrations.torch``); ``integrations.dlpack`` hands ml_dtypes arrays
 (bfloat16 ...) to frameworks. ``store._native`` is the binding, the only

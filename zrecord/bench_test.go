@@ -917,3 +917,67 @@ func tokenRows(count, size int) [][]byte {
 	}
 	return recs
 }
+
+// BenchmarkGatherSet is what reading one dataset as shards costs: the same
+// records in one store ("1") and split in order over 4 and 16 stores read
+// through a Set, gathered in random batches of 256, checked (the default)
+// and, for raw, unchecked. Cells alternate round by round
+// (LOADERX_BENCH_ROUNDS); the ratio of a Set's cell to the single store's
+// in the same round is the cost of the shards.
+//
+//	LOADERX_BENCH_ROUNDS=5 nice -n 10 go test -run XXX -bench GatherSet ./zrecord/
+func BenchmarkGatherSet(b *testing.B) {
+	root := b.TempDir()
+	for _, sz := range []struct {
+		name        string
+		size, count int
+	}{{"4KiB", 4 << 10, 16384}, {"64KiB", 64 << 10, 2048}} {
+		recs := benchRecords(sz.count, sz.size)
+		batches := benchBatches(64, sz.count)
+		for _, codec := range []zrecord.Codec{zrecord.Raw, zrecord.Zstd} {
+			readers := map[int]interface {
+				Gather([]int64, []byte, int) error
+				SetVerify(bool)
+			}{}
+			for _, parts := range []int{1, 4, 16} {
+				var stores []*zrecord.Store
+				for p := range parts {
+					lo, hi := len(recs)*p/parts, len(recs)*(p+1)/parts
+					dir := filepath.Join(root, fmt.Sprintf("%s-%s-%d-%d", sz.name, codec, parts, p))
+					stores = append(stores, benchStore(b, dir, codec, recs[lo:hi]))
+				}
+				if parts == 1 {
+					readers[1] = stores[0]
+					continue
+				}
+				set, err := zrecord.NewSet(stores)
+				if err != nil {
+					b.Fatal(err)
+				}
+				readers[parts] = set
+			}
+			dst := make([]byte, benchBatch*sz.size)
+			for range benchRounds(b) {
+				for _, verify := range []bool{true, false} {
+					if !verify && codec != zrecord.Raw {
+						continue
+					}
+					for _, parts := range []int{1, 4, 16} {
+						r := readers[parts]
+						b.Run(fmt.Sprintf("%s/%s/verify=%v/shards=%d", sz.name, codec, verify, parts), func(b *testing.B) {
+							r.SetVerify(verify)
+							defer r.SetVerify(true)
+							b.SetBytes(int64(benchBatch * sz.size))
+							b.ResetTimer()
+							for i := range b.N {
+								if err := r.Gather(batches[i%len(batches)], dst, sz.size); err != nil {
+									b.Fatal(err)
+								}
+							}
+						})
+					}
+				}
+			}
+		}
+	}
+}

@@ -88,6 +88,7 @@ func (s *Store) Gather(indices []int64, dst []byte, stride int) (err error) {
 	g.prepare(blocks)
 	g.setStream(int64(n)*int64(stride), workers)
 	checked := s.checkRaws()
+	frames, v3 := s.mayEncode(), s.lay.version == versionV3
 	return parallelBlocks(workers, blocks, "gather", func(w int) error {
 		lo, hi := n*w/blocks, n*(w+1)/blocks
 		// Records are filled in ascending order, and a slot's capacity runs
@@ -100,12 +101,13 @@ func (s *Store) Gather(indices []int64, dst []byte, stride int) (err error) {
 			// on the way, by default) up to the first record that
 			// needs more.
 			if checked {
-				var err error
-				if k, err = s.copyChecked(g.locs, chunks, indices, dst, stride, k, hi, g.stream); err != nil {
-					return err
+				var sum uint32
+				var bad bool
+				if k, sum, bad = copyChecked(frames, g.locs, chunks, dst, stride, k, hi, g.stream); bad {
+					return s.dataError(indices[k], g.locs[k], sum)
 				}
 			} else {
-				k = s.copyPlain(g.locs, chunks, dst, stride, k, hi)
+				k = copyPlain(frames, v3, g.locs, chunks, dst, stride, k, hi)
 			}
 			if k == hi {
 				break
@@ -127,16 +129,17 @@ const coalesceMax = 1 << 20
 
 // copyPlain copies the records locs[k:hi] of a gather at a fixed stride
 // into dst as long as they are raw and in mapped chunks, and returns the
-// first k it did not copy (hi when it copied them all). Every record it
+// first k it did not copy (hi when it copied them all). frames says whether
+// the records' store may hold encoded records (Store.mayEncode), v3 whether
+// it is of version 3, where a raw record cannot be told from a frame by its
+// sizes. Every record it
 // copies is stride bytes (Gather checked their logical sizes, and raw
 // records are stored at that size). It is Gather's loop for raw records,
 // kept apart and free of calls other than the copy and the prefetch, and
 // of work a random batch does not need: on 2 KiB records the general loop
 // cost about a fifth more (BenchmarkGatherSmall), and each check or call
 // left in this one a few ns per record.
-func (s *Store) copyPlain(locs []entry, chunks []*chunk, dst []byte, stride, k, hi int) int {
-	frames := s.mayEncode()
-	v3 := s.lay.version == versionV3
+func copyPlain(frames, v3 bool, locs []entry, chunks []*chunk, dst []byte, stride, k, hi int) int {
 	var cur uint32 // the chunk d maps, when have
 	var d []byte
 	have := false
@@ -195,14 +198,14 @@ func (s *Store) copyPlain(locs []entry, chunks []*chunk, dst []byte, stride, k, 
 // as long as they are raw and in mapped chunks, each with copyCRC, which
 // computes the record's checksum from the registers it copies through,
 // and compares that with the table's. It returns the first k it did not
-// copy (hi when it copied them all), or the ErrCorrupt of dataError for
-// the first record whose bytes do not match. Records that follow each
+// copy (hi when it copied them all), or, with bad set, the first record
+// whose bytes do not match and the checksum they have (the caller reports
+// it with dataError). Records that follow each
 // other in a chunk are not merged into one copy, as copyPlain merges
 // them: each has its own checksum, and a copy per record costs nothing
 // next to it. The loop is copyPlain's otherwise, prefetching included.
 // With stream the copies use copyCRCStream.
-func (s *Store) copyChecked(locs []entry, chunks []*chunk, indices []int64, dst []byte, stride, k, hi int, stream bool) (int, error) {
-	frames := s.mayEncode()
+func copyChecked(frames bool, locs []entry, chunks []*chunk, dst []byte, stride, k, hi int, stream bool) (int, uint32, bool) {
 	cp := copyCRCImpl.fn
 	if stream {
 		cp = copyCRCImpl.stream
@@ -213,12 +216,12 @@ func (s *Store) copyChecked(locs []entry, chunks []*chunk, indices []int64, dst 
 	for ; k < hi; k++ {
 		e := &locs[k]
 		if frames && e.phys != e.logic {
-			return k, nil
+			return k, 0, false
 		}
 		if !have || e.chunk != cur {
 			cur, d, have = e.chunk, chunks[e.chunk].bytes(), true
 			if d == nil {
-				return k, nil
+				return k, 0, false
 			}
 		}
 		if j := k + prefetchAhead; j < hi {
@@ -234,10 +237,10 @@ func (s *Store) copyChecked(locs []entry, chunks []*chunk, indices []int64, dst 
 		}
 		off := int(e.off)
 		if sum := copyCRCPieces(cp, dst[k*stride:(k+1)*stride], d[off:off+stride], 0); sum != e.sum {
-			return k, s.dataError(indices[k], *e, sum)
+			return k, sum, true
 		}
 	}
-	return hi, nil
+	return hi, 0, false
 }
 
 // checkedPrefetchBytes is how much of a record copyChecked asks for

@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from loaderx.store import _native
+from loaderx.store import _native, shards
 from loaderx.store.dataset import DenseDataset, RaggedDataset
 
 if TYPE_CHECKING:
@@ -29,7 +29,18 @@ META_FILE = "meta.zr"
 
 
 
+def _sharded_streams(path: str) -> list[str] | None:
+    """The streams of a sharded multi-stream dataset at ``path``, else None."""
+    if not shards.is_sharded(path):
+        return None
+    m = shards.read_manifest(path)
+    return sorted(m.streams) if m.layout == "streams" else None
+
+
 def _stream_dirs(path: str) -> list[str]:
+    sharded = _sharded_streams(path)
+    if sharded is not None:
+        return sharded
     try:
         entries = sorted(os.listdir(path))
     except OSError:
@@ -46,6 +57,8 @@ def _stream_dirs(path: str) -> list[str]:
 def is_multistream(path: PathLike) -> bool:
     """Whether ``path`` is a directory of stores (and not a store itself)."""
     p = os.fspath(path)
+    if shards.is_sharded(p):
+        return _sharded_streams(p) is not None
     return os.path.isdir(p) and not os.path.exists(os.path.join(p, META_FILE)) and bool(_stream_dirs(p))
 
 
@@ -79,7 +92,11 @@ class MSDataset(Mapping):
     def __init__(self, path: PathLike, columns: Iterable[str] | None = None, *, writable: bool = False) -> None:
         self._path = os.fspath(path)
         self._streams: dict[str, DenseDataset | RaggedDataset] = {}
-        available = _stream_dirs(self._path)
+        sharded = _sharded_streams(self._path)
+        if sharded is not None and writable:
+            raise ValueError(f"{self._path!r} is a sharded dataset, which is read-only")
+        kinds = {k: v.kind for k, v in shards.read_manifest(self._path).streams.items()} if sharded else {}
+        available = sharded if sharded is not None else _stream_dirs(self._path)
         if not available:
             raise FileNotFoundError(f"{self._path!r} holds no loaderx stores")
         names = available if columns is None else list(columns)
@@ -89,7 +106,7 @@ class MSDataset(Mapping):
         try:
             for name in names:
                 sub = os.path.join(self._path, name)
-                kind, _, _ = _native.schema_read(sub)
+                kind = kinds[name] if sharded else _native.schema_read(sub)[0]
                 cls = RaggedDataset if kind == "ragged" else DenseDataset
                 self._streams[name] = cls(sub, writable=writable)
             lengths = {name: len(s) for name, s in self._streams.items()}  # records per stream

@@ -612,6 +612,17 @@ def store_close(h: int) -> None:
     _call(lib.lx_store_close, h)
 
 
+def set_open(handles: list[int]) -> int:
+    """One read-only dataset of the open stores ``handles``, in order: the
+    records of the first, then those of the second, and so on. The handle it
+    returns takes global indices in the read calls (len, codec, stats,
+    set_verify, sizes, the gathers) and :func:`store_close` closes it and its
+    stores. On success the store handles are retired (the set owns their
+    stores); on failure they stay open and the caller still owns them."""
+    hs = np.ascontiguousarray(handles, dtype=np.int64)
+    return _call(lib.lx_set_open, _from_buffer(_I64_ARRAY, hs), len(hs), _OUT)
+
+
 def store_close_unsynced(h: int) -> None:
     """Close a store handle without syncing it first: what was appended stays
     readable, but a power cut before the system writes it back may lose what

@@ -30,7 +30,7 @@ import numpy as np
 
 from loaderx._args import is_scalar_index, normalize_index
 from loaderx.errors import ClosedError, CorruptStoreError
-from loaderx.store import _native
+from loaderx.store import _native, shards
 from loaderx.store._dtypes import from_schema_name
 from loaderx.store._schema import _python_schema
 from loaderx.store._store import (
@@ -96,16 +96,73 @@ def _read_schema(path: str, want: str) -> tuple[np.dtype, tuple[int, ...]]:
     return dtype, tuple(int(d) for d in shape)
 
 
+def _manifest_schema(path: str, want: str, m: shards.Manifest, stream: str) -> tuple[np.dtype, tuple[int, ...]]:
+    info = m.streams[stream]
+    if info.kind != want:
+        other = {"dense": "DenseDataset", "ragged": "RaggedDataset"}.get(info.kind)
+        hint = f"; open it with {other}" if other else ""
+        raise ValueError(f"{path!r} is a sharded {info.kind!r} dataset, not a {want!r} one{hint}")
+    try:
+        dtype = from_schema_name(info.dtype, path)
+    except ValueError as e:
+        raise CorruptStoreError(str(e)) from None
+    return dtype, info.item_shape
+
+
+def _open_shards(path: str, want: str, resolved: tuple[str, str, shards.Manifest]) -> int:
+    """Open every shard of a sharded dataset (or of one stream of it) and
+    make one set handle of them, each shard checked against the manifest."""
+    root, stream, m = resolved
+    handles: list[int] = []
+    try:
+        for shard, sub in zip(m.shards, m.shard_paths(root, stream), strict=True):
+            if not os.path.isdir(sub):
+                raise CorruptStoreError(f"sharded dataset {root!r}: shard {shard.name!r} is missing ({sub!r})")
+            try:
+                kind, dtype_str, shape = _native.schema_read(sub)
+            except (FileNotFoundError, ValueError) as e:
+                raise CorruptStoreError(
+                    f"sharded dataset {root!r}: shard {shard.name!r} has no readable schema: {e}"
+                ) from None
+            h = _native.store_open(sub, readonly=True)
+            handles.append(h)
+            shards.check_shard(root, m, shard, stream, kind, dtype_str, tuple(shape), int(_native.store_len(h)))
+        if not handles:
+            raise CorruptStoreError(f"sharded dataset {root!r}: its manifest names no shards")
+        h = _native.set_open(handles)
+    except BaseException:
+        for h in handles:
+            _native.store_close(h)
+        raise
+    return h
+
+
 class _StoreView(StoreHandle):
     """What both dataset kinds add to a store handle: the schema."""
 
     _kind = ""
 
     _writable = False  # what a deferred (unpickled) instance is
+    #: (root, stream, manifest) of a sharded dataset, else None
+    _sharded: tuple[str, str, shards.Manifest] | None = None
 
     def __init__(self, path: PathLike, *, writable: bool = False) -> None:
         super().__init__(path)
         self._writable = bool(writable)
+        resolved = shards.resolve(self._path)
+        if resolved is not None:
+            if self._writable:
+                raise ValueError(
+                    f"{self._path!r} is a sharded dataset, which is read-only: grow it with new shards "
+                    "(loaderx.store.shards.ShardWriter and commit(..., append=True))"
+                )
+            self._sharded = resolved
+            if not _native.loaded():  # as below: len, dtype and item_shape from the manifest
+                self._header_length = resolved[2].length
+                self._deferred_open = True
+                self._dtype, self._item_shape = _manifest_schema(self._path, self._kind, resolved[2], resolved[1])
+                self._stride = int(np.prod(self._item_shape, dtype=np.int64)) * self._dtype.itemsize
+                return
         if self._writable or _native.loaded():
             self._load()
             return
@@ -123,8 +180,16 @@ class _StoreView(StoreHandle):
             self._stride = int(np.prod(self._item_shape, dtype=np.int64)) * self._dtype.itemsize
 
     def _load(self) -> None:
-        dtype, item_shape = _read_schema(self._path, self._kind)
-        handle = open_logged(self._path, readonly=not self._writable)
+        resolved = self._sharded
+        if resolved is None and not self._writable:
+            resolved = shards.resolve(self._path)  # an unpickled instance
+        if resolved is not None:
+            dtype, item_shape = _manifest_schema(self._path, self._kind, resolved[2], resolved[1])
+            handle = _open_shards(self._path, self._kind, resolved)
+            self._sharded = resolved
+        else:
+            dtype, item_shape = _read_schema(self._path, self._kind)
+            handle = open_logged(self._path, readonly=not self._writable)
         self._dtype, self._item_shape = dtype, item_shape
         # bytes of one item (dense) or of one row along axis 0 (ragged)
         self._stride = int(np.prod(item_shape, dtype=np.int64)) * dtype.itemsize
@@ -174,8 +239,24 @@ class _StoreView(StoreHandle):
         candidate's ``ratio`` and ``decode_mib_s``), or None for a store
         converted with an explicit codec."""
         st = super().stats()
-        st["codec_choice"] = _native.schema_codec_choice(self._path)
+        if self._sharded is not None:
+            root, stream, m = self._sharded
+            st["shards"] = len(m.shards)
+            st["codec_choice"] = _native.schema_codec_choice(m.shard_paths(root, stream)[0])
+        else:
+            st["codec_choice"] = _native.schema_codec_choice(self._path)
         return st
+
+    @property
+    def shards(self) -> list[str] | None:
+        """The store directory of every shard, in order, for a sharded
+        dataset; None for a single store."""
+        if self._sharded is None and self._deferred_open:
+            self._open_deferred()
+        if self._sharded is None:
+            return None
+        root, stream, m = self._sharded
+        return m.shard_paths(root, stream)
 
     def sync(self) -> None:
         """Make every append, delete and compaction so far durable."""

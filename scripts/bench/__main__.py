@@ -1,6 +1,6 @@
 """Throughput of loaderx against the alternatives, in three layers.
 
-    python3 scripts/bench {sampler|store|loader|packing|all} [options]
+    python3 scripts/bench {sampler|store|loader|packing|maint|shards|all} [options]
 
 sampler  index generation alone: numpy's two random APIs against zsampler.
 store    batch gather from a record store: zrecord (its defaults, raw verified
@@ -19,6 +19,8 @@ loader   the whole input pipeline (sample, fetch, collate, hand over a batch):
          packing and a first-fit collate_fn on torch's DataLoader.
 packing  those packing rows of the loader layer alone.
 maint    ragged conversion and gather, delete 10 % of a store and compact it.
+shards   a dataset read as 4 and 16 shards against the same records in one
+         store: gather(out=) and the default DataLoader.
 
 The original Zig loaderx (loaderx==1.5.2 on PyPI) takes part in every layer
 when it is installed in a directory of its own (--original DIR, or
@@ -76,6 +78,7 @@ from machine import machine_info, print_machine
 from maint import bench_maint
 from report import checks, out, plot, write_json
 from sampler import bench_sampler
+from shards import bench_shards
 from store import DEFAULT_RECORDS, WORKLOAD_KEYS, WORKLOADS, bench_store
 
 # The layers in the order `all` runs them: name -> bench(args, results, work dir).
@@ -84,6 +87,7 @@ LAYERS: dict[str, Callable[[argparse.Namespace, dict[str, Any], str], None]] = {
     "store": bench_store,
     "loader": bench_loader,
     "maint": bench_maint,
+    "shards": bench_shards,
 }
 
 # --quick: a small configuration (flags given explicitly still win)

@@ -101,7 +101,7 @@ LARGE_RECORD = 128 * KiB
 class Target:
     """One ratio the project claims, and why it is set where it is."""
 
-    layer: str                 # "sampler", "store", "loader" or "maint"
+    layer: str                 # "sampler", "store", "loader", "maint" or "shards"
     subject: str               # the contender measured
     versus: str                # the reference: a contender, "ceiling" (the memcpy row) or "torch"
     target: float | None       # threshold; None: reported, no target
@@ -245,6 +245,14 @@ TARGETS += [
         ("compact_ms", "moved bytes written once, as the original does"),
         ("compact_written_mib", "bytes written should not exceed the original's"),
     )
+]
+
+
+TARGETS += [
+    Target("shards", "sharded", "one store", 0.95, metric=f"{how}_{codec}_{parts}",
+           reason="one native call per batch whatever the shards: each shard's table locates its records, "
+                  "then one copy pass over the batch")
+    for how in ("gather", "loader") for codec in ("auto", "raw") for parts in (4, 16)
 ]
 
 
@@ -400,6 +408,20 @@ def _maint_checks(results: dict[str, Any], add: Callable[..., None]) -> None:
                 f"≥ {t.target:g}x" if t.target else "—")
 
 
+def _shards_checks(results: dict[str, Any], add: Callable[..., None]) -> None:
+    sh = results.get("shards")
+    if not sh:
+        return
+    by = {r["key"]: r for r in sh["rows"]}
+    for t in TARGETS:
+        if t.layer != "shards":
+            continue
+        r = by.get(t.metric)
+        if r and r["vs_single"] is not None:
+            add(t, f"{r['how']} {r['codec']}, {r['shards']} shards vs one store", r["vs_single"],
+                fmt_ratio(r["vs_single"]), f"≥ {t.target:g}x" if t.target else "—")
+
+
 def checks(results: dict[str, Any]) -> None:
     """Print the Checks table (every TARGETS row this run measured) and store it in results."""
     lines: list[list[str]] = []
@@ -411,6 +433,7 @@ def checks(results: dict[str, Any]) -> None:
     _store_checks(results, add)
     _loader_checks(results, add)
     _maint_checks(results, add)
+    _shards_checks(results, add)
     if lines:
         out("## Checks")
         out()
