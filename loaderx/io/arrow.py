@@ -456,8 +456,8 @@ def from_arrow(
         overwrite: replace previous loaderx stores at ``path``.
         num_shards: None (default) writes one directory of stores. An int
             ``N`` makes ``path`` a sharded dataset of ``N`` shards, each a
-            directory of stores holding a contiguous range of rows, written
-            at once by ``N`` worker processes (see
+            directory of stores holding a contiguous range of rows, each
+            written by a worker process of its own (see
             :func:`loaderx.converter.from_numpy`). The source is read once
             and copied into an uncompressed Arrow IPC file inside ``path``
             that the workers map and slice by row range (removed at the

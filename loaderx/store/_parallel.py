@@ -357,7 +357,9 @@ def run(
         bar = Progress(label, total_records, total_bytes, enabled=progress)
         for i, (_, _, what) in enumerate(tasks):
             items.append(_Shard(i, shards.ShardWriter(dataset_dir), what))
-        for s, (fn, args, _) in zip(items, tasks):
+
+        def start(s: _Shard) -> None:
+            fn, args, _ = tasks[s.index]
             recv, send = ctx.Pipe(duplex=False)
             s.conn = recv
             s.proc = ctx.Process(
@@ -366,7 +368,8 @@ def run(
             )
             s.proc.start()
             send.close()  # the child holds the only write end: its death is EOF here
-        _wait(items, bar)
+
+        _wait(items, bar, start, max_workers())
         manifest = shards.commit(dataset_dir, [s.writer.name for s in items])
         ok = True
         return manifest
@@ -384,11 +387,27 @@ def run(
             raise interrupt
 
 
-def _wait(items: list[_Shard], bar: Progress) -> None:
-    """Until every child has reported its end; raise for the first failure."""
+def max_workers() -> int:
+    """How many children run at once: one per CPU this process may use.
+    More would only share the cores, each with its own interpreter and
+    encoder memory."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _wait(items: list[_Shard], bar: Progress, start: Callable[[_Shard], None], limit: int) -> None:
+    """Start the children, at most ``limit`` at a time, in shard order, until
+    every one has reported its end; raise for the first failure."""
     n = len(items)
-    live = {s.index: s for s in items}
-    while live:
+    queue = list(items)
+    live: dict[int, _Shard] = {}
+    while queue or live:
+        while queue and len(live) < limit:
+            s = queue.pop(0)
+            start(s)
+            live[s.index] = s
         waitables = [s.conn for s in live.values()] + [s.proc.sentinel for s in live.values()]
         mp_connection.wait(waitables, _POLL)
         for s in list(live.values()):

@@ -399,10 +399,10 @@ def from_numpy(
             will not be kept.
         num_shards: None (default) writes one store. An int ``N`` makes
             ``path`` a sharded dataset (see :mod:`loaderx.store.shards`) of
-            ``N`` shards, each a contiguous range of the records, all
-            written at once by ``N`` worker processes (started with
-            ``spawn``: a script must guard its entry point with ``if
-            __name__ == "__main__":``); read it back with
+            ``N`` shards, each a contiguous range of the records, each
+            written by a worker process of its own, one per CPU at a time
+            (started with ``spawn``: a script must guard its entry point
+            with ``if __name__ == "__main__":``); read it back with
             :class:`~loaderx.dataset.DenseDataset`, record for record the
             same as one store. ``codec="auto"`` and a dictionary are
             decided once, on the whole array, for every shard. A memmap is
@@ -666,8 +666,8 @@ def from_iterator(
         overwrite: see :func:`from_numpy`.
         sync: see :func:`from_numpy`.
         num_shards: None (default) writes one store; an int ``N`` makes
-            ``path`` a sharded dataset of ``N`` shards written at once by
-            ``N`` worker processes, as for :func:`from_numpy`. The stream
+            ``path`` a sharded dataset of ``N`` shards written by worker
+            processes, as for :func:`from_numpy`. The stream
             is read once, checked and spooled (raw, into a scratch
             directory inside ``path``) until it ends, since shard ``i``
             must hold a contiguous range and where the ranges split is
