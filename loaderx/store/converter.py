@@ -25,10 +25,15 @@ systems without an atomic exchange of two directories (other than Linux)
 the swap is two renames, and a kill between them leaves no store at
 ``path``.
 
+With ``num_shards=`` the path becomes a sharded dataset instead, its shards
+written by worker processes (:mod:`loaderx.store._parallel`), each with the
+same writers as one store: :func:`_write_dense` and :func:`_ragged_shard`.
+
 Its length: two public conversions share the piece-size control, the
 schema and dictionary handling, and :class:`_Output`, the interrupt-safe
-owner of the store being written; the Ctrl-C guarantees above depend on
-all of it, so it stays in one module.
+owner of the store being written, in one process or in each shard's
+worker; the Ctrl-C guarantees above depend on all of it, so it stays in
+one module.
 """
 
 from __future__ import annotations
