@@ -334,8 +334,9 @@ def run(
 ) -> shards.Manifest:
     """Write the shards of ``dataset_dir``, shard ``i`` by ``tasks[i] = (fn,
     args, what)`` in a child of its own (``fn(path, report, *args)`` returns
-    the shard's length; ``what`` names its records in messages), all at
-    once, then commit them in order and return the manifest.
+    the shard's length; ``what`` names its records in messages), at most
+    :func:`max_workers` at a time, then commit them in order and return the
+    manifest.
 
     ``make_tasks`` runs first, inside the cleanup's reach: what it writes
     into the scratch directory is removed at the end, committed or not.
@@ -448,6 +449,16 @@ def _wait(items: list[_Shard], bar: Progress, start: Callable[[_Shard], None], l
                 )
 
 
+def _committed(dataset_dir: str, name: str) -> bool:
+    """Whether the dataset's manifest names the shard ``name``."""
+    try:
+        return shards.is_sharded(dataset_dir) and any(
+            s.name == name for s in shards.read_manifest(dataset_dir).shards
+        )
+    except Exception:  # an unreadable manifest names nothing of ours
+        return False
+
+
 def _end(items: list[_Shard], dataset_dir: str, created: bool, ok: bool, scratch: Scratch | None) -> None:
     """End every child, release the writers, remove the scratch files and,
     unless the shards were committed, the shards (or the directory the call
@@ -466,6 +477,8 @@ def _end(items: list[_Shard], dataset_dir: str, created: bool, ok: bool, scratch
             s.conn = None
     if scratch is not None:
         scratch.close()
+    if not ok and items and _committed(dataset_dir, items[0].writer.name):
+        ok = True  # an interrupt between the commit and its caller: the dataset stands
     for s in items:
         if not ok:
             remove_entry(dataset_dir, s.writer.name)
