@@ -20,7 +20,7 @@ import pytest
 
 import loaderx
 from loaderx.errors import StoreExistsError, WorkerError
-from loaderx.store import _native, shards
+from loaderx.store import _native, _parallel, shards
 
 try:
     import ml_dtypes
@@ -221,6 +221,7 @@ def _slow_input() -> np.ndarray:
     return rng.integers(0, 1 << 20, size=(24 * 1024, 1024), dtype=np.int32)
 
 
+@pytest.mark.skipif(_parallel.max_workers() < 2, reason="needs two shard workers at once (two usable CPUs)")
 def test_killed_worker_fails_naming_the_shard(tmp_path: Path) -> None:
     arr = _slow_input()
     t = _when_writing(tmp_path / "s", lambda kids: os.kill(next(p for p in kids if p.name.endswith("-1")).pid, signal.SIGKILL))
@@ -233,7 +234,7 @@ def test_killed_worker_fails_naming_the_shard(tmp_path: Path) -> None:
 
 def test_ctrl_c_ends_the_workers_and_leaves_no_dataset(tmp_path: Path) -> None:
     arr = _slow_input()
-    t = _when_writing(tmp_path / "s", lambda kids: _thread.interrupt_main())
+    t = _when_writing(tmp_path / "s", lambda kids: _thread.interrupt_main(), want=min(2, _parallel.max_workers()))
     with pytest.raises(KeyboardInterrupt):
         loaderx.from_numpy(tmp_path / "s", arr, codec="zstd", num_shards=2)
     t.join(5)

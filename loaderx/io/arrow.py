@@ -530,7 +530,7 @@ def from_arrow(
             ]
             return tasks, n, None
 
-        _parallel.run(path, make_tasks, created=created, label=f"from_arrow {path}", progress=progress)
+        _parallel.run(path, num, make_tasks, created=created, label=f"from_arrow {path}", progress=progress)
         return MSDataset(path, columns=wanted)
 
     created = _prepare_dir(path, overwrite)

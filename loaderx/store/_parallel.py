@@ -1,17 +1,20 @@
-"""Converting one input into a sharded dataset with one worker process per
-shard (``num_shards=`` of :func:`loaderx.converter.from_numpy`,
-:func:`~loaderx.converter.from_iterator` and :func:`loaderx.arrow.from_arrow`).
+"""Converting one input into a sharded dataset with worker processes, one
+shard each at a time (``num_shards=`` of
+:func:`loaderx.converter.from_numpy`, :func:`~loaderx.converter.from_iterator`
+and :func:`loaderx.arrow.from_arrow`).
 
 The caller (a converter) has already checked the input and decided the
 codec once for the whole of it, so every shard is written with the same
 codec, dictionary and element type. It hands :func:`run` one task per shard:
-a module-level function and its arguments, pickled by reference into a
+a module-level function and its arguments, pickled by reference to a
 ``spawn`` child (the Go runtime of the native library does not survive a
-fork, so no process that loaded it is ever forked). The child writes shard
-``i`` into the path of a :class:`~loaderx.store.shards.ShardWriter` that the
-parent holds open, so a commit by anyone else never deletes it, and reports
-its progress and its end over a one-way pipe. Once every child has finished,
-one :func:`~loaderx.store.shards.commit` names the shards in range order.
+fork, so no process that loaded it is ever forked). One child runs per
+usable CPU (:func:`max_workers`; more would only share the cores, each with
+an interpreter of its own); each writes the shard it is given into the path
+of a :class:`~loaderx.store.shards.ShardWriter` that the parent holds open,
+so a commit by anyone else never deletes it, reports its progress and its
+end over its pipe, and takes the next shard. Once every shard is written,
+one :func:`~loaderx.store.shards.commit` names them in range order.
 
 No large input crosses a pipe. A memory-mapped array is reopened from its
 file by each child; an array in memory is first copied into a raw file
@@ -33,7 +36,8 @@ a timeout, so nothing hangs) and removed every shard and staging directory
 of the call; nothing is committed. Ctrl-C does the same and re-raises
 :class:`KeyboardInterrupt`. The children ignore SIGINT (the terminal sends it
 to the whole process group): the parent ends them. A child whose parent
-died stops at its next progress report, when the pipe breaks.
+died stops at its next progress report, when the pipe breaks, or at once
+when it is waiting for a task.
 """
 
 from __future__ import annotations
@@ -271,17 +275,26 @@ class _RemoteTraceback(Exception):
         return str(self.args[0])
 
 
-def _child(fn: Callable[..., int], args: tuple, path: str, conn: Any) -> None:
-    """A child's whole life: write its shard with ``fn(path, report, *args)``
-    (which returns the shard's length), then say so; or send the error."""
+def _child(conn: Any) -> None:
+    """A child's whole life: take shard tasks from the parent one at a time,
+    write each with ``fn(path, report, *args)`` (which returns the shard's
+    length) and say so, until told to stop or the parent is gone. An error
+    is sent, and ends the child."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent ends the children on Ctrl-C
 
     def report(records: int, nbytes: int) -> None:
         conn.send(("progress", records, nbytes))  # a dead parent: BrokenPipeError ends the child
 
     try:
-        length = fn(path, report, *args)
-        conn.send(("done", length))
+        while True:
+            try:
+                msg = conn.recv()
+            except EOFError:
+                return  # the parent is gone
+            if msg[0] == "stop":
+                return
+            _, fn, args, path = msg
+            conn.send(("done", fn(path, report, *args)))
     except BaseException as e:
         tb = traceback.format_exc()
         try:
@@ -306,15 +319,22 @@ def _exit_reason(code: int | None) -> str:
 
 
 class _Shard:
-    __slots__ = ("index", "writer", "what", "proc", "conn", "length")
+    __slots__ = ("index", "writer", "what", "length")
 
     def __init__(self, index: int, writer: shards.ShardWriter, what: str) -> None:
         self.index = index
         self.writer = writer
         self.what = what
-        self.proc: Any = None
-        self.conn: Any = None
         self.length: int | None = None
+
+
+class _Child:
+    __slots__ = ("proc", "conn", "shard")
+
+    def __init__(self, proc: Any, conn: Any) -> None:
+        self.proc = proc
+        self.conn = conn
+        self.shard: _Shard | None = None  # the shard it writes now
 
 
 #: What a converter hands :func:`run`: given a way to get the call's scratch
@@ -326,23 +346,28 @@ MakeTasks = Callable[[Callable[[], Scratch]], tuple[list[tuple[Callable[..., int
 
 def run(
     dataset_dir: str,
+    num: int,
     make_tasks: MakeTasks,
     *,
     created: bool,
     label: str,
     progress: bool | None,
 ) -> shards.Manifest:
-    """Write the shards of ``dataset_dir``, shard ``i`` by ``tasks[i] = (fn,
-    args, what)`` in a child of its own (``fn(path, report, *args)`` returns
-    the shard's length; ``what`` names its records in messages), at most
-    :func:`max_workers` at a time, then commit them in order and return the
+    """Write the ``num`` shards of ``dataset_dir``, shard ``i`` by
+    ``tasks[i] = (fn, args, what)`` in a child process (``fn(path, report,
+    *args)`` returns the shard's length; ``what`` names its records in
+    messages), :func:`max_workers` children at a time, each taking the next
+    shard when it finishes one; then commit them in order and return the
     manifest.
 
-    ``make_tasks`` runs first, inside the cleanup's reach: what it writes
-    into the scratch directory is removed at the end, committed or not.
-    ``created``: the directory did not exist before the call, so a failure
-    removes it."""
+    The children are started first, so that they import the library while
+    ``make_tasks`` prepares the input (a copy of an array takes about as
+    long as a child's start here, 0.5 s per 512 MiB). ``make_tasks`` runs
+    inside the cleanup's reach: what it writes into the scratch directory
+    is removed at the end, committed or not. ``created``: the directory
+    did not exist before the call, so a failure removes it."""
     ctx = multiprocessing.get_context("spawn")
+    children: list[_Child] = []
     items: list[_Shard] = []
     scratch: list[Scratch] = []
     bar: Progress | None = None
@@ -354,23 +379,19 @@ def run(
         return scratch[0]
 
     try:
+        for k in range(min(num, max_workers())):
+            mine, theirs = ctx.Pipe(duplex=True)
+            proc = ctx.Process(target=_child, args=(theirs,), name=f"loaderx-shard-{k}", daemon=True)
+            proc.start()
+            children.append(_Child(proc, mine))
+            theirs.close()  # the child holds the other end alone: its death is EOF here
         tasks, total_records, total_bytes = make_tasks(get_scratch)
+        if len(tasks) != num:
+            raise AssertionError(f"{len(tasks)} tasks for {num} shards")
         bar = Progress(label, total_records, total_bytes, enabled=progress)
         for i, (_, _, what) in enumerate(tasks):
             items.append(_Shard(i, shards.ShardWriter(dataset_dir), what))
-
-        def start(s: _Shard) -> None:
-            fn, args, _ = tasks[s.index]
-            recv, send = ctx.Pipe(duplex=False)
-            s.conn = recv
-            s.proc = ctx.Process(
-                target=_child, args=(fn, args, s.writer.path, send),
-                name=f"loaderx-shard-{s.index}", daemon=True,
-            )
-            s.proc.start()
-            send.close()  # the child holds the only write end: its death is EOF here
-
-        _wait(items, bar, start, max_workers())
+        _wait(items, tasks, children, bar)
         manifest = shards.commit(dataset_dir, [s.writer.name for s in items])
         ok = True
         return manifest
@@ -380,7 +401,7 @@ def run(
             try:
                 if bar is not None:
                     bar.close()
-                _end(items, dataset_dir, created, ok, scratch[0] if scratch else None)
+                _end(children, items, dataset_dir, created, ok, scratch[0] if scratch else None)
                 break
             except KeyboardInterrupt as e:  # a second Ctrl-C does not stop the cleanup
                 interrupt = e
@@ -398,26 +419,42 @@ def max_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _wait(items: list[_Shard], bar: Progress, start: Callable[[_Shard], None], limit: int) -> None:
-    """Start the children, at most ``limit`` at a time, in shard order, until
-    every one has reported its end; raise for the first failure."""
+def _wait(items: list[_Shard], tasks: Sequence[tuple[Callable[..., int], tuple, str]],
+          children: list[_Child], bar: Progress) -> None:
+    """Hand the shards to the children in order, the next one to whichever
+    finishes first, until every shard is written; raise for the first
+    failure."""
     n = len(items)
     queue = list(items)
-    live: dict[int, _Shard] = {}
-    while queue or live:
-        while queue and len(live) < limit:
-            s = queue.pop(0)
-            start(s)
-            live[s.index] = s
-        waitables = [s.conn for s in live.values()] + [s.proc.sentinel for s in live.values()]
-        mp_connection.wait(waitables, _POLL)
-        for s in list(live.values()):
+
+    def assign(c: _Child) -> None:
+        if not queue:
+            c.shard = None
+            with contextlib.suppress(OSError):  # a child gone by now has nothing left to do
+                c.conn.send(("stop",))
+            return
+        s = queue.pop(0)
+        fn, args, _ = tasks[s.index]
+        c.shard = s
+        with contextlib.suppress(OSError):  # a dead child: seen below as EOF
+            c.conn.send(("task", fn, args, s.writer.path))
+
+    for c in children:
+        assign(c)
+    while True:
+        active = [c for c in children if c.shard is not None]
+        if not active:
+            return
+        mp_connection.wait([c.conn for c in active] + [c.proc.sentinel for c in active], _POLL)
+        for c in active:
+            s = c.shard
+            assert s is not None
             eof = False
-            while not eof and s.length is None:
+            while c.shard is s:
                 try:
-                    if not s.conn.poll():
+                    if not c.conn.poll():
                         break
-                    msg = s.conn.recv()
+                    msg = c.conn.recv()
                 except (EOFError, OSError):
                     eof = True
                     break
@@ -425,6 +462,7 @@ def _wait(items: list[_Shard], bar: Progress, start: Callable[[_Shard], None], l
                     bar.update(msg[1], msg[2])
                 elif msg[0] == "done":
                     s.length = int(msg[1])
+                    assign(c)
                 else:
                     _, blob, summary, tb = msg
                     cause: BaseException | None = None
@@ -438,14 +476,11 @@ def _wait(items: list[_Shard], bar: Progress, start: Callable[[_Shard], None], l
                     raise WorkerError(
                         f"shard {s.index} of {n} ({s.what}) failed in its worker process: {summary}"
                     ) from cause
-            if s.length is not None:
-                s.proc.join(_REAP_TIMEOUT)
-                del live[s.index]
-            elif eof or not s.proc.is_alive():
-                s.proc.join(_REAP_TIMEOUT)
+            if c.shard is s and (eof or not c.proc.is_alive()):
+                c.proc.join(_REAP_TIMEOUT)
                 raise WorkerError(
                     f"shard {s.index} of {n} ({s.what}): its worker process "
-                    f"{_exit_reason(s.proc.exitcode)}"
+                    f"{_exit_reason(c.proc.exitcode)}"
                 )
 
 
@@ -459,22 +494,22 @@ def _committed(dataset_dir: str, name: str) -> bool:
         return False
 
 
-def _end(items: list[_Shard], dataset_dir: str, created: bool, ok: bool, scratch: Scratch | None) -> None:
-    """End every child, release the writers, remove the scratch files and,
-    unless the shards were committed, the shards (or the directory the call
+def _end(children: list[_Child], items: list[_Shard], dataset_dir: str, created: bool, ok: bool,
+         scratch: Scratch | None) -> None:
+    """End every child (those told to stop get a moment to exit by
+    themselves), release the writers, remove the scratch files and, unless
+    the shards were committed, the shards (or the directory the call
     created)."""
-    for s in items:
-        if s.proc is not None and s.proc.is_alive():
-            s.proc.kill()
-    for s in items:
-        if s.proc is not None:
-            s.proc.join(_REAP_TIMEOUT)
-            if s.proc.exitcode is not None:
-                s.proc.close()
-            s.proc = None
-        if s.conn is not None:
-            s.conn.close()
-            s.conn = None
+    for c in children:
+        if not ok and c.proc.is_alive():
+            c.proc.kill()
+    for c in children:
+        if c.proc.exitcode is None:
+            c.proc.join(_REAP_TIMEOUT)
+            if c.proc.exitcode is None:
+                c.proc.kill()
+                c.proc.join(_REAP_TIMEOUT)
+        c.conn.close()
     if scratch is not None:
         scratch.close()
     if not ok and items and _committed(dataset_dir, items[0].writer.name):
