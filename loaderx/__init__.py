@@ -45,6 +45,7 @@ relative ones resolved, against it)::
     loader._pipeline  loader._packing
     loader._ragged
     store.converter  store.dataset  store.zrecord
+    store._parallel
     store._autocodec  store._schema  store.shards
     loader.sampler  store._store  integrations.dlpack  loader._state  loader.packing
     store._native
@@ -76,8 +77,10 @@ or the sampled counts, and the checks of weights and of a saved mixture,
 plain Python). ``io.arrow`` converts Arrow tables,
 Parquet files and Hugging Face datasets into a directory of aligned stores;
 ``io.multistream`` opens such a directory as one multi-stream dataset.
-``store.converter`` writes stores; ``store.dataset`` and ``store.zrecord``
-read them, both built on ``store._store`` (the one owner of a native store
+``store.converter`` writes stores, and with ``num_shards=`` hands a sharded
+dataset's shards (its own and ``io.arrow``'s) to ``store._parallel``, which
+writes them in worker processes at once and commits them; ``store.dataset``
+and ``store.zrecord`` read them, both built on ``store._store`` (the one owner of a native store
 handle); ``store.dataset`` reads a schema without the library through
 ``store._schema``. ``store.shards`` keeps a sharded dataset's manifest: writers
 reserve shards, one commit publishes them in one rename, and readers check

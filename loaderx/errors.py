@@ -63,7 +63,9 @@ class WorkerError(LoaderxError, RuntimeError):
     """A step of a ``DataLoader(..., workers="process")`` failed in a worker
     process: an exception while making it (chained as the cause, with the
     worker's traceback as its own cause), or the process died. The message
-    names the step."""
+    names the step. A conversion with ``num_shards=`` raises it the same way
+    for a shard whose worker failed or died, naming the shard and its
+    records; nothing is committed then."""
 
 
 class WorkersWarning(UserWarning):

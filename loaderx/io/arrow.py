@@ -49,7 +49,7 @@ from loaderx._args import CONVERT_CODECS, check_codec
 from loaderx._progress import Progress
 from loaderx.errors import StoreExistsError
 from loaderx.io.multistream import META_FILE, MSDataset, is_multistream
-from loaderx.store import _autocodec, _native
+from loaderx.store import _autocodec, _native, _parallel
 from loaderx.store._dtypes import check_narrow, check_storable, narrow_element, schema_name
 from loaderx.store.converter import DICT_TIERS, train_dict
 
@@ -428,6 +428,7 @@ def from_arrow(
     batch_bytes: int = BATCH_BYTES,
     progress: bool | None = None,
     overwrite: bool = False,
+    num_shards: int | None = None,
 ) -> MSDataset:
     """Write the columns of an Arrow table, Parquet / Arrow files or a Hugging
     Face dataset as aligned stores under the directory ``path``, one store
@@ -453,6 +454,15 @@ def from_arrow(
         progress: draw a progress line on stderr: None (default) when stderr
             is a terminal.
         overwrite: replace previous loaderx stores at ``path``.
+        num_shards: None (default) writes one directory of stores. An int
+            ``N`` makes ``path`` a sharded dataset of ``N`` shards, each a
+            directory of stores holding a contiguous range of rows, each
+            written by a worker process of its own (see
+            :func:`loaderx.converter.from_numpy`). The source is read once
+            and copied into an uncompressed Arrow IPC file inside ``path``
+            that the workers map and slice by row range (removed at the
+            end); each column's codec (and dictionary) is decided once, on
+            its first records, for every shard.
 
     Returns:
         The new stores as one :class:`MSDataset`.
@@ -465,8 +475,12 @@ def from_arrow(
         KeyError: a requested column is not in the source.
         ImportError: ``pyarrow`` (or ``datasets``) is not installed.
         loaderx.errors.StoreExistsError: ``path`` exists and is not empty.
+        loaderx.errors.WorkerError: with ``num_shards``, a worker failed
+            (a column holding nulls, for one) or died; the message names the
+            shard and its rows, and the worker's exception is the cause.
         KeyboardInterrupt: re-raised after closing the stores; each holds a
-            valid prefix of its column, and they may differ by one batch.
+            valid prefix of its column, and they may differ by one batch
+            (with ``num_shards``: after removing the unfinished shards).
 
     Example::
 
@@ -481,6 +495,7 @@ def from_arrow(
         raise ValueError(f"dict_tier must be one of {', '.join(map(repr, DICT_TIERS))}; got {dict_tier!r}")
     if isinstance(batch_bytes, bool) or not isinstance(batch_bytes, int) or batch_bytes <= 0:
         raise ValueError(f"batch_bytes must be a positive int, got {batch_bytes!r}")
+    num = _parallel.check_num_shards(num_shards)
     src = _source(source)
     names = list(src.schema.names)
     if columns is None:
@@ -503,33 +518,69 @@ def from_arrow(
     row_bytes = sum(max(p.row_bytes, 1) * (8 if p.kind == "ragged" else 1) for p in plans)
     rows = max(1, min(1 << 20, batch_bytes // max(row_bytes, 1)))
 
+    if num is not None:
+        created = _parallel.prepare_dir(path, overwrite)
+
+        def make_tasks(scratch: Any) -> tuple[list, int, None]:
+            ipc, n, decided = _spill(pa, src, wanted, plans, rows, codec, dict_tier, scratch().path)
+            tasks = [
+                (_arrow_shard, (ipc, a, b, wanted, plans, decided, rows),
+                 f"rows {a}..{b - 1}" if b > a else f"no rows (at {a})")
+                for a, b in _parallel.ranges(n, num)
+            ]
+            return tasks, n, None
+
+        _parallel.run(path, num, make_tasks, created=created, label=f"from_arrow {path}", progress=progress)
+        return MSDataset(path, columns=wanted)
+
     created = _prepare_dir(path, overwrite)
-    writers: list[_Writer] = []
     bar = Progress(f"from_arrow {path}", src.num_rows, None, enabled=progress)
+    try:
+        _write_streams(pa, path, src, wanted, plans, rows, created, bar.update, (codec, dict_tier))
+    finally:
+        bar.close()
+    return MSDataset(path, columns=wanted)
+
+
+#: A column's codec decided before writing: (codec, element, choice, dictionary).
+_Decided = tuple[str, Any, Any, Any]
+
+
+def _write_streams(
+    pa: Any, path: str, src: _Source, wanted: list[str], plans: list[_Column], rows: int, created: bool,
+    on_batch: Any, how: tuple[str, str] | dict[str, _Decided], row0: int = 0,
+) -> None:
+    """Write the columns of ``src`` into the stores under ``path``, each
+    column's codec chosen on its first batch from ``how = (codec,
+    dict_tier)`` or given in ``how`` by name; ``row0`` numbers the first
+    row in messages. A failure other than Ctrl-C removes what was written
+    (the directory too when the call ``created`` it)."""
+    writers: list[_Writer] = []
     done = False
     interrupted = False
+
+    def create(k: int, first: Any, total: int | None) -> _Writer:
+        plan = plans[k]
+        decided = how[plan.name] if isinstance(how, dict) else _decide(pa, plan, first, *how, total)
+        return _create(path, plan, decided)
+
     try:
-        row0 = 0
         for batch in src.batches(wanted, rows):
             n = batch.num_rows
             if not writers:
-                writers = [
-                    _create(pa, path, p, batch.column(k), codec, dict_tier, src.num_rows)
-                    for k, p in enumerate(plans)
-                ]
+                writers = [create(k, batch.column(k), src.num_rows) for k in range(len(plans))]
             nbytes = 0
             for k, w in enumerate(writers):
                 nbytes += w.append(pa, batch.column(k), row0)
             row0 += n
-            bar.update(n, nbytes)
+            on_batch(n, nbytes)
         if not writers:  # an empty source: empty stores with the schema
-            writers = [_create(pa, path, p, None, codec, dict_tier, 0) for p in plans]
+            writers = [create(k, None, 0) for k in range(len(plans))]
         done = True
     except KeyboardInterrupt:
         interrupted = True
         raise
     finally:
-        bar.close()
         for w in writers:
             try:
                 _native.store_sync(w.handle)
@@ -541,16 +592,12 @@ def from_arrow(
             else:
                 for w in writers:
                     shutil.rmtree(w.path, ignore_errors=True)
-    return MSDataset(path, columns=wanted)
 
 
-def _create(
-    pa: Any, root: str, plan: _Column, first: Any, codec: str, dict_tier: str, rows: int | None
-) -> _Writer:
-    """Create the store of one column; ``rows`` is the source's row count,
-    None when unknown."""
-    path = os.path.join(root, plan.name)
-    schema = (plan.kind, schema_name(plan.dtype), plan.item_shape)
+def _decide(pa: Any, plan: _Column, first: Any, codec: str, dict_tier: str, rows: int | None) -> _Decided:
+    """The codec of one column, chosen on ``first`` (its first batch, or
+    None for an empty source); ``rows`` is the source's row count, None
+    when unknown. A ``zstd_dict`` column's dictionary trains here."""
     choice = None
     element = narrow_element(plan.dtype) if codec == "narrow" else None
     if codec == "auto":
@@ -569,6 +616,7 @@ def _create(
         )
         codec = choice["codec"]
         element = choice["element"] if codec == "narrow" else None
+    d = None
     if codec == "zstd_dict":
         budget = int(_native.dict_sample_budget(dict_tier))
         samples = [] if first is None else _sample_records(pa, first, plan, budget)
@@ -579,6 +627,15 @@ def _create(
                 f"column {plan.name!r}: codec 'zstd_dict' could not train a dictionary on its first "
                 f"{len(samples)} records ({e}); use codec='zstd'"
             ) from e
+    return (codec, element, choice, (dict_tier, d))
+
+
+def _create(root: str, plan: _Column, decided: _Decided) -> _Writer:
+    """Create the store of one column with its decided codec."""
+    path = os.path.join(root, plan.name)
+    schema = (plan.kind, schema_name(plan.dtype), plan.item_shape)
+    codec, element, choice, (dict_tier, d) = decided
+    if codec == "zstd_dict":
         h = _native.store_create_dict(path, d, dict_tier=dict_tier, schema=schema)
     else:
         h = _native.store_create(path, codec, schema=schema, element=element)
@@ -589,3 +646,57 @@ def _create(
             _native.store_close(h)
             raise
     return _Writer(plan, path, h)
+
+
+def _spill(
+    pa: Any, src: _Source, wanted: list[str], plans: list[_Column], rows: int, codec: str, dict_tier: str,
+    scratch: str,
+) -> tuple[str, int, dict[str, _Decided]]:
+    """Copy the columns of ``src`` into an uncompressed Arrow IPC file in
+    ``scratch`` that the workers of a sharded conversion map; decide each
+    column's codec on its first batch on the way. Returns the file, the row
+    count and the decisions."""
+    ipc = os.path.join(scratch, "source.arrow")
+    n = 0
+    decided: dict[str, _Decided] | None = None
+    writer = None
+    with pa.OSFile(ipc, "wb") as sink:
+        try:
+            for batch in src.batches(wanted, rows):
+                if decided is None:
+                    decided = {
+                        p.name: _decide(pa, p, batch.column(k), codec, dict_tier, src.num_rows)
+                        for k, p in enumerate(plans)
+                    }
+                if writer is None:
+                    writer = pa.ipc.new_file(sink, batch.schema)
+                writer.write(batch)
+                n += batch.num_rows
+            if writer is None:  # an empty source: an empty file of its schema
+                schema = pa.schema([src.schema.field(c) for c in wanted])
+                writer = pa.ipc.new_file(sink, schema)
+        finally:
+            if writer is not None:
+                writer.close()
+    if decided is None:
+        decided = {p.name: _decide(pa, p, None, codec, dict_tier, 0) for p in plans}
+    return ipc, n, decided
+
+
+def _arrow_shard(
+    path: str, report: Any, ipc: str, start: int, stop: int, wanted: list[str], plans: list[_Column],
+    decided: dict[str, _Decided], rows: int,
+) -> int:
+    """A worker process's shard of :func:`from_arrow`: rows ``[start, stop)``
+    of the IPC file ``ipc``, mapped, not read."""
+    pa = _require("pyarrow", "arrow")
+    mapped = pa.memory_map(ipc, "r")
+    try:
+        table = pa.ipc.open_file(mapped).read_all().slice(start, stop - start)
+        src = _table_source(pa, table, f"rows {start}..{stop - 1}")
+        created = _prepare_dir(path, False)
+        _write_streams(pa, path, src, wanted, plans, rows, created, report, decided, row0=start)
+        del src, table
+    finally:
+        mapped.close()
+    return stop - start

@@ -25,10 +25,15 @@ systems without an atomic exchange of two directories (other than Linux)
 the swap is two renames, and a kill between them leaves no store at
 ``path``.
 
+With ``num_shards=`` the path becomes a sharded dataset instead, its shards
+written by worker processes (:mod:`loaderx.store._parallel`), each with the
+same writers as one store: :func:`_write_dense` and :func:`_ragged_shard`.
+
 Its length: two public conversions share the piece-size control, the
 schema and dictionary handling, and :class:`_Output`, the interrupt-safe
-owner of the store being written; the Ctrl-C guarantees above depend on
-all of it, so it stays in one module.
+owner of the store being written, in one process or in each shard's
+worker; the Ctrl-C guarantees above depend on all of it, so it stays in
+one module.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -46,7 +51,7 @@ import numpy as np
 from loaderx._args import CONVERT_CODECS, as_int, check_codec
 from loaderx._progress import Progress
 from loaderx.errors import StoreExistsError
-from loaderx.store import _autocodec, _native
+from loaderx.store import _autocodec, _native, _parallel
 from loaderx.store._dtypes import check_narrow, check_storable, narrow_element, schema_name
 from loaderx.store._pages import PageReleaser as _PageReleaser
 from loaderx.store._store import packed_offsets
@@ -335,6 +340,7 @@ def from_numpy(
     progress: bool | None = None,
     overwrite: bool = False,
     sync: bool = False,
+    num_shards: int | None = None,
 ) -> None:
     """Write ``array`` to a new dense store at ``path``, one record per slice
     along axis 0 (a 1-D array becomes a dataset of scalars).
@@ -396,13 +402,30 @@ def from_numpy(
             process when this returns, but a power cut before the system
             writes it back to disk may lose it; pass True when the source
             will not be kept.
+        num_shards: None (default) writes one store. An int ``N`` makes
+            ``path`` a sharded dataset (see :mod:`loaderx.store.shards`) of
+            ``N`` shards, each a contiguous range of the records, each
+            written by a worker process of its own, one per CPU at a time
+            (started with ``spawn``: a script must guard its entry point
+            with ``if __name__ == "__main__":``); read it back with
+            :class:`~loaderx.dataset.DenseDataset`, record for record the
+            same as one store. ``codec="auto"`` and a dictionary are
+            decided once, on the whole array, for every shard. A memmap is
+            read by the workers from its file; an array in memory is first
+            copied to a raw file inside ``path`` (removed at the end). The
+            dataset appears whole in one commit or not at all: a failure or
+            Ctrl-C ends the workers and leaves no new shard behind. ``path``
+            must be absent, empty or (with ``overwrite``) a sharded dataset.
 
     Raises:
         TypeError: unsupported dtype (object, str, void, structured, ...).
         ValueError: a 0-d array, a bad option, a record over 2 GiB, or a
             ``dict_bytes`` that is not a zstd dictionary.
         loaderx.errors.StoreExistsError: ``path`` exists and is not empty.
-        KeyboardInterrupt: re-raised after closing a valid, shorter store.
+        loaderx.errors.WorkerError: with ``num_shards``, a worker failed or
+            died; the message names the shard and its records.
+        KeyboardInterrupt: re-raised after closing a valid, shorter store
+            (with ``num_shards``: after removing the unfinished shards).
 
     Example::
 
@@ -414,6 +437,7 @@ def from_numpy(
         codec, dict_tier, dict_size, chunk_bytes, "chunk_bytes", progress
     )
     _check_sync(sync)
+    num = _parallel.check_num_shards(num_shards)
     ready_dict = _check_dict_bytes(dict_bytes, codec, dict_size)
     if not isinstance(array, np.ndarray):
         array = np.asarray(array)
@@ -434,7 +458,9 @@ def from_numpy(
     if codec == "zstd_dict" and n == 0 and ready_dict is None:
         raise ValueError("codec 'zstd_dict' needs at least one record to train the dictionary on")
     element = check_narrow(target, "the array") if codec == "narrow" else None
-    _prepare_path(path, overwrite)
+    if num is None:
+        _prepare_path(path, overwrite)
+    created = num is not None and _parallel.prepare_dir(path, overwrite)
 
     choice = None
     if codec == "auto":
@@ -458,29 +484,91 @@ def from_numpy(
         count = min(n, max(1, budget // max(item_nbytes, 1)), _MAX_DICT_SAMPLES)
         picks = np.unique(np.linspace(0, n - 1, count).round().astype(np.int64))
         samples = [np.ascontiguousarray(array[i], dtype=target).tobytes() for i in picks.tolist()]
+    if codec != "raw":
+        chunk = min(chunk, _MAX_COMPRESSED_PIECE_BYTES)
+    spec = _Spec(target, item_shape, codec, dict_tier, dict_size_n, ready_dict, element, choice, sync)
 
+    if num is not None:
+        if samples is not None:
+            spec.ready_dict = _train_in_parent(samples, dict_tier, dict_size_n)
+            del samples
+
+        def make_tasks(scratch: Any) -> tuple[list, int, int]:
+            source = _parallel.export_array(array, target, scratch)
+            tasks = [
+                (_dense_shard, (source, a, b, spec, chunk), _records(a, b))
+                for a, b in _parallel.ranges(n, num)
+            ]
+            return tasks, n, n * item_nbytes
+
+        _parallel.run(path, num, make_tasks, created=created, label=f"from_numpy {path}", progress=progress)
+        return
+
+    bar = Progress(f"from_numpy {path}", n, n * item_nbytes, enabled=progress)
+    try:
+        _write_dense(path, array, spec, chunk, samples, overwrite, bar.update)
+    finally:
+        bar.close()
+
+
+class _Spec:
+    """What a conversion decided before writing, the same for every shard:
+    the element type, item shape (a ragged store's trailing shape), codec,
+    dictionary tier and size or ready dictionary, narrow element, the
+    record of an ``auto`` choice, and whether to sync."""
+
+    def __init__(
+        self, target: np.dtype, item_shape: tuple[int, ...], codec: str, dict_tier: str, dict_size: int,
+        ready_dict: bytes | None, element: str | None, choice: dict | None, sync: bool,
+    ) -> None:
+        self.target = target
+        self.item_shape = item_shape
+        self.codec = codec
+        self.dict_tier = dict_tier
+        self.dict_size = dict_size
+        self.ready_dict = ready_dict
+        self.element = element
+        self.choice = choice
+        self.sync = sync
+
+    def create(self, out: _Output, path: str, kind: str, samples: list[bytes] | None, overwrite: bool) -> int:
+        """Create the store at ``path`` through ``out`` and record the choice."""
+        handle = out.create(
+            path, self.codec, self.dict_tier, self.dict_size, samples,
+            (kind, schema_name(self.target), self.item_shape), overwrite, self.ready_dict, self.element,
+        )
+        if self.choice is not None:
+            _native.schema_set_codec_choice(path, self.choice)
+        return handle
+
+
+def _records(a: int, b: int) -> str:
+    return f"records {a}..{b - 1}" if b > a else f"no records (at {a})"
+
+
+def _write_dense(
+    path: str, array: Any, spec: _Spec, chunk: int, samples: list[bytes] | None, overwrite: bool,
+    on_piece: Any,
+) -> None:
+    """Write the records of ``array`` into a new dense store at ``path``,
+    calling ``on_piece(records, bytes)`` after each piece."""
+    target = spec.target
+    n = int(array.shape[0])
+    item_nbytes = int(np.prod(spec.item_shape, dtype=np.int64)) * target.itemsize
     # Pieces are sized by time as well as bytes: each should take about
     # _PIECE_SECONDS, so Ctrl-C is honoured promptly even with a slow codec,
     # and never exceed chunk_bytes (the memory bound) or _MAX_PIECE_RECORDS
     # (the offsets array costs 8 bytes per record).
-    if codec != "raw":
-        chunk = min(chunk, _MAX_COMPRESSED_PIECE_BYTES)
     max_rows = max(1, min(chunk // max(item_nbytes, 1), _MAX_PIECE_RECORDS))
     rows = max(1, min(max_rows, _FIRST_PIECE_BYTES // max(item_nbytes, 1)))
     offsets = np.arange(min(max_rows, max(n, 1)) + 1, dtype=np.int64) * item_nbytes
     releaser = _PageReleaser(array)
-    bar = Progress(f"from_numpy {path}", n, n * item_nbytes, enabled=progress)
 
     out = _Output()
     failed = True
     try:
-        handle = out.create(
-            path, codec, dict_tier, dict_size_n, samples, ("dense", schema_name(target), item_shape),
-            overwrite, ready_dict, element,
-        )
+        handle = spec.create(out, path, "dense", samples, overwrite)
         del samples
-        if choice is not None:
-            _native.schema_set_codec_choice(path, choice)
         start = 0
         while start < n:
             stop = min(n, start + rows)
@@ -493,15 +581,49 @@ def from_numpy(
             del piece
             releaser.release(src)
             del src
-            bar.update(m, m * item_nbytes)
+            on_piece(m, m * item_nbytes)
             start = stop
             rows = _next_piece_rows(rows, m, elapsed, max_rows)
         failed = False
     finally:
+        out.finish(failed, spec.sync)
+
+
+def _dense_shard(path: str, report: Any, source: tuple, start: int, stop: int, spec: _Spec, chunk: int) -> int:
+    """A worker process's shard of :func:`from_numpy`: records
+    ``[start, stop)`` of the array ``source`` describes."""
+    array = _parallel.open_array(source)
+    _write_dense(path, array[start:stop], spec, chunk, None, False, report)
+    return stop - start
+
+
+def _train_in_parent(samples: list[bytes], dict_tier: str, dict_size: int) -> bytes:
+    """Train the dictionary every shard shares, on a helper thread so that
+    Ctrl-C is not held up by the training (which then finishes unheard)."""
+    done: list[tuple[bool, Any]] = []
+    finished = threading.Event()
+
+    def work() -> None:
         try:
-            bar.close()
+            done.append((True, _native.dict_train(samples, dict_tier, dict_size)))
+        except BaseException as e:  # handed to the waiting thread
+            done.append((False, e))
         finally:
-            out.finish(failed, sync)
+            finished.set()
+
+    threading.Thread(target=work, name="loaderx-train-dict", daemon=True).start()
+    while not finished.wait(_Output._WAIT):
+        pass
+    ok, value = done[0]
+    if ok:
+        return value
+    if isinstance(value, ValueError):
+        raise ValueError(
+            f"codec 'zstd_dict' could not train a dictionary on {len(samples)} sampled records "
+            f"({value}); with this little data, or records that share no content, a dictionary "
+            "gains nothing, so use codec='zstd'"
+        ) from value
+    raise value
 
 
 def from_iterator(
@@ -516,6 +638,7 @@ def from_iterator(
     progress: bool | None = None,
     overwrite: bool = False,
     sync: bool = False,
+    num_shards: int | None = None,
 ) -> None:
     """Write a stream of arrays to a new ragged store at ``path``, one record
     per array.
@@ -547,6 +670,15 @@ def from_iterator(
         progress: see :func:`from_numpy`.
         overwrite: see :func:`from_numpy`.
         sync: see :func:`from_numpy`.
+        num_shards: None (default) writes one store; an int ``N`` makes
+            ``path`` a sharded dataset of ``N`` shards written by worker
+            processes, as for :func:`from_numpy`. The stream
+            is read once, checked and spooled (raw, into a scratch
+            directory inside ``path``) until it ends, since shard ``i``
+            must hold a contiguous range and where the ranges split is
+            known only then; then every shard is encoded from the spool at
+            once. The spool costs a sequential write and read of the raw
+            records and as much disk until the call returns.
 
     Raises:
         TypeError: an unsupported dtype, or an array whose dtype differs from
@@ -554,6 +686,8 @@ def from_iterator(
         ValueError: an empty stream, a 0-d array, or an array whose trailing
             shape differs from the first one's.
         loaderx.errors.StoreExistsError: ``path`` exists and is not empty.
+        loaderx.errors.WorkerError: with ``num_shards``, a worker failed or
+            died; the message names the shard and its records.
 
     Example::
 
@@ -565,47 +699,17 @@ def from_iterator(
         codec, dict_tier, dict_size, group_bytes, "group_bytes", progress
     )
     _check_sync(sync)
+    num = _parallel.check_num_shards(num_shards)
     ready_dict = _check_dict_bytes(dict_bytes, codec, dict_size)
-    _prepare_path(path, overwrite)
+    if num is None:
+        _prepare_path(path, overwrite)
+    created = num is not None and _parallel.prepare_dir(path, overwrite)
     try:
         total = len(arrays)  # type: ignore[arg-type]
     except TypeError:
         total = None
     it = iter(arrays)
-
-    state: dict = {}
-
-    def check(i: int, value: Any) -> np.ndarray:
-        a = value if isinstance(value, np.ndarray) else np.asarray(value)
-        if not state:
-            target = _check_dtype(a.dtype)
-            if a.ndim == 0:
-                raise ValueError(
-                    f"record {i} is a 0-d array; ragged records vary along their first axis"
-                )
-            trailing = tuple(int(d) for d in a.shape[1:])
-            row = int(np.prod(trailing, dtype=np.int64)) * target.itemsize
-            if row == 0:
-                raise ValueError(
-                    f"record {i} has trailing shape {trailing} with a zero dimension: every "
-                    "record would be empty and its length could not be read back"
-                )
-            state.update(dtype=target, source=a.dtype, trailing=trailing, row=row)
-        elif a.dtype != state["source"] and _native_order(a.dtype) != state["dtype"]:
-            raise TypeError(
-                f"record {i} has dtype {a.dtype}, but the first record fixed the dtype "
-                f"to {state['dtype']}"
-            )
-        if a.ndim == 0:
-            raise ValueError(f"record {i} is a 0-d array; ragged records vary along their first axis")
-        if a.shape[1:] != state["trailing"]:
-            raise ValueError(
-                f"record {i} has shape {a.shape}, whose trailing shape {a.shape[1:]} differs "
-                f"from the first record's {state['trailing']}"
-            )
-        if a.nbytes > MAX_RECORD_BYTES:
-            raise ValueError(f"record {i} is {a.nbytes} bytes; a record may be at most 2 GiB")
-        return np.ascontiguousarray(a, dtype=state["dtype"])
+    check = _RaggedCheck()
 
     pending: list[np.ndarray] = []
     count = 0
@@ -615,7 +719,7 @@ def from_iterator(
     pending.append(check(0, first))
     count = 1
     del first
-    element = check_narrow(state["dtype"], "the first record") if codec == "narrow" else None
+    element = check_narrow(check.dtype, "the first record") if codec == "narrow" else None
 
     samples = None
     choice = None
@@ -647,25 +751,18 @@ def from_iterator(
                 store_bytes, basis = None, "a stream without a length"
             choice = _autocodec.choose(
                 sample, mean, dict_tier, f"the first {len(pending)} records of the stream",
-                element=narrow_element(state["dtype"]), store_bytes=store_bytes, store_bytes_from=basis,
+                element=narrow_element(check.dtype), store_bytes=store_bytes, store_bytes_from=basis,
             )
             del sample
             codec = choice["codec"]
             element = choice["element"] if codec == "narrow" else None
         if codec == "zstd_dict":
             samples = [r.tobytes() for r in pending]
+    spec = _Spec(check.dtype, check.trailing, codec, dict_tier, dict_size_n, ready_dict, element, choice, sync)
 
-    bar = Progress(f"from_iterator {path}", total, None, enabled=progress)
-    out = _Output()
-    failed = True
-    try:
-        handle = out.create(
-            path, codec, dict_tier, dict_size_n, samples,
-            ("ragged", schema_name(state["dtype"]), state["trailing"]), overwrite, ready_dict, element,
-        )
-        del samples
-        if choice is not None:
-            _native.schema_set_codec_choice(path, choice)
+    def records() -> Iterator[tuple[list[np.ndarray], int]]:
+        """The rest of the stream in append groups, the sampled records first."""
+        nonlocal count, pending
         pending_bytes = sum(r.nbytes for r in pending)
         while True:
             value = next(it, _END)
@@ -676,21 +773,120 @@ def from_iterator(
                 pending.append(rec)
                 pending_bytes += rec.nbytes
                 del value, rec
-            if pending and (
-                done or pending_bytes >= group or len(pending) >= _MAX_GROUP_RECORDS
-            ):
-                _append_group(handle, pending)
-                bar.update(len(pending), pending_bytes)
+            if pending and (done or pending_bytes >= group or len(pending) >= _MAX_GROUP_RECORDS):
+                yield pending, pending_bytes
                 pending = []
                 pending_bytes = 0
             if done:
-                break
+                return
+
+    if num is not None:
+        if samples is not None:
+            spec.ready_dict = _train_in_parent(samples, dict_tier, dict_size_n)
+            del samples
+
+        def make_tasks(scratch: Any) -> tuple[list, int, int]:
+            spool = _parallel.RaggedSpool(scratch())
+            bar = Progress(f"from_iterator {path} (spooling)", total, None, enabled=progress)
+            try:
+                for recs, nbytes in records():
+                    spool.write(recs)
+                    bar.update(len(recs), nbytes)
+            finally:
+                spool.close()
+                bar.close()
+            source = spool.finish()
+            tasks = [
+                (_ragged_shard, (source, a, b, spec, group), _records(a, b))
+                for a, b in _parallel.ranges(spool.count, num)
+            ]
+            return tasks, spool.count, spool.nbytes
+
+        _parallel.run(path, num, make_tasks, created=created, label=f"from_iterator {path}", progress=progress)
+        return
+
+    bar = Progress(f"from_iterator {path}", total, None, enabled=progress)
+    out = _Output()
+    failed = True
+    try:
+        handle = spec.create(out, path, "ragged", samples, overwrite)
+        del samples
+        for recs, nbytes in records():
+            _append_group(handle, recs)
+            bar.update(len(recs), nbytes)
         failed = False
     finally:
         try:
             bar.close()
         finally:
             out.finish(failed, sync)
+
+
+class _RaggedCheck:
+    """Checks each record of a stream against the first one (dtype, trailing
+    shape, size) and returns it C-contiguous in the stored dtype."""
+
+    def __init__(self) -> None:
+        self.dtype: Any = None
+        self.source: Any = None
+        self.trailing: tuple[int, ...] = ()
+
+    def __call__(self, i: int, value: Any) -> np.ndarray:
+        a = value if isinstance(value, np.ndarray) else np.asarray(value)
+        if self.dtype is None:
+            target = _check_dtype(a.dtype)
+            if a.ndim == 0:
+                raise ValueError(
+                    f"record {i} is a 0-d array; ragged records vary along their first axis"
+                )
+            trailing = tuple(int(d) for d in a.shape[1:])
+            row = int(np.prod(trailing, dtype=np.int64)) * target.itemsize
+            if row == 0:
+                raise ValueError(
+                    f"record {i} has trailing shape {trailing} with a zero dimension: every "
+                    "record would be empty and its length could not be read back"
+                )
+            self.dtype, self.source, self.trailing = target, a.dtype, trailing
+        elif a.dtype != self.source and _native_order(a.dtype) != self.dtype:
+            raise TypeError(
+                f"record {i} has dtype {a.dtype}, but the first record fixed the dtype "
+                f"to {self.dtype}"
+            )
+        if a.ndim == 0:
+            raise ValueError(f"record {i} is a 0-d array; ragged records vary along their first axis")
+        if a.shape[1:] != self.trailing:
+            raise ValueError(
+                f"record {i} has shape {a.shape}, whose trailing shape {a.shape[1:]} differs "
+                f"from the first record's {self.trailing}"
+            )
+        if a.nbytes > MAX_RECORD_BYTES:
+            raise ValueError(f"record {i} is {a.nbytes} bytes; a record may be at most 2 GiB")
+        return np.ascontiguousarray(a, dtype=self.dtype)
+
+
+def _ragged_shard(path: str, report: Any, source: tuple, start: int, stop: int, spec: _Spec, group: int) -> int:
+    """A worker process's shard of :func:`from_iterator`: records ``[start,
+    stop)`` of the spool ``source``, appended straight from its mapping in
+    groups of about ``group`` bytes."""
+    values, offsets = _parallel.open_spool(source)
+    out = _Output()
+    failed = True
+    try:
+        handle = spec.create(out, path, "ragged", None, False)
+        a = start
+        while a < stop:
+            lo = int(offsets[a])
+            # the first record past the group's bytes, at least one record
+            b = int(np.searchsorted(offsets, lo + group, side="left"))
+            b = max(a + 1, min(stop, b, a + _MAX_GROUP_RECORDS))
+            hi = int(offsets[b])
+            _native.store_append_packed(handle, values[lo:hi], offsets[a : b + 1] - lo)
+            report(b - a, hi - lo)
+            a = b
+        failed = False
+    finally:
+        out.finish(failed, spec.sync)
+    return stop - start
 
 
 _END = object()

@@ -1,6 +1,6 @@
 """Throughput of loaderx against the alternatives, in three layers.
 
-    python3 scripts/bench {sampler|store|loader|packing|maint|shards|all} [options]
+    python3 scripts/bench {sampler|store|loader|packing|maint|shards|convert-shards|all} [options]
 
 sampler  index generation alone: numpy's two random APIs against zsampler.
 store    batch gather from a record store: zrecord (its defaults, raw verified
@@ -21,6 +21,9 @@ packing  those packing rows of the loader layer alone.
 maint    ragged conversion and gather, delete 10 % of a store and compact it.
 shards   a dataset read as 4 and 16 shards against the same records in one
          store: gather(out=) and the default DataLoader.
+convert-shards  conversion MB/s of from_numpy(num_shards=1 and 2) against the
+         single-store conversion: 2 GiB token rows and 12 KiB images
+         (--convert-mib; 64 MiB with --quick), codecs auto and zstd.
 
 The original Zig loaderx (loaderx==1.5.2 on PyPI) takes part in every layer
 when it is installed in a directory of its own (--original DIR, or
@@ -54,7 +57,7 @@ when it is missing). Streaming and LitData need torch.
 Layout: machine.py (the machine block), contenders/ (one adapter per library,
 registered per layer in contenders/__init__.py), data.py (the records and the
 transform), sampler.py, store.py and loader.py (one module per layer),
-maint.py (one module per layer), report.py (tables, targets and checks, plot,
+maint.py, shards.py and convert_shards.py (one module per layer), report.py (tables, targets and checks, plot,
 JSON) and this CLI. contenders/original.py drives the original through
 contenders/original_worker.py.
 """
@@ -73,6 +76,7 @@ from collections.abc import Callable
 from typing import Any
 
 from contenders import original
+from convert_shards import bench_convert_shards
 from loader import bench_loader, bench_packing, loader_child
 from machine import machine_info, print_machine
 from maint import bench_maint
@@ -88,11 +92,13 @@ LAYERS: dict[str, Callable[[argparse.Namespace, dict[str, Any], str], None]] = {
     "loader": bench_loader,
     "maint": bench_maint,
     "shards": bench_shards,
+    "convert-shards": bench_convert_shards,
 }
 
 # --quick: a small configuration (flags given explicitly still win)
 QUICK = {"records": 200, "runs": 2, "store_slice": 0.04, "warm_cap": 0.5, "sampler_loop_ms": 10.0,
-         "loader_warmup": 0.3, "loader_measure": 1.0, "maint_mib": 32}
+         "loader_warmup": 0.3, "loader_measure": 1.0, "maint_mib": 32,
+         "convert_mib": 64}
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -148,6 +154,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--loader-timeout", type=float, default=240.0)
     ap.add_argument("--maint-mib", type=int, default=256,
                     help="size of the store that maint deletes from and compacts, MiB")
+    ap.add_argument("--convert-mib", type=int, default=2048,
+                    help="size of each array that convert-shards converts, MiB")
     ap.add_argument("--maint-1gib", action="store_true", help="maint on a 1 GiB store (--maint-mib 1024)")
     ap.add_argument("--maint-runs", type=int, default=None, help="delete + compact runs (default 3, --quick 1)")
     ap.add_argument("--maint-codec", choices=["raw", "zstd", "zstd_dict"], default="zstd")
