@@ -903,6 +903,16 @@ def test_a_commit_deletes_only_what_the_dataset_made(published):
         np.testing.assert_array_equal(ds[:], np.ones((4, 3), np.float32))
 
 
+def test_a_published_writer_leaves_no_reservation_behind(tmp_path):
+    root = tmp_path / "ds"
+    with shards.ShardWriter(root) as w:  # committed while still open
+        from_numpy(w.path, np.zeros((2, 2), np.float32), codec="raw", progress=False)
+        shards.commit(root, [w.name])
+    [other] = write_dense(root, [np.ones((1, 2), np.float32)], ["raw"])  # closed, then committed
+    shards.commit(root, [other], append=True)
+    assert sorted(os.listdir(root)) == sorted([".commit.lock", shards.MANIFEST_FILE, w.name, other])
+
+
 def test_a_sharded_commit_replaces_a_single_store_written_there(tmp_path):
     root = tmp_path / "ds"
     from_numpy(root, np.zeros((5, 2), np.float32), codec="raw", progress=False)

@@ -89,7 +89,7 @@ def prepare_dir(path: str, overwrite: bool) -> bool:
     has to be created. It may be absent, an empty directory, or (with
     ``overwrite``) a sharded dataset, whose shards stay readable until the
     new manifest replaces them. A single store or any other content is
-    refused: a commit would delete what its manifest does not name."""
+    refused: a dataset does not share its directory with other files."""
     if not os.path.lexists(path):
         return True
     if os.path.islink(path) or not os.path.isdir(path):
@@ -146,6 +146,7 @@ class Scratch:
             remove_entry(self.dir, self.name)
         finally:
             self._writer.close()
+            shards.abandon(self.dir, [self.name])  # its reservation too
 
 
 def _mapped_file(array: np.ndarray) -> tuple[str, int] | None:
@@ -518,5 +519,7 @@ def _end(children: list[_Child], items: list[_Shard], dataset_dir: str, created:
         if not ok:
             remove_entry(dataset_dir, s.writer.name)
         s.writer.close()
+        if not ok:
+            shards.abandon(dataset_dir, [s.writer.name])  # its reservation too
     if not ok and created:
         shutil.rmtree(dataset_dir, ignore_errors=True)

@@ -334,12 +334,24 @@ class ShardWriter:
         self._lock = lock
 
     def close(self) -> None:
-        """Release the reservation. Its lock file stays, unlocked, so the
-        next commit knows the shard as one of a writer that ended: it keeps
-        the shard if it names it and deletes it otherwise."""
+        """Release the reservation. A shard a commit has published loses its
+        lock file with it; otherwise the file stays, unlocked, so the next
+        commit knows the shard as one of a writer that ended: it keeps the
+        shard if it names it and deletes it otherwise."""
         fd, self._fd = self._fd, None
         if fd is not None:
-            os.close(fd)
+            try:
+                if self._published():
+                    with contextlib.suppress(OSError):
+                        os.unlink(self._lock)  # still under our flock
+            finally:
+                os.close(fd)
+
+    def _published(self) -> bool:
+        try:
+            return any(s.name == self.name for s in read_manifest(self.dataset_dir).shards)
+        except (OSError, CorruptStoreError):
+            return False
 
     def __enter__(self) -> ShardWriter:
         return self
