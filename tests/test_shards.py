@@ -1165,3 +1165,18 @@ def test_cli_info_and_verify_of_sharded_datasets(flipped, pair, tmp_path):
     MANIFEST_DAMAGE["wrong checksum"](root)
     status, doc = run_cli("verify", str(root))
     assert status == 4 and "manifest.json" in doc["error"]
+
+
+def test_commit_syncs_unless_told_not_to(tmp_path, monkeypatch):
+    calls = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+    for sync in (True, False):
+        root = tmp_path / f"sync-{sync}"
+        [name] = write_dense(root, [np.arange(6, dtype=np.float32).reshape(3, 2)], ["raw"])
+        calls.clear()
+        shards.commit(root, [name], sync=sync)
+        files = sum(len(f) + 1 for _, _, f in os.walk(root / name))  # every file and directory of the shard
+        assert (len(calls) >= files + 2) if sync else (calls == []), (sync, len(calls), files)
+        with DenseDataset(root) as ds:
+            np.testing.assert_array_equal(ds[:], np.arange(6, dtype=np.float32).reshape(3, 2))

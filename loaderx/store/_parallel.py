@@ -353,6 +353,7 @@ def run(
     created: bool,
     label: str,
     progress: bool | None,
+    sync: bool = True,
 ) -> shards.Manifest:
     """Write the ``num`` shards of ``dataset_dir``, shard ``i`` by
     ``tasks[i] = (fn, args, what)`` in a child process (``fn(path, report,
@@ -366,7 +367,8 @@ def run(
     long as a child's start here, 0.5 s per 512 MiB). ``make_tasks`` runs
     inside the cleanup's reach: what it writes into the scratch directory
     is removed at the end, committed or not. ``created``: the directory
-    did not exist before the call, so a failure removes it."""
+    did not exist before the call, so a failure removes it. ``sync``: the
+    commit syncs the shards and the manifest (the converters' ``sync``)."""
     ctx = multiprocessing.get_context("spawn")
     children: list[_Child] = []
     items: list[_Shard] = []
@@ -393,7 +395,7 @@ def run(
         for i, (_, _, what) in enumerate(tasks):
             items.append(_Shard(i, shards.ShardWriter(dataset_dir), what))
         _wait(items, tasks, children, bar)
-        manifest = shards.commit(dataset_dir, [s.writer.name for s in items])
+        manifest = shards.commit(dataset_dir, [s.writer.name for s in items], sync=sync)
         ok = True
         return manifest
     finally:

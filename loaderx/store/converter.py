@@ -501,7 +501,7 @@ def from_numpy(
             ]
             return tasks, n, n * item_nbytes
 
-        _parallel.run(path, num, make_tasks, created=created, label=f"from_numpy {path}", progress=progress)
+        _parallel.run(path, num, make_tasks, created=created, label=f"from_numpy {path}", progress=progress, sync=sync)
         return
 
     bar = Progress(f"from_numpy {path}", n, n * item_nbytes, enabled=progress)
@@ -802,7 +802,8 @@ def from_iterator(
             ]
             return tasks, spool.count, spool.nbytes
 
-        _parallel.run(path, num, make_tasks, created=created, label=f"from_iterator {path}", progress=progress)
+        _parallel.run(path, num, make_tasks, created=created, label=f"from_iterator {path}", progress=progress,
+                      sync=sync)
         return
 
     bar = Progress(f"from_iterator {path}", total, None, enabled=progress)

@@ -533,7 +533,7 @@ def _clean(root: str, keep: set[str], previous: set[str]) -> list[str]:
     return removed
 
 
-def commit(dataset_dir: PathLike, names: Sequence[str], *, append: bool = False) -> Manifest:
+def commit(dataset_dir: PathLike, names: Sequence[str], *, append: bool = False, sync: bool = True) -> Manifest:
     """Publish the shards ``names`` (in global order) as the dataset at
     ``dataset_dir``, after the current manifest's shards when ``append``.
 
@@ -542,7 +542,12 @@ def commit(dataset_dir: PathLike, names: Sequence[str], *, append: bool = False)
     same kind, dtype and item shape; otherwise ValueError naming the shard
     and the values, and nothing changes. The new manifest is written to a
     temporary file, synced and renamed over the old one, and the directory
-    synced, so a crash leaves the old dataset or the new one. Then the
+    synced, so a crash leaves the old dataset or the new one; the shards
+    are synced first. ``sync=False`` skips every sync, as a converter's
+    default does: the rename still switches readers from one dataset to the
+    other at once, but a power cut may then leave a manifest whose shards
+    did not reach the disk, which opening reports as CorruptStoreError
+    naming the shard (never as other data). Then the
     shards of ended reservations that it does not name, and those of the
     previous manifest that it drops, are deleted (nothing a live
     :class:`ShardWriter` holds, nor anything else in the directory).
@@ -582,7 +587,8 @@ def commit(dataset_dir: PathLike, names: Sequence[str], *, append: bool = False)
                     problem = _agree(n, streams[k], st[k], k)
                     if problem:
                         raise ValueError(f"cannot commit {root!r}: {problem} (shard {first!r})")
-            _sync_tree(os.path.join(root, n))
+            if sync:
+                _sync_tree(os.path.join(root, n))
             shards.append(ShardInfo(n, length))
         if layout is None:
             raise ValueError(f"nothing to commit at {root!r}: no shards named and no manifest to append to")
@@ -592,11 +598,13 @@ def commit(dataset_dir: PathLike, names: Sequence[str], *, append: bool = False)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
             os.write(fd, _encode(m))
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, os.path.join(root, MANIFEST_FILE))
-        _fsync_dir(root)
+        if sync:
+            _fsync_dir(root)
         if current is not None:
             previous = {s.name for s in current.shards}
         else:  # a single store or directory of stores written here before
