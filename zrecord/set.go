@@ -151,6 +151,7 @@ type setScratch struct {
 	gs    []*gatherScratch
 	cs    [][]*chunk
 	all   []*chunk // every store's chunks, one list, for the copy loops
+	base  []uint32 // base[s]: where store s's chunks start in all
 }
 
 var setPool = sync.Pool{New: func() any { return new(setScratch) }}
@@ -214,6 +215,26 @@ func (t *Set) locate(op string, indices []int64, sc *setScratch) error {
 	if err := t.route(op, indices, sc); err != nil {
 		return err
 	}
+	return t.locateRouted(op, sc)
+}
+
+// only returns the one of the m stores every routed index lies in, or -1.
+// (sc.local may hold more lists, left by a larger set.)
+func (sc *setScratch) only(m int) int {
+	found := -1
+	for s := range sc.local[:m] {
+		if len(sc.local[s]) > 0 {
+			if found >= 0 {
+				return -1
+			}
+			found = s
+		}
+	}
+	return found
+}
+
+// locateRouted is locate after route.
+func (t *Set) locateRouted(op string, sc *setScratch) error {
 	m := len(t.stores)
 	for len(sc.gs) < m {
 		sc.gs, sc.cs = append(sc.gs, nil), append(sc.cs, nil)
@@ -282,15 +303,11 @@ func (t *Set) fill(sc *setScratch, w, k int, out []byte) error {
 }
 
 // Gather is Store.Gather over the set: record indices[k] (a global index)
-// lands in dst[k*stride:(k+1)*stride].
+// lands in dst[k*stride:(k+1)*stride]. A batch whose records all lie in one
+// store (a set of one store, a sequential read) is that store's Gather of
+// the local indices.
 func (t *Set) Gather(indices []int64, dst []byte, stride int) (err error) {
 	defer recoverTo(&err, "gather")
-	old := guardFaults()
-	defer restoreFaults(old)
-	if err := t.lock("gather"); err != nil {
-		return err
-	}
-	defer t.unlock(len(t.stores))
 	n := len(indices)
 	if stride < 0 {
 		return errf(ErrInvalidArgument, "gather from a set: stride %d", stride)
@@ -303,20 +320,26 @@ func (t *Set) Gather(indices []int64, dst []byte, stride int) (err error) {
 	}
 	sc := setPool.Get().(*setScratch)
 	defer sc.release()
-	if err := t.locate("gather", indices, sc); err != nil {
+	if err := t.route("gather", indices, sc); err != nil {
 		return err
 	}
-	// One list of entries in call order, their chunk numbers moved into
-	// one list of every store's chunks, for the copy loops.
-	g := getGatherScratch(n)
-	defer gatherPool.Put(g)
-	base := make([]uint32, len(t.stores))
-	for s := range t.stores {
-		base[s] = uint32(len(sc.all))
-		sc.all = append(sc.all, sc.cs[s]...)
+	if s := sc.only(len(t.stores)); s >= 0 {
+		return t.stores[s].Gather(sc.local[s], dst, stride)
+	}
+	old := guardFaults()
+	defer restoreFaults(old)
+	if err := t.lock("gather"); err != nil {
+		return err
+	}
+	defer t.unlock(len(t.stores))
+	if err := t.locateRouted("gather", sc); err != nil {
+		return err
 	}
 	frames, v3, checked, plain := false, false, true, true
+	sc.base = sc.base[:0]
 	for s, st := range t.stores {
+		sc.base = append(sc.base, uint32(len(sc.all)))
+		sc.all = append(sc.all, sc.cs[s]...)
 		if len(sc.local[s]) == 0 {
 			continue
 		}
@@ -328,13 +351,13 @@ func (t *Set) Gather(indices []int64, dst []byte, stride int) (err error) {
 			if int64(e.logic) != int64(stride) {
 				return errf(ErrSizeMismatch, "gather from %s: record %d has %d bytes, stride is %d", st.dir, sc.local[s][j], e.logic, stride)
 			}
-			e.chunk += base[s]
-			g.locs[sc.pos[s][j]] = e
 		}
 	}
-	if !canPrefetch {
-		g.touchRecords(sc.all)
-	}
+	// One list of entries in call order, their chunk numbers moved into
+	// sc.all, the list of every store's chunks, for the copy loops; each
+	// block builds its own part of it.
+	g := getGatherScratch(n)
+	defer gatherPool.Put(g)
 	total := int64(n) * int64(stride)
 	workers := workersFor(t.cost(sc, total), n, fanOutBytes)
 	blocks := gatherBlocks(workers, n)
@@ -342,6 +365,15 @@ func (t *Set) Gather(indices []int64, dst []byte, stride int) (err error) {
 	g.setStream(total, workers)
 	return parallelBlocks(workers, blocks, "gather", func(w int) error {
 		lo, hi := n*w/blocks, n*(w+1)/blocks
+		for k := lo; k < hi; k++ {
+			s := sc.shard[k]
+			e := sc.gs[s].locs[sc.slot[k]]
+			e.chunk += sc.base[s]
+			g.locs[k] = e
+		}
+		if !canPrefetch {
+			g.touchRecords(sc.all)
+		}
 		limit := hi * stride // as in Store.Gather
 		g.prefetchFirst(sc.all, lo, hi)
 		for k := lo; k < hi; k++ {

@@ -235,7 +235,9 @@ func TestSetCorruptRecordNamesItsShard(t *testing.T) {
 func TestSetClosedStore(t *testing.T) {
 	set, _, _ := ztSet(t, 64, []setShard{{zrecord.Raw, 4}, {zrecord.Raw, 4}})
 	set.Stores()[1].Close()
-	if err := set.Gather([]int64{0}, make([]byte, 64), 64); !errors.Is(err, zrecord.ErrClosed) {
-		t.Fatalf("Gather with a closed store = %v, want ErrClosed", err)
+	for _, idx := range [][]int64{{5}, {0, 5}} { // a record of the closed store, alone or beside another's
+		if err := set.Gather(idx, make([]byte, 2*64), 64); !errors.Is(err, zrecord.ErrClosed) {
+			t.Fatalf("Gather(%v) with a closed store = %v, want ErrClosed", idx, err)
+		}
 	}
 }

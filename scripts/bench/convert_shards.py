@@ -95,4 +95,63 @@ def bench_convert_shards(args: argparse.Namespace, results: dict[str, Any], tmp:
                 fmt_ratio(r["vs_single"]) if r["config"] != "one store" else "1.00 (reference)"]
                for r in rows]))
     out()
-    results["convert_shards"] = {"mib": mib, "runs": runs, "rows": rows}
+    results["convert_shards"] = {"mib": mib, "runs": runs, "rows": rows,
+                                 "ray": _bench_ray(_workloads(mib)[0][1], runs, tmp)}
+
+
+#: Ray's writers of the same blocks, and loaderx's
+RAY_WRITERS = ("loaderx", "write_parquet", "write_numpy")
+
+
+def _bench_ray(tokens: np.ndarray, runs: int, tmp: str) -> dict[str, Any] | None:
+    """The Ray Data table; its rows, or None when ray is missing."""
+    out("### Through Ray Data")
+    out()
+    try:
+        import ray
+        import ray.data
+
+        import loaderx.ray as lxray
+    except ImportError as e:
+        out(f"- skipped: ray is not installed ({e})")
+        out()
+        return None
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    try:
+        ds = ray.data.from_numpy(tokens).materialize()  # the blocks live in the object store before any timing
+        blocks = ds.num_blocks()
+
+        def write(how: str, path: str) -> None:
+            if how == "loaderx":
+                lxray.write(ds, path)
+            elif how == "write_parquet":
+                ds.write_parquet(path)
+            else:
+                ds.write_numpy(path, column="data")
+
+        times: dict[str, list[float]] = {w: [] for w in RAY_WRITERS}
+        for r in range(runs):
+            order = RAY_WRITERS[r % len(RAY_WRITERS):] + RAY_WRITERS[: r % len(RAY_WRITERS)]
+            for how in order:
+                path = os.path.join(tmp, f"ray-{how}")
+                os.sync()
+                t0 = time.perf_counter()
+                write(how, path)
+                times[how].append(time.perf_counter() - t0)
+                shutil.rmtree(path)
+            log(f"[convert-shards] ray: run {r + 1}/{runs} done")
+    finally:
+        ray.shutdown()
+    ours = times["loaderx"]
+    rows = [{"writer": how, "mb_s": median(tokens.nbytes / 1e6 / t for t in times[how]), "seconds": times[how],
+             "loaderx_vs": None if how == "loaderx" else median(t / o for o, t in zip(ours, times[how], strict=True))}
+            for how in RAY_WRITERS]
+    out(f"{human_bytes(tokens.nbytes)} of int32[2048] token rows in {blocks} blocks of one materialised "
+        "`ray.data.from_numpy` dataset, written on a local 2-CPU Ray cluster; loaderx's datasink with its "
+        "defaults (codec `auto`, one shard per write task).")
+    out()
+    out(table(["writer", "MB/s", "loaderx / this"],
+              [[r["writer"], f"{r['mb_s']:,.0f}", fmt_ratio(r["loaderx_vs"]) if r["loaderx_vs"] else "—"]
+               for r in rows]))
+    out()
+    return {"blocks": blocks, "rows": rows}
