@@ -6,7 +6,7 @@ after another, so a later block may use names and files an earlier block of
 the same section made (the Reading block opens the store the Quick start
 wrote). Sections start from nothing. Each block is compiled under the name
 README.md with its own line numbers, so a failure's traceback points at the
-README line that broke. A section that imports torch, jax, pyarrow or ml_dtypes is skipped, with
+README line that broke. A section that imports torch, jax, pyarrow, ml_dtypes or ray is skipped, with
 the reason, where that framework is not installed.
 """
 
@@ -83,7 +83,7 @@ def test_readme_section_runs(section: str, tmp_path: Path) -> None:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     blocks = SECTIONS[section]
     # a section that imports an optional framework runs where it is installed
-    for module in sorted({m for _, src in blocks for m in re.findall(r"^import (torch|jax|pyarrow|ml_dtypes)\b", src, re.M)}):
+    for module in sorted({m for _, src in blocks for m in re.findall(r"^import (torch|jax|pyarrow|ml_dtypes|ray)\b", src, re.M)}):
         if importlib.util.find_spec(module) is None:
             pytest.skip(f"README.md section {section!r} needs {module}, which is not installed")
     res = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(blocks)], cwd=tmp_path, env=env,

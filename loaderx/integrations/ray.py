@@ -346,6 +346,11 @@ class LoaderxDatasink(Datasink):
             batch, so a tokenizer's output may).
         min_rows_per_write: passed to Ray: fewer, larger write tasks (and
             shards) of at least this many rows.
+        sync: fsync every shard and the manifest before the commit returns.
+            Off by default, as for Ray's own writers and ``from_numpy``: the
+            commit's rename still switches readers at once, and a power cut
+            that loses shards the manifest names makes opening the dataset
+            a CorruptStoreError naming them, never other data.
 
     Raises:
         ValueError: a bad option (quoting it).
@@ -362,7 +367,11 @@ class LoaderxDatasink(Datasink):
         columns: Sequence[str] | None = None,
         ragged: Sequence[str] | None = None,
         min_rows_per_write: int | None = None,
+        sync: bool = False,
     ) -> None:
+        if not isinstance(sync, bool):
+            raise TypeError(f"sync must be True or False, got {sync!r}")
+        self._sync = sync
         self._path = os.path.abspath(os.fspath(path))  # write tasks may run in another directory
         self._codec = check_codec(codec, CONVERT_CODECS)
         if mode not in ("overwrite", "append"):
@@ -415,7 +424,7 @@ class LoaderxDatasink(Datasink):
             return {"task": task, "name": None, "rows": 0}
         with shards.ShardWriter(self._path, prefix=self._prefix) as w:
             try:
-                ms = from_arrow(w.path, table, codec=self._codec, progress=False)
+                ms = from_arrow(w.path, table, codec=self._codec, progress=False, sync=self._sync)
                 ms.close()
             except BaseException:
                 shutil.rmtree(w.path, ignore_errors=True)
@@ -444,7 +453,7 @@ class LoaderxDatasink(Datasink):
                     f"the task wrote {r['rows']} rows"
                 )
         try:
-            self.manifest = shards.commit(self._path, names, append=self._mode == "append")
+            self.manifest = shards.commit(self._path, names, append=self._mode == "append", sync=self._sync)
         except ValueError as e:
             hint = ""
             if "kind" in str(e):

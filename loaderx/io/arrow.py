@@ -429,6 +429,7 @@ def from_arrow(
     progress: bool | None = None,
     overwrite: bool = False,
     num_shards: int | None = None,
+    sync: bool = True,
 ) -> MSDataset:
     """Write the columns of an Arrow table, Parquet / Arrow files or a Hugging
     Face dataset as aligned stores under the directory ``path``, one store
@@ -454,6 +455,10 @@ def from_arrow(
         progress: draw a progress line on stderr: None (default) when stderr
             is a terminal.
         overwrite: replace previous loaderx stores at ``path``.
+        sync: make every store durable (fsync) before returning, the
+            default; ``False`` leaves that to the system, as
+            :func:`~loaderx.converter.from_numpy` does by default (a power cut
+            may then lose the stores).
         num_shards: None (default) writes one directory of stores. An int
             ``N`` makes ``path`` a sharded dataset of ``N`` shards, each a
             directory of stores holding a contiguous range of rows, each
@@ -530,13 +535,14 @@ def from_arrow(
             ]
             return tasks, n, None
 
-        _parallel.run(path, num, make_tasks, created=created, label=f"from_arrow {path}", progress=progress)
+        _parallel.run(path, num, make_tasks, created=created, label=f"from_arrow {path}", progress=progress,
+                      sync=sync)
         return MSDataset(path, columns=wanted)
 
     created = _prepare_dir(path, overwrite)
     bar = Progress(f"from_arrow {path}", src.num_rows, None, enabled=progress)
     try:
-        _write_streams(pa, path, src, wanted, plans, rows, created, bar.update, (codec, dict_tier))
+        _write_streams(pa, path, src, wanted, plans, rows, created, bar.update, (codec, dict_tier), sync=sync)
     finally:
         bar.close()
     return MSDataset(path, columns=wanted)
@@ -548,7 +554,7 @@ _Decided = tuple[str, Any, Any, Any]
 
 def _write_streams(
     pa: Any, path: str, src: _Source, wanted: list[str], plans: list[_Column], rows: int, created: bool,
-    on_batch: Any, how: tuple[str, str] | dict[str, _Decided], row0: int = 0,
+    on_batch: Any, how: tuple[str, str] | dict[str, _Decided], row0: int = 0, sync: bool = True,
 ) -> None:
     """Write the columns of ``src`` into the stores under ``path``, each
     column's codec chosen on its first batch from ``how = (codec,
@@ -583,9 +589,10 @@ def _write_streams(
     finally:
         for w in writers:
             try:
-                _native.store_sync(w.handle)
+                if sync:
+                    _native.store_sync(w.handle)
             finally:
-                _native.store_close(w.handle)
+                (_native.store_close if sync else _native.store_close_unsynced)(w.handle)
         if not done and not interrupted:
             if created:
                 shutil.rmtree(path, ignore_errors=True)
