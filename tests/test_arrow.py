@@ -268,3 +268,20 @@ def test_without_pyarrow_the_extra_is_named(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert r.returncode != 0 and "loaderx[arrow]" in r.stderr
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_from_arrow_syncs_unless_told_not_to(tmp_path, monkeypatch, sync):
+    from loaderx.store import _native
+
+    synced = []
+    real = _native.store_sync
+    monkeypatch.setattr(_native, "store_sync", lambda h: (synced.append(h), real(h))[1])
+    table = pa.table({"x": pa.array(np.arange(50, dtype=np.int32)), "y": pa.array(np.arange(50) * 2.0)})
+    ms = loaderx.from_arrow(tmp_path / "t", table, sync=sync, progress=False)
+    assert len(synced) == (2 if sync else 0)
+    np.testing.assert_array_equal(ms["x"][:], np.arange(50, dtype=np.int32))
+    ms.close()
+    reopened = loaderx.MSDataset(tmp_path / "t")
+    np.testing.assert_array_equal(reopened["y"][:], np.arange(50) * 2.0)
+    reopened.close()
