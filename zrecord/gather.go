@@ -1,5 +1,9 @@
 package zrecord
 
+// The gathers of fixed-size, packed and sized records, their copy loops and
+// the per-record fill stay in one file: they share the scratch, the locate
+// step and the fan-out, and Set (set.go) runs the same copy loops.
+
 import (
 	"encoding/binary"
 	"errors"

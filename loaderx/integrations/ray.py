@@ -13,6 +13,10 @@ Import it only where Ray is installed (``pip install 'loaderx[ray]'``;
     ms = loaderx.MSDataset("tokens")          # or DenseDataset("tokens/<column>")
     again = lxray.read("tokens")              # a ray.data.Dataset
 
+The datasink, the datasource and the column conversions between Arrow and
+stores they share stay in one module: each is the other's inverse, and the
+version check guards them all.
+
 Writing is two-phase. Every write task writes its blocks into one shard of
 its own (:class:`loaderx.store.shards.ShardWriter`, then
 :func:`loaderx.arrow.from_arrow`, one stream per column), which no reader

@@ -26,6 +26,9 @@ column and its type, before anything is written.
 read-only mapping ``{column: DenseDataset | RaggedDataset}`` that a
 :class:`loaderx.DataLoader` takes directly (when every stream is dense).
 
+The single-store and the sharded (``num_shards=``) paths stay in one module:
+they share the column plans, the codec decision and the writers.
+
 ``pyarrow`` (``pip install 'loaderx[arrow]'``) and ``datasets``
 (``loaderx[hf]``) are imported only when used.
 
