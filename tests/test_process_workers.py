@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import procw_funcs as funcs
 import pytest
+from trees import assert_same, copy_tree
 
 from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataloader import DataLoader, PackedBatch
@@ -47,35 +48,6 @@ def stores(tmp_path: Path) -> dict[str, Any]:
 
 def shm_names() -> set[str]:
     return {n for n in os.listdir("/dev/shm") if n.startswith(SHM_PREFIX)}
-
-
-def assert_same(a: Any, b: Any, where: str) -> None:
-    assert type(a) is type(b), (where, type(a), type(b))
-    if isinstance(a, dict):
-        assert list(a) == list(b), where
-        for k in a:
-            assert_same(a[k], b[k], f"{where}[{k!r}]")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_same(x, y, f"{where}[{i}]")
-    elif isinstance(a, np.ndarray):
-        assert a.dtype == b.dtype and a.shape == b.shape, (where, a.dtype, b.dtype, a.shape, b.shape)
-        np.testing.assert_array_equal(a, b, err_msg=where)
-    else:
-        assert a == b, where
-
-
-def copy_tree(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {k: copy_tree(v) for k, v in x.items()}
-    if isinstance(x, tuple) and hasattr(x, "_fields"):
-        return type(x)(*(copy_tree(v) for v in x))
-    if isinstance(x, (list, tuple)):
-        return type(x)(copy_tree(v) for v in x)
-    if isinstance(x, np.ndarray):
-        return x.copy()
-    return x
 
 
 def make_streams(d: Path, kind: str) -> dict[str, Any]:
