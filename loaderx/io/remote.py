@@ -22,7 +22,15 @@ store the header ``meta.zr`` goes last, after the data, tables, dictionary
 and schema it describes, and in a sharded dataset every shard goes before
 ``manifest.json``, so a reader never finds a manifest naming shards that
 are not there yet. A store held open by a writer is refused, because its
-files change under the upload.
+files change under the upload. Pushing again to the same URL overwrites the
+objects one by one and deletes none: a single store is briefly a mix of two
+versions, while a sharded dataset stays whole, since new shards have new
+names and the old manifest names only old ones until the new one lands.
+
+The check after the upload downloads each object and compares its size and
+SHA-256 with the local file. It hashes in C at memory speed (the CRC-32C in
+Python here is a table loop, far slower), and an ETag is no checksum to
+rely on: multipart uploads and server-side encryption change what it means.
 
 Every failure of the client becomes :class:`~loaderx.errors.RemoteError`
 naming the URL (or object) and saying what went wrong: the bucket does not
