@@ -68,6 +68,16 @@ def _free_ports(n: int) -> list[int]:
             s.close()
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: on Linux, get SIGKILL when the process that
+    started the server dies, so a killed pytest leaves no server behind."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def weed_binary() -> str | None:
     """Path of the ``weed`` binary: $LOADERX_WEED, else the one on PATH."""
     explicit = os.environ.get("LOADERX_WEED")
@@ -168,7 +178,8 @@ class S3Server:
         t0 = time.monotonic()
         with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
             self._proc = subprocess.Popen(
-                args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+                args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         deadline = t0 + timeout
         while True:
