@@ -39,7 +39,7 @@ relative ones resolved, against it)::
     converter  dataset  zrecord  dataloader  sampler  arrow  torch  jax  dlpack  packing  mixture  ray
     integrations.torch  integrations.jax  integrations.ray
     loader.dataloader  io.arrow
-    loader.options  io.multistream
+    loader.options  io.multistream  io.remote
     loader._procpool  loader.mixture
     loader._shm
     loader._pipeline  loader._packing
@@ -77,6 +77,9 @@ or the sampled counts, and the checks of weights and of a saved mixture,
 plain Python). ``io.arrow`` converts Arrow tables,
 Parquet files and Hugging Face datasets into a directory of aligned stores;
 ``io.multistream`` opens such a directory as one multi-stream dataset.
+``io.remote`` holds the object-storage side: ``s3://`` URLs, the S3 client
+(obstore, an optional extra) and ``push``, which uploads a store, a
+multi-stream directory or a sharded dataset, manifest last, and verifies it.
 ``store.converter`` writes stores, and with ``num_shards=`` hands a sharded
 dataset's shards (its own and ``io.arrow``'s) to ``store._parallel``, which
 writes them in worker processes at once and commits them; ``store.dataset``

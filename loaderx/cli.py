@@ -19,6 +19,10 @@ COMMAND ...``. Every command prints readable text, or one JSON document with
     reclaim space / delete records.
 ``head PATH [-n N]``
     print the first records.
+``push PATH URL``
+    upload a store, multi-stream directory or sharded dataset to
+    ``s3://bucket/prefix`` (manifest last) and read every object back to
+    check it (``--no-verify`` skips that).
 ``bench``
     a quick performance check on this machine.
 
@@ -26,7 +30,8 @@ Exit codes (:data:`EXIT_CODES`): 0 success; 1 ``verify`` found damage; 2 a
 usage error, or a command this build cannot run; 3 the input is at fault (no
 store at the path, a source the store cannot represent, an index out of
 range, ...); 4 the store is locked by another writer or damaged beyond
-opening; 130 interrupted with Ctrl-C.
+opening; 5 a request to object storage failed (no bucket, refused
+credentials, server unreachable); 130 interrupted with Ctrl-C.
 
 Its length: one small function per command plus their shared text and JSON
 output; each command is short, and they read best side by side.
@@ -49,7 +54,8 @@ import numpy as np
 
 from loaderx._args import CONVERT_CODECS
 from loaderx._progress import Progress
-from loaderx.errors import CorruptStoreError, StoreExistsError, StoreLockedError
+from loaderx.errors import CorruptStoreError, RemoteError, StoreExistsError, StoreLockedError
+from loaderx.io import remote
 from loaderx.io.arrow import MSDataset, arrow_source, from_arrow, is_multistream
 from loaderx.store import _native, shards
 from loaderx.store.converter import DICT_TIERS, from_numpy
@@ -63,6 +69,7 @@ EXIT_DAMAGED = 1
 EXIT_USAGE = 2
 EXIT_BAD_INPUT = 3
 EXIT_STORE = 4
+EXIT_REMOTE = 5
 EXIT_INTERRUPTED = 130
 
 #: What each exit status means.
@@ -72,6 +79,7 @@ EXIT_CODES = {
     EXIT_USAGE: "usage error, or a command this build cannot run",
     EXIT_BAD_INPUT: "the input is at fault (no store at the path, an unsupported source, a bad index)",
     EXIT_STORE: "the store is locked by another writer or too damaged to open",
+    EXIT_REMOTE: "a request to object storage failed (no bucket, refused credentials, unreachable)",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
 }
 
@@ -538,6 +546,21 @@ def cmd_bench(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
     return EXIT_OK, r, lines
 
 
+def cmd_push(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
+    if not os.path.exists(args.path):
+        raise CommandError(f"{args.path}: no such file or directory")
+    options = {k: getattr(args, k) for k in ("endpoint_url", "profile", "region") if getattr(args, k) is not None}
+    t0 = time.perf_counter()
+    files = remote.push(args.path, args.url, verify=not args.no_verify, **options)
+    took = time.perf_counter() - t0
+    total = sum(f.size for f in files)
+    checked = "" if args.no_verify else ", each read back and checked"
+    doc = {"url": args.url, "files": [{"key": f.key, "size": f.size} for f in files], "bytes": total,
+           "verified": not args.no_verify, "seconds": round(took, 3)}
+    lines = [f"{args.path} -> {args.url}: {len(files)} files, {total:,} bytes in {took:.1f} s{checked}"]
+    return EXIT_OK, doc, lines
+
+
 # ---------------------------------------------------------------------------
 # argument parsing
 
@@ -604,6 +627,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", type=int, default=5, help="how many records (default 5)")
     p.set_defaults(func=cmd_head)
 
+    p = sub.add_parser("push", parents=[common],
+                       help="upload a store, multi-stream directory or sharded dataset to s3://bucket/prefix")
+    p.add_argument("path")
+    p.add_argument("url", help="s3://bucket/prefix")
+    p.add_argument("--no-verify", action="store_true", help="do not read the objects back to check them")
+    p.add_argument("--endpoint-url", default=None,
+                   help="an S3-compatible endpoint (default: AWS_ENDPOINT_URL, the profile)")
+    p.add_argument("--profile", default=None, help="a profile of the AWS shared files (default: AWS_PROFILE)")
+    p.add_argument("--region", default=None, help="the bucket's region (default: AWS_REGION, the profile)")
+    p.set_defaults(func=cmd_push)
+
     p = sub.add_parser("bench", parents=[common], help="a quick gather and sampler check against NumPy")
     p.add_argument("--builtin", action="store_true", help="run the built-in check even in a source checkout")
     p.add_argument("--records", type=int, default=20_000)
@@ -630,6 +664,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(e), EXIT_STORE, as_json)
     except CorruptStoreError as e:
         return _fail(str(e), EXIT_STORE, as_json)
+    except RemoteError as e:
+        return _fail(str(e), EXIT_REMOTE, as_json)
     except (FileNotFoundError, NotADirectoryError, StoreExistsError, ValueError, TypeError, IndexError,
             ImportError) as e:
         return _fail(str(e), EXIT_BAD_INPUT, as_json)

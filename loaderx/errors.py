@@ -7,7 +7,8 @@ missing path, ``OSError`` for an I/O error). The message is the one the native
 library wrote; it names the file, index or value at fault. An ``OSError``
 carries the operating system's error number as ``errno`` (``ENOSPC``,
 ``EACCES`` ...), and damage to a store, a file of it missing included, is
-always :class:`CorruptStoreError`. One warning lives here too:
+always :class:`CorruptStoreError`; a failed request to object storage is
+:class:`RemoteError`. One warning lives here too:
 :class:`WorkersWarning`, from a ``workers="auto"`` loader that stays on
 threads although it measured that processes would be faster.
 """
@@ -23,6 +24,7 @@ __all__ = [
     "StoreExistsError",
     "WorkerError",
     "WorkersWarning",
+    "RemoteError",
 ]
 
 
@@ -66,6 +68,17 @@ class WorkerError(LoaderxError, RuntimeError):
     names the step. A conversion with ``num_shards=`` raises it the same way
     for a shard whose worker failed or died, naming the shard and its
     records; nothing is committed then."""
+
+
+class RemoteError(LoaderxError, OSError):
+    """A request to object storage failed: the bucket does not exist, the
+    server refused the credentials, or it cannot be reached within the
+    client's timeouts and retries. The message names the URL or object and
+    which of these it was; ``url`` is the URL the operation was given."""
+
+    def __init__(self, message: str, url: str = "") -> None:
+        super().__init__(message)
+        self.url = url
 
 
 class WorkersWarning(UserWarning):

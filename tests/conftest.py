@@ -23,6 +23,9 @@ from typing import Any
 
 import pytest
 
+# the session's S3 server (SeaweedFS), for tests that take the s3server fixture
+from s3server import s3server  # noqa: F401
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))

@@ -41,7 +41,7 @@ def dense(tmp_path):
 def test_help_lists_every_command():
     r = run("--help")
     assert r.returncode == 0
-    for command in ("info", "verify", "convert", "compact", "delete", "head", "bench"):
+    for command in ("info", "verify", "convert", "compact", "delete", "head", "push", "bench"):
         assert command in r.stdout
     assert "exit status" in r.stdout
 
