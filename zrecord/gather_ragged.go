@@ -5,6 +5,18 @@ import "sync"
 // offsetsPool recycles GatherRagged's per-call offsets.
 var offsetsPool = sync.Pool{New: func() any { return new([]int64) }}
 
+// pooledOffsets returns n+1 offsets from offsetsPool, the first 0, and the
+// pooled slice to put back once they are no longer used.
+func pooledOffsets(n int) (*[]int64, []int64) {
+	op := offsetsPool.Get().(*[]int64)
+	if cap(*op) < n+1 {
+		*op = make([]int64, n+1)
+	}
+	offsets := (*op)[:n+1]
+	offsets[0] = 0
+	return op, offsets
+}
+
 // GatherRagged reads the records at indices, whatever their sizes, back to
 // back into dst, from one consistent view of the store: the sizes and the
 // bytes come from the same table state, under one read lock, so a Delete or
@@ -42,13 +54,8 @@ func (s *Store) GatherRagged(indices []int64, sizes []int64, dst []byte) (needed
 	if err != nil {
 		return 0, err
 	}
-	op := offsetsPool.Get().(*[]int64)
+	op, offsets := pooledOffsets(n)
 	defer offsetsPool.Put(op)
-	if cap(*op) < n+1 {
-		*op = make([]int64, n+1)
-	}
-	offsets := (*op)[:n+1]
-	offsets[0] = 0
 	for k, e := range g.locs {
 		sizes[k] = int64(e.logic)
 		offsets[k+1] = offsets[k] + int64(e.logic)

@@ -481,13 +481,8 @@ func (t *Set) GatherRagged(indices []int64, sizes []int64, dst []byte) (needed i
 	if err := t.locate("gather", indices, sc); err != nil {
 		return 0, err
 	}
-	op := offsetsPool.Get().(*[]int64)
+	op, offsets := pooledOffsets(n)
 	defer offsetsPool.Put(op)
-	if cap(*op) < n+1 {
-		*op = make([]int64, n+1)
-	}
-	offsets := (*op)[:n+1]
-	offsets[0] = 0
 	for k := range indices {
 		sizes[k] = int64(sc.entry(k).logic)
 		offsets[k+1] = offsets[k] + sizes[k]

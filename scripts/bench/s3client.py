@@ -34,6 +34,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "bench/s3client.bin"
@@ -52,6 +53,14 @@ class Reader:
 
     def __init__(self, name: str, whole: Callable[[], int], rng: Callable[[int, int], int]) -> None:
         self.name, self.whole, self.range = name, whole, rng
+
+
+def _boto3(a: argparse.Namespace, **options: Any) -> Any:
+    """A boto3 S3 client of the server and credentials in ``a``."""
+    import boto3
+
+    return boto3.client("s3", endpoint_url=a.endpoint, aws_access_key_id=a.access_key,
+                        aws_secret_access_key=a.secret_key, region_name=a.region, **options)
 
 
 def make_reader(name: str, a: argparse.Namespace) -> Reader:
@@ -73,17 +82,9 @@ def make_reader(name: str, a: argparse.Namespace) -> Reader:
             lambda s, n: len(obstore.get_range(store, KEY, start=s, length=n)),
         )
     if name == "boto3":
-        import boto3
         from botocore.config import Config
 
-        s3 = boto3.client(
-            "s3",
-            endpoint_url=a.endpoint,
-            aws_access_key_id=a.access_key,
-            aws_secret_access_key=a.secret_key,
-            region_name=a.region,
-            config=Config(max_pool_connections=16),
-        )
+        s3 = _boto3(a, config=Config(max_pool_connections=16))
 
         def rng(s: int, n: int) -> int:
             return len(s3.get_object(Bucket=a.bucket, Key=KEY, Range=f"bytes={s}-{s + n - 1}")["Body"].read())
@@ -182,15 +183,7 @@ def install_mib(dist: str) -> tuple[float, int]:
 
 
 def upload(a: argparse.Namespace, size: int) -> None:
-    import boto3
-
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=a.endpoint,
-        aws_access_key_id=a.access_key,
-        aws_secret_access_key=a.secret_key,
-        region_name=a.region,
-    )
+    s3 = _boto3(a)
     try:
         if s3.head_object(Bucket=a.bucket, Key=KEY)["ContentLength"] == size:
             return
