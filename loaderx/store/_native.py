@@ -728,6 +728,29 @@ def store_sizes(h: int, indices: np.ndarray) -> np.ndarray:
     return sizes
 
 
+def store_spans(h: int, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Where the stored bytes of each record at ``indices`` lie: four uint32
+    arrays (store, chunk, offset, length), ``store`` being the position of
+    the shard in a sharded dataset's handle (0 for one store)."""
+    ib = _i64_view(indices, "indices")
+    n = len(ib)
+    outs = [np.empty(n, dtype=np.uint32) for _ in range(4)]
+    ptrs = [ffi.cast("uint32_t *", ffi.from_buffer(o, require_writable=True)) for o in outs]
+    _call(lib.lx_store_spans, h, ib, n, *ptrs)
+    return outs[0], outs[1], outs[2], outs[3]
+
+
+def store_check_bytes(h: int, store: int, indices: np.ndarray, chunk: int, base: int, buf: Any) -> None:
+    """Check the records at ``indices`` (of store ``store`` of a sharded
+    handle, else 0) against their table checksums, their stored bytes read
+    from ``buf``, which holds bytes ``[base, base + len(buf))`` of chunk file
+    ``chunk``. Raises CorruptStoreError naming the first record that does not
+    match, ValueError for a record outside that range."""
+    ib = _i64_view(indices, "indices")
+    bb = _byte_view(buf, "buf")
+    _call(lib.lx_store_check_bytes, h, store, ib, len(ib), chunk, base, bb, len(bb))
+
+
 def store_gather_packed(h: int, indices: np.ndarray, out: Any, offsets: np.ndarray) -> None:
     """Copy the records at ``indices`` into ``out``, record ``i`` at ``out[offsets[i]:offsets[i+1]]``.
 

@@ -1,0 +1,102 @@
+package main
+
+// The exports a reader of a store whose chunk bytes live elsewhere (the
+// object-storage cache of loaderx's store layer) needs besides the gathers:
+// where a batch's stored bytes are, and a check of bytes fetched from
+// elsewhere against the table.
+
+/*
+#include <stdint.h>
+*/
+import "C"
+
+import (
+	"unsafe"
+)
+
+// uint32s views n uint32_t values at p as a Go slice.
+func uint32s(p *C.uint32_t, n C.int64_t, name string) ([]uint32, error) {
+	if err := checkView(p == nil, n, name); err != nil || n == 0 {
+		return nil, err
+	}
+	return unsafe.Slice((*uint32)(unsafe.Pointer(p)), int(n)), nil
+}
+
+// lx_store_spans writes, for each of the n records named by indices, where
+// its stored bytes lie: store[k] is the position of the store that holds it
+// in a set (0 for a store handle), chunk[k] its chunk file's id, off[k] and
+// length[k] the byte range in that file. Each out array holds n values.
+//
+//export lx_store_spans
+func lx_store_spans(h C.int64_t, indices *C.int64_t, n C.int64_t, store, chunk, off, length *C.uint32_t,
+	errBuf *C.char, errLen C.int64_t) C.int {
+	return call("lx_store_spans", errBuf, errLen, func() error {
+		idx, err := int64s(indices, n, "indices")
+		if err != nil {
+			return err
+		}
+		outs := make([][]uint32, 4)
+		for k, p := range []*C.uint32_t{store, chunk, off, length} {
+			if outs[k], err = uint32s(p, n, [...]string{"store", "chunk", "off", "length"}[k]); err != nil {
+				return err
+			}
+		}
+		handles.RLock()
+		s, isStore := handles.stores[int64(h)]
+		t, isSet := handles.sets[int64(h)]
+		last := handles.last
+		handles.RUnlock()
+		switch {
+		case isStore:
+			if err := s.Spans(idx, outs[1], outs[2], outs[3]); err != nil {
+				return err
+			}
+			clear(outs[0])
+			return nil
+		case isSet:
+			return t.Spans(idx, outs[0], outs[1], outs[2], outs[3])
+		}
+		return badHandle(int64(h), last)
+	})
+}
+
+// lx_store_check_bytes checks the records named by the n indices against
+// their table checksums, reading their stored bytes from buf, which holds
+// bytes [base, base+buf_len) of chunk file chunk. For a set handle, store
+// picks the store (its position in the set) and the indices are that
+// store's own; for a store handle, store must be 0.
+//
+//export lx_store_check_bytes
+func lx_store_check_bytes(h C.int64_t, store C.uint32_t, indices *C.int64_t, n C.int64_t, chunk C.uint32_t,
+	base C.int64_t, buf unsafe.Pointer, bufLen C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
+	return call("lx_store_check_bytes", errBuf, errLen, func() error {
+		idx, err := int64s(indices, n, "indices")
+		if err != nil {
+			return err
+		}
+		b, err := byteView(buf, bufLen, "buf")
+		if err != nil {
+			return err
+		}
+		handles.RLock()
+		s, isStore := handles.stores[int64(h)]
+		t, isSet := handles.sets[int64(h)]
+		last := handles.last
+		handles.RUnlock()
+		switch {
+		case isStore:
+			if store != 0 {
+				return invalidf("store %d of a store handle: only 0 is", store)
+			}
+		case isSet:
+			all := t.Stores()
+			if int(store) >= len(all) {
+				return invalidf("store %d of a set of %d stores", store, len(all))
+			}
+			s = all[store]
+		default:
+			return badHandle(int64(h), last)
+		}
+		return s.CheckBytes(idx, uint32(chunk), int64(base), b)
+	})
+}
