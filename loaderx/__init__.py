@@ -48,7 +48,7 @@ relative ones resolved, against it)::
     store._parallel
     store._autocodec  store._schema  store.shards
     loader.sampler  store._store  integrations.dlpack  loader._state  loader.packing
-    store._native
+    store._native  io._s3
     errors  _args  _progress  store._pages  store._dtypes  loader._autoworkers  loader._schedule
 
 ``__main__`` runs ``cli``, the ``loaderx`` command line. The third row holds
@@ -91,7 +91,8 @@ each shard against it. ``loader.sampler`` draws indices; ``loader._state`` build
 checks a loader's saved state (pure Python, shared by the loader and
 ``integrations.torch``); ``integrations.dlpack`` hands ml_dtypes arrays
 (bfloat16 ...) to frameworks. ``store._native`` is the binding, the only
-module that knows the C ABI. At the bottom, with no loaderx imports:
+module that knows the C ABI; ``io._s3`` is the S3 client (URLs, settings,
+errors), shared by ``io.remote`` and the cache. At the bottom, with no loaderx imports:
 ``errors`` (exceptions), ``_args`` (argument checks), ``_progress`` (the
 progress line), ``store._pages`` (releasing pages of a memory-mapped
 source), ``store._dtypes`` (the element types a store holds, ml_dtypes
