@@ -39,13 +39,13 @@ relative ones resolved, against it)::
     converter  dataset  zrecord  dataloader  sampler  arrow  torch  jax  dlpack  packing  mixture  ray
     integrations.torch  integrations.jax  integrations.ray
     loader.dataloader  io.arrow
-    loader.options  io.multistream  io.remote
+    loader.options  io.multistream
     loader._procpool  loader.mixture
     loader._shm
     loader._pipeline  loader._packing
     loader._ragged
     store.converter  store.dataset  store.zrecord
-    store._parallel
+    store._parallel  io.remote
     store._autocodec  store._schema  store.shards
     store._cache
     loader.sampler  store._store  integrations.dlpack  loader._state  loader.packing
