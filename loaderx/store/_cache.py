@@ -27,6 +27,12 @@ there:
   stale. Byte ``npages + p`` serialises fetches of the page across
   processes. Every process and rank of a node that opens the same dataset
   with the same cache directory shares its pages.
+* **The warm path is one native call.** Each store of a guarded handle
+  carries a residency map (``lx_store_set_residency``): this process's
+  array of held pages, which the gather checks record by record before it
+  copies a byte, failing with ``NotResidentError`` where a page is not
+  held. A read first runs as it is; only a refused one pins and fetches,
+  then runs again.
 * **Pins outlive batches.** A process keeps the pins it took until the
   cache needs room: then, before it fetches, it evicts the least recently
   used unpinned pages of every dataset in the cache directory, and if that
@@ -73,14 +79,14 @@ import struct
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-from loaderx.errors import CorruptStoreError
+from loaderx.errors import CorruptStoreError, NotResidentError
 from loaderx.io import _s3
 from loaderx.store import _native
 
@@ -89,6 +95,7 @@ __all__ = [
     "parse_size",
 ]
 
+_T = TypeVar("_T")
 _META = "meta.zr"
 _CHUNK = re.compile(r"^(0|[1-9][0-9]*)\.chunk$")
 #: seconds a pin waits for an evictor's momentary exclusive lock
@@ -775,11 +782,22 @@ class Guard:
         for k, p in enumerate(parts):
             self.base2[k, : len(p.base)] = p.base + self.offsets[k]
         self.page_size = tree.opts.page_size
+        self.nonempty = sum(int(np.count_nonzero(p.files.sizes)) for p in parts)
         self.mu = threading.Lock()
+        #: reads in flight on the fast path (no pages registered): while any
+        #: runs, release_idle lets go of nothing
+        self.fast = 0
+        for k, p in enumerate(parts):
+            _native.store_set_residency(h, k, p.held, p.base, self.page_size)
         #: the pages of each batch (and prefetch) in flight in this process,
         #: which release_idle keeps pinned
         self.inflight: dict[object, np.ndarray] = {}
         self.closed = False
+
+    def all_held(self) -> bool:
+        """Whether this process holds every page that has records (a warm
+        dataset: nothing left to fetch ahead)."""
+        return int(np.count_nonzero(self.held)) >= self.nonempty
 
     def slots(self, idx: np.ndarray) -> np.ndarray:
         """The global page of each record at ``idx`` (of this handle)."""
@@ -787,6 +805,39 @@ class Guard:
         if len(self.parts) == 1:
             return self.base2[0][c] + o // self.page_size
         return self.base2[s, c] + o // self.page_size
+
+    def read(self, idx: np.ndarray, fn: Callable[[], _T]) -> _T:
+        """``fn()``, a native read of the records at ``idx``, with their
+        pages in the cache and pinned. First as it is: the store's residency
+        map (``lx_store_set_residency``) lets the read through when this
+        process holds every page already, which a warm dataset does, at the
+        cost of one byte check per record. Else the pages are pinned (and
+        fetched) and the read runs again. Bytes that fail their check in the
+        cache (a page lost in a crash, or damaged on disk) are fetched again
+        and the read retried once; a second failure is raised."""
+        with self.mu:
+            self.fast += 1
+        damaged = False
+        try:
+            return fn()
+        except NotResidentError:
+            pass
+        except CorruptStoreError:
+            damaged = True
+        finally:
+            with self.mu:
+                self.fast -= 1
+        for attempt in range(2):
+            with self.reading(idx):
+                if damaged:
+                    self.refetch(idx)
+                try:
+                    return fn()
+                except CorruptStoreError:
+                    if attempt or damaged:
+                        raise
+                    damaged = True
+        raise AssertionError("unreachable")
 
     @contextlib.contextmanager
     def reading(self, idx: np.ndarray) -> Iterator[None]:
@@ -851,7 +902,7 @@ class Guard:
     def prefetch(self, idx: np.ndarray) -> int:
         """Fetch and pin the pages the records at ``idx`` need; the bytes
         fetched."""
-        if idx.size == 0 or self.closed:
+        if idx.size == 0 or self.closed or self.all_held():
             return 0
         slots = np.unique(self.slots(idx))
         token = object()
@@ -885,8 +936,11 @@ class Guard:
                         _native.store_check_bytes(self.h, part.store, recs, chunk, lo, data)
                         return None
                     except CorruptStoreError:
-                        f.try_evict(p)  # damaged in the cache: fetch it again below
-                self._pin(np.array([self.offsets[self.parts.index(part)] + p], dtype=np.int64))
+                        f.present[p] = 0  # damaged in the cache: fetched again below
+                gp = np.array([self.offsets[self.parts.index(part)] + p], dtype=np.int64)
+                self._pin(gp)
+                if f.present[p] != 1:  # held already, so not fetched by _pin
+                    self.tree.fetch_page(part, p, self)
             except CorruptStoreError as e:
                 return self.tree.object_url(part.key_of[chunk]), str(e)
             return None
@@ -904,21 +958,21 @@ class Guard:
                     del self.inflight[token]
         return faults
 
-    def drop(self, idx: np.ndarray) -> None:
-        """Let go of the pages of ``idx`` and evict them (after their bytes
-        failed a check), so the next read fetches them again."""
-        slots = np.unique(self.slots(idx))
-        with self.mu:
-            for part, local in self._split(slots):
-                for p in local.tolist():
-                    if part.held[p]:
-                        _ofd(part.fd, fcntl.F_UNLCK, p, 1)
-                        part.held[p] = False
-                    part.files.try_evict(p)
+    def refetch(self, idx: np.ndarray) -> None:
+        """Fetch the pages of ``idx`` again, over what the cache holds (the
+        caller pins them, inside :meth:`reading`). Their bytes are written
+        over, never punched out, so a reader elsewhere meets the old bytes
+        or the fetched ones, and the fetched ones are checked."""
+        for part, local in self._split(np.unique(self.slots(idx))):
+            for p in local.tolist():
+                part.files.present[p] = 0
+                self.tree.fetch_page(part, p, self)
 
     def release_idle(self) -> None:
         """Drop this process's pins on every page no batch in flight needs."""
         with self.mu:
+            if self.fast:
+                return  # a read on the fast path may need any held page
             keep = np.zeros(self.held.size, dtype=bool)
             for slots in self.inflight.values():
                 keep[slots] = True
@@ -935,7 +989,9 @@ class Guard:
         if self.closed:
             return
         self.closed = True
-        for part in self.parts:
+        for k, part in enumerate(self.parts):
+            with contextlib.suppress(Exception):  # the handle may be closed already, which removed the map
+                _native.store_set_residency(self.h, k, None, None, 0)
             part.close()  # closing the descriptor drops its pins
 
     def stats(self) -> dict[str, int]:

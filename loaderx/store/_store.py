@@ -285,19 +285,12 @@ class StoreHandle:
 
     def _guarded(self, idx: np.ndarray, read: Callable[[], _T]) -> _T:
         """``read()``, which reads the records at ``idx``, with their pages
-        held in the local cache of a dataset in object storage. A cached
-        page that fails a check (lost in a crash) is dropped, fetched again
-        and the read retried once."""
+        held in the local cache of a dataset in object storage (see
+        ``store._cache.Guard.read``)."""
         g = self._guard
         if g is None:
             return read()
-        try:
-            with g.reading(idx):
-                return read()
-        except CorruptStoreError:
-            g.drop(idx)
-        with g.reading(idx):
-            return read()
+        return g.read(idx, read)
 
     def _read_packed(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Read the records ``idx`` back to back from one consistent view of
