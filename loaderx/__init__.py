@@ -47,6 +47,8 @@ relative ones resolved, against it)::
     store.converter  store.dataset  store.zrecord
     store._parallel  io.remote
     store._autocodec  store._schema  store.shards
+    store._remote
+    store._guard
     store._cache
     loader.sampler  store._store  integrations.dlpack  loader._state  loader.packing
     store._native  io._s3
@@ -93,9 +95,11 @@ checks a loader's saved state (pure Python, shared by the loader and
 ``integrations.torch``); ``integrations.dlpack`` hands ml_dtypes arrays
 (bfloat16 ...) to frameworks. ``store._native`` is the binding, the only
 module that knows the C ABI; ``io._s3`` is the S3 client (URLs, settings,
-errors), shared by ``io.remote`` and ``store._cache``, which reads a
-dataset in object storage through a mirror in a bounded local cache: pages
-fetched, checked, pinned and evicted, the state in files and kernel locks. At the bottom, with no loaderx imports:
+errors), shared by ``io.remote`` and ``store._remote``, the mirror of a
+dataset in object storage in a bounded local cache (``store._cache``: the
+options, the cache directory, eviction, page files): pages fetched,
+checked, pinned and evicted, the state in files and kernel locks, each
+handle's reads kept inside the pages its process holds by ``store._guard``. At the bottom, with no loaderx imports:
 ``errors`` (exceptions), ``_args`` (argument checks), ``_progress`` (the
 progress line), ``store._pages`` (releasing pages of a memory-mapped
 source), ``store._dtypes`` (the element types a store holds, ml_dtypes

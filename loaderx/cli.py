@@ -66,7 +66,7 @@ from loaderx._progress import Progress
 from loaderx.errors import CorruptStoreError, RemoteError, StoreExistsError, StoreLockedError
 from loaderx.io import remote
 from loaderx.io.arrow import MSDataset, arrow_source, from_arrow, is_multistream
-from loaderx.store import _cache, _native, shards
+from loaderx.store import _cache, _native, _remote, shards
 from loaderx.store.converter import DICT_TIERS, from_numpy
 from loaderx.store.dataset import DenseDataset, RaggedDataset, verify_sharded
 from loaderx.store.zrecord import Zrecord
@@ -260,7 +260,7 @@ def _local(args: argparse.Namespace) -> str:
     local cache (the datasets opened on it read through the cache)."""
     if not _cache.is_url(args.path):
         return args.path
-    tree, local = _cache.open_tree(args.path, _cache_options(args), _storage(args))
+    tree, local = _remote.open_tree(args.path, _cache_options(args), _storage(args))
     _TREES.append(tree)
     return local
 

@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from loaderx.store import _cache, _native, shards
+from loaderx.store import _cache, _native, _remote, shards
 from loaderx.store._cache import CacheOptions
 from loaderx.store.dataset import DenseDataset, RaggedDataset
 
@@ -105,7 +105,7 @@ class MSDataset(Mapping):
             if writable:
                 raise ValueError(f"{path!r} is in object storage, which loaderx reads but does not write in place")
             self._url = str(path).rstrip("/")
-            _, path = _cache.open_tree(self._url, cache, storage_options)
+            _, path = _remote.open_tree(self._url, cache, storage_options)
         elif cache is not None or storage_options:
             raise ValueError(
                 f"cache= and storage_options= are for datasets in object storage (s3:// URLs), not {path!r}"

@@ -30,7 +30,7 @@ import numpy as np
 
 from loaderx._args import is_scalar_index, normalize_index
 from loaderx.errors import ClosedError, CorruptStoreError
-from loaderx.store import _cache, _native, shards
+from loaderx.store import _cache, _native, _remote, shards
 from loaderx.store._cache import CacheOptions
 from loaderx.store._dtypes import from_schema_name
 from loaderx.store._schema import _python_schema
@@ -277,7 +277,7 @@ class _StoreView(StoreHandle):
     _sharded: tuple[str, str, shards.Manifest] | None = None
 
     #: the mirror in the local cache of a dataset in object storage, else None
-    _tree: _cache.RemoteTree | None = None
+    _tree: _remote.RemoteTree | None = None
 
     def __init__(
         self,
@@ -294,13 +294,13 @@ class _StoreView(StoreHandle):
                     f"{path!r} is in object storage, which loaderx reads but does not write in place: write "
                     "the dataset locally and publish it with loaderx.io.remote.push (or a converter's url=)"
                 )
-            tree, path = _cache.open_tree(str(path), cache, storage_options)
+            tree, path = _remote.open_tree(str(path), cache, storage_options)
         elif cache is not None or storage_options:
             raise ValueError(
                 f"cache= and storage_options= are for datasets in object storage (s3:// URLs), not {path!r}"
             )
         else:
-            tree = _cache.tree_of(os.fspath(path))  # a path inside a mirror (a stream of a remote MSDataset)
+            tree = _remote.tree_of(os.fspath(path))  # a path inside a mirror (a stream of a remote MSDataset)
         super().__init__(path)
         self._tree = tree
         self._writable = bool(writable)
@@ -562,7 +562,7 @@ class _StoreView(StoreHandle):
 
 
 def _reopen_remote(cls: type, url: str, rel: str, opts: CacheOptions, storage: dict[str, Any], gen: str) -> Any:
-    tree, local = _cache.open_tree(url, opts, storage)
+    tree, local = _remote.open_tree(url, opts, storage)
     if tree.gen_dir != gen:
         raise CorruptStoreError(
             f"the objects under {url!r} changed after the dataset was opened (and pickled): open it again"
