@@ -888,7 +888,8 @@ class DataLoader:
         storage (once, at the first step)."""
         self._ahead_checked = True
         guards = [g for _, ds, _ in self._streams for g in guards_of(ds)]
-        budget = min((g.tree.opts.prefetch for g in guards), default=0)
+        # at most half the cache, so that what is fetched ahead is not evicted before its step
+        budget = min((min(g.tree.opts.prefetch, g.tree.cache.limit() // 2) for g in guards), default=0)
         if guards and budget > 0:
             self._ahead = Lookahead(guards, self.sampler, self.options.batch_size, budget, self.step, self._end)
 

@@ -51,8 +51,10 @@ class Guard:
         self.page_size = tree.opts.page_size
         self.nonempty = sum(int(np.count_nonzero(p.files.sizes)) for p in parts)
         self.mu = threading.Lock()
-        #: reads in flight on the fast path (no pages registered): while any
-        #: runs, release_idle lets go of nothing
+        self.idle = threading.Condition(self.mu)  # signalled when no fast-path read is in flight
+        self.releasing = False
+        #: reads in flight on the fast path (their pages are not registered):
+        #: release_idle waits for them to end, and holds new ones back meanwhile
         self.fast = 0
         for k, p in enumerate(parts):
             _native.store_set_residency(h, k, p.held, p.base, self.page_size)
@@ -83,6 +85,8 @@ class Guard:
         cache (a page lost in a crash, or damaged on disk) are fetched again
         and the read retried once; a second failure is raised."""
         with self.mu:
+            while self.releasing:
+                self.idle.wait()
             self.fast += 1
         damaged = False
         try:
@@ -94,17 +98,24 @@ class Guard:
         finally:
             with self.mu:
                 self.fast -= 1
-        for attempt in range(2):
-            with self.reading(idx):
-                if damaged:
-                    self.refetch(idx)
-                try:
-                    return fn()
-                except CorruptStoreError:
-                    if attempt or damaged:
-                        raise
-                    damaged = True
-        raise AssertionError("unreachable")
+                if not self.fast:
+                    self.idle.notify_all()
+        try:
+            for attempt in range(2):
+                with self.reading(idx):
+                    if damaged:
+                        self.refetch(idx)
+                    try:
+                        return fn()
+                    except CorruptStoreError:
+                        if attempt or damaged:
+                            raise
+                        damaged = True
+            raise AssertionError("unreachable")
+        finally:
+            # what this read pinned beyond the limit goes now, not at the
+            # next fetch: an idle process keeps no more than the limit
+            self.tree.cache.make_room(0)
 
     @contextlib.contextmanager
     def reading(self, idx: np.ndarray) -> Iterator[None]:
@@ -181,6 +192,8 @@ class Guard:
         finally:
             with self.mu:
                 del self.inflight[token]
+            if slots.size:
+                self.tree.cache.make_room(0)
 
     def verify(self) -> list[tuple[str, str]]:
         """Check every page of every store of the handle: a page in the
@@ -238,19 +251,30 @@ class Guard:
     def release_idle(self) -> None:
         """Drop this process's pins on every page no batch in flight needs."""
         with self.mu:
-            if self.fast:
-                return  # a read on the fast path may need any held page
-            keep = np.zeros(self.held.size, dtype=bool)
-            for slots in self.inflight.values():
-                keep[slots] = True
-            for k, part in enumerate(self.parts):
-                lo = int(self.offsets[k])
-                free = np.flatnonzero(part.held & ~keep[lo : lo + part.held.size])
-                if not free.size:
-                    continue
-                for run in np.split(free, np.flatnonzero(np.diff(free) != 1) + 1):
-                    _ofd(part.fd, fcntl.F_UNLCK, int(run[0]), int(run.size))
-                part.held[free] = False
+            # a read on the fast path may need any held page: wait for those
+            # in flight (each is one native call), holding new ones back
+            self.releasing = True
+            try:
+                while self.fast:
+                    self.idle.wait()
+                self._release_locked()
+            finally:
+                self.releasing = False
+                self.idle.notify_all()
+
+    def _release_locked(self) -> None:
+        """release_idle's work, under ``mu`` with no fast-path read in flight."""
+        keep = np.zeros(self.held.size, dtype=bool)
+        for slots in self.inflight.values():
+            keep[slots] = True
+        for k, part in enumerate(self.parts):
+            lo = int(self.offsets[k])
+            free = np.flatnonzero(part.held & ~keep[lo : lo + part.held.size])
+            if not free.size:
+                continue
+            for run in np.split(free, np.flatnonzero(np.diff(free) != 1) + 1):
+                _ofd(part.fd, fcntl.F_UNLCK, int(run[0]), int(run.size))
+            part.held[free] = False
 
     def close(self) -> None:
         if self.closed:
