@@ -144,38 +144,66 @@ class Guard:
         for part in np.unique(k):
             yield self.parts[int(part)], slots[k == part] - self.offsets[int(part)]
 
+    @staticmethod
+    def _lock(part: _Part, p: int) -> None:
+        """Take this process's pin on page ``p`` (a shared lock; an evictor
+        holds its exclusive one only for as long as a punch takes)."""
+        deadline = time.monotonic() + _PIN_DEADLINE
+        while not _ofd(part.fd, fcntl.F_RDLCK, p, 1):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"page {p} of {part.files.store_dir!r} stayed locked for {_PIN_DEADLINE} s")
+            time.sleep(0.0005)
+
     def _pin(self, slots: np.ndarray) -> int:
         """Pin the pages ``slots`` (unique global pages), fetching those not
-        in the mirror; the bytes fetched."""
+        in the mirror; the bytes fetched. A page is marked held (which lets
+        the native reads through) only once it is pinned and present, so a
+        read on another thread never meets a page still being written."""
         missing: list[tuple[_Part, int]] = []
         now = int(time.time())
         for part, local in self._split(slots):
             f = part.files
             for p in local[~part.held[local]].tolist():
-                deadline = time.monotonic() + _PIN_DEADLINE
-                while not _ofd(part.fd, fcntl.F_RDLCK, p, 1):
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"page {p} of {f.store_dir!r} stayed locked for {_PIN_DEADLINE} s")
-                    time.sleep(0.0005)
-                part.held[p] = True
+                self._lock(part, p)
                 if f.present[p] == 1:
                     f.stamps[p] = now
+                    part.held[p] = True
                 else:
                     missing.append((part, p))
         if not missing:
             return 0
-        if len(missing) == 1:
-            return self.tree.fetch_page(missing[0][0], missing[0][1], self)
-        futures = [self.tree.pool().submit(self.tree.fetch_page, part, p, self) for part, p in missing]
-        total, first_error = 0, None
-        for fu in futures:
-            try:
-                total += fu.result()
-            except BaseException as e:  # every fetch ends before the error is raised
-                first_error = first_error or e
-        if first_error is not None:
-            raise first_error
-        return total
+        total = 0
+        try:
+            for _ in range(3):  # a page evicted between its fetch and the pin is fetched again
+                if len(missing) == 1:
+                    total += self.tree.fetch_page(missing[0][0], missing[0][1], self)
+                else:
+                    futures = [self.tree.pool().submit(self.tree.fetch_page, part, p, self) for part, p in missing]
+                    first_error = None
+                    for fu in futures:
+                        try:
+                            total += fu.result()
+                        except BaseException as e:  # every fetch ends before the error is raised
+                            first_error = first_error or e
+                    if first_error is not None:
+                        raise first_error
+                again = []
+                for part, p in missing:
+                    self._lock(part, p)  # again: a failed read on another thread may have let go of it
+                    if part.files.present[p] == 1:
+                        part.held[p] = True
+                    else:
+                        again.append((part, p))
+                missing = again
+                if not missing:
+                    return total
+            raise TimeoutError(f"{len(missing)} page(s) were evicted three times between their fetch and their pin")
+        except BaseException:
+            with self.mu:
+                for part, p in missing:
+                    if not part.held[p]:
+                        _ofd(part.fd, fcntl.F_UNLCK, p, 1)
+            raise
 
     def prefetch(self, idx: np.ndarray) -> int:
         """Fetch and pin the pages the records at ``idx`` need; the bytes
