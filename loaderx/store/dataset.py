@@ -604,9 +604,24 @@ class DenseDataset(_StoreView):
         ds.gather(idx, out=buf)   # fill a caller array, no allocation
 
     Args:
-        path: a store written by :func:`loaderx.converter.from_numpy`.
+        path: a store written by :func:`loaderx.converter.from_numpy` (or a
+            sharded dataset), or its ``s3://bucket/prefix`` URL in object
+            storage, read through a local cache (see :mod:`loaderx.store._cache`).
         writable: open for :meth:`append`, :meth:`delete` and
-            :meth:`compact` (one writer per store at a time).
+            :meth:`compact` (one writer per store at a time; local stores only).
+        cache: for a URL, the cache's :class:`CacheOptions` (directory,
+            limit, page size, prefetch, threads); defaults for None.
+        storage_options: for a URL, the S3 client's options
+            (``endpoint_url``, ``access_key_id``, ``secret_access_key``,
+            ``session_token``, ``region``, ``profile``, ``allow_http``,
+            ``timeout``, ``retries``); the ``AWS_*`` environment and the AWS
+            shared files otherwise.
+
+    A dataset at a URL is opened at once (the native library loads): its
+    headers and tables are fetched, its record bytes come page by page as
+    reads need them, each page checked against the table before use. It
+    pickles as its URL and options; the copy opens the same version of the
+    objects, or raises CorruptStoreError if they changed since.
 
     A pickled dataset carries only its path; the copy opens the store at its
     first use, in whichever process uses it. Likewise a read-only dataset
@@ -829,9 +844,11 @@ class RaggedDataset(_StoreView):
     The arrays of one batch are views into a single buffer read in one call.
 
     Args:
-        path: a store written by :func:`loaderx.converter.from_iterator`.
+        path: a store written by :func:`loaderx.converter.from_iterator`, or
+            its ``s3://`` URL (see :class:`DenseDataset`).
         writable: open for :meth:`append`, :meth:`delete` and
             :meth:`compact` (one writer per store at a time).
+        cache, storage_options: for a URL, as for :class:`DenseDataset`.
 
     Raises:
         FileNotFoundError: nothing (or no store) at ``path``.
