@@ -84,7 +84,10 @@ from loaderx.errors import CorruptStoreError
 from loaderx.io import _s3
 from loaderx.store import _native
 
-__all__ = ["CacheOptions", "RemoteTree", "Guard", "open_tree", "tree_of", "is_url", "default_dir"]
+__all__ = [
+    "CacheOptions", "RemoteTree", "Guard", "open_tree", "tree_of", "is_url", "default_dir", "describe", "clear",
+    "parse_size",
+]
 
 _META = "meta.zr"
 _CHUNK = re.compile(r"^(0|[1-9][0-9]*)\.chunk$")
@@ -107,15 +110,22 @@ def default_dir() -> str:
     return os.path.join(base, "loaderx")
 
 
-def _env_limit() -> int | None:
-    text = os.environ.get("LOADERX_CACHE_LIMIT")
-    if not text:
-        return None
+def parse_size(text: str, what: str) -> int:
+    """``"50GiB"``, ``"512M"``, ``"2000000000"`` as bytes; ValueError
+    quoting ``what`` and the text otherwise."""
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B?|B)?\s*", text, re.IGNORECASE)
     if not m:
-        raise ValueError(f"LOADERX_CACHE_LIMIT={text!r} is not a size (such as 50GiB or 2000000000)")
+        raise ValueError(f"{what}={text!r} is not a size (such as 50GiB, 512MiB or 2000000000)")
     unit = (m.group(2) or "B").upper().rstrip("B").rstrip("I")
-    return int(float(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[unit])
+    n = int(float(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[unit])
+    if n <= 0:
+        raise ValueError(f"{what}={text!r} must be more than 0 bytes")
+    return n
+
+
+def _env_limit() -> int | None:
+    text = os.environ.get("LOADERX_CACHE_LIMIT")
+    return parse_size(text, "LOADERX_CACHE_LIMIT") if text else None
 
 
 @dataclass(frozen=True)
@@ -854,6 +864,46 @@ class Guard:
             with self.mu:
                 del self.inflight[token]
 
+    def verify(self) -> list[tuple[str, str]]:
+        """Check every page of every store of the handle: a page in the
+        cache is read from the mirror and checked (one that fails is
+        evicted and fetched again), a page not in it is fetched, which
+        checks it. Returns ``(object URL, what)`` for each page whose bytes
+        from the server do not match the table, and carries on past it."""
+        faults: list[tuple[str, str]] = []
+        todo = [(part, p) for part in self.parts for p in np.flatnonzero(part.files.sizes > 0).tolist()]
+
+        def one(item: tuple[_Part, int]) -> tuple[str, str] | None:
+            part, p = item
+            f = part.files
+            chunk, lo, hi = (int(x) for x in f.pages[p])
+            try:
+                if f.present[p] == 1:
+                    data = os.pread(f.chunk_fd(chunk), hi - lo, lo)
+                    recs = np.ascontiguousarray(part.records[part.first[p] : part.first[p + 1]])
+                    try:
+                        _native.store_check_bytes(self.h, part.store, recs, chunk, lo, data)
+                        return None
+                    except CorruptStoreError:
+                        f.try_evict(p)  # damaged in the cache: fetch it again below
+                self._pin(np.array([self.offsets[self.parts.index(part)] + p], dtype=np.int64))
+            except CorruptStoreError as e:
+                return self.tree.object_url(part.key_of[chunk]), str(e)
+            return None
+
+        step = 4 * self.tree.opts.threads
+        for a in range(0, len(todo), step):
+            block = todo[a : a + step]
+            token = object()
+            with self.mu:
+                self.inflight[token] = np.array([self.offsets[self.parts.index(pt)] + p for pt, p in block])
+            try:
+                faults += [r for r in self.tree.pool().map(one, block) if r is not None]
+            finally:
+                with self.mu:
+                    del self.inflight[token]
+        return faults
+
     def drop(self, idx: np.ndarray) -> None:
         """Let go of the pages of ``idx`` and evict them (after their bytes
         failed a check), so the next read fetches them again."""
@@ -894,3 +944,75 @@ class Guard:
         return {"fetched_bytes": self.tree.fetched_bytes, "fetches": self.tree.fetches, "cached_bytes": present,
                 "pinned_bytes": held, "cache_used_bytes": self.tree.cache.used(),
                 "cache_limit_bytes": self.tree.cache.limit()}
+
+
+# -- the cache directory as a whole ---------------------------------------------
+
+
+def _generations(root: str) -> Iterator[tuple[str, str]]:
+    """``(url, generation directory)`` of every cached dataset version."""
+    trees = os.path.join(root, "trees")
+    with contextlib.suppress(OSError):
+        for t in sorted(os.scandir(trees), key=lambda e: e.name):
+            try:
+                with open(os.path.join(t.path, "url")) as f:
+                    url = f.read().strip()
+            except OSError:
+                url = t.name
+            for g in sorted(os.scandir(t.path), key=lambda e: e.name) if t.is_dir() else ():
+                if g.is_dir():
+                    yield url, g.path
+
+
+def _in_use(gen_dir: str) -> bool:
+    try:
+        fd = os.open(os.path.join(gen_dir, ".open"), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def describe(root: str) -> list[dict[str, Any]]:
+    """Every cached dataset version under the cache directory ``root``:
+    its URL, generation, bytes of record pages held, and whether a process
+    has it open."""
+    out = []
+    for url, gen in _generations(root):
+        held = 0
+        pages = os.path.join(gen, "pages")
+        for s in os.scandir(pages) if os.path.isdir(pages) else ():
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                f = _PageFiles(s.path)
+                held += f.used()
+                f.close()
+        out.append({"url": url, "generation": os.path.basename(gen), "bytes": held, "open": _in_use(gen)})
+    return out
+
+
+def clear(root: str, url: str | None = None) -> tuple[list[str], list[str]]:
+    """Remove the cached versions (of ``url``, or all) that no process has
+    open; ``(removed, kept because open)`` as ``url@generation``."""
+    removed, busy = [], []
+    want = url.rstrip("/") if url else None
+    for u, gen in _generations(root):
+        if want is not None and u != want:
+            continue
+        name = f"{u}@{os.path.basename(gen)}"
+        fd = os.open(os.path.join(gen, ".open"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                busy.append(name)
+                continue
+            shutil.rmtree(gen, ignore_errors=True)
+            removed.append(name)
+        finally:
+            os.close(fd)
+    return removed, busy

@@ -505,10 +505,22 @@ class _StoreView(StoreHandle):
         :meth:`loaderx.zrecord.Zrecord.verify`. A sharded dataset verifies
         every shard (:func:`verify_sharded`): one report, faults at global
         indices, files named inside their shards."""
-        _ = self._h  # raises once closed; opens a deferred instance
+        h = self._h  # raises once closed; opens a deferred instance
+        if self._guard is not None:
+            return self._verify_remote(h)
         if self._sharded is not None:  # the generation this dataset opened
             return _verify_resolved(self._path, self._sharded, self._kind)
         return super().verify()
+
+    def _verify_remote(self, h: int) -> VerifyReport:
+        """verify() of a dataset in object storage: the header and every
+        table entry were checked when the mirror was opened; every page of
+        record bytes is checked here, fetched where it is not cached."""
+        faults = [Fault(url, None, what) for url, what in self._guard.verify()]
+        st = _native.store_stats(h)
+        n = int(_native.store_len(h))
+        return VerifyReport(self.url or self._path, faults, version=int(st.get("version", 0)),
+                            checksummed=bool(st.get("checksummed", True)), records=n, checked=n)
 
     def _verify_more(self, faults: list[Fault]) -> list[Fault]:
         """Records whose size the schema rules out (a dense record not of the
