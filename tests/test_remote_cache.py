@@ -505,10 +505,27 @@ def test_server_stopped_mid_epoch(s3server, tmp_path: Path) -> None:
             ds[len(arr) - 1]
     finally:
         s3server.start()
+        _wait_serving(s3server, f"{prefix}/0.chunk")
     # the same dataset object reads on once the server is back
     for idx in batches[4:]:
         assert np.array_equal(ds.gather(idx), arr[idx])
     assert np.array_equal(ds[:], arr)
+
+
+def _wait_serving(srv, key: str, seconds: float = 60) -> None:
+    """Wait until the restarted server serves ``key`` again: its S3 gateway
+    answers before the volume server is back, and a read in between gets a
+    500 (which, with retries=1, a dataset would rightly report)."""
+    s3 = _s3(srv)
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            s3.get_object(Bucket=srv.bucket, Key=key, Range="bytes=0-0")["Body"].read()
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 @pytest.mark.parametrize("how", ["push", "put"])
