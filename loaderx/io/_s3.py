@@ -27,7 +27,7 @@ import datetime
 import os
 from typing import Any
 
-from loaderx.errors import RemoteError
+from loaderx.errors import ForkError, RemoteError
 
 __all__ = [
     "parse_url", "client", "remote_error", "import_obstore", "short", "OPTIONS", "DEFAULT_TIMEOUT",
@@ -45,6 +45,10 @@ OPTIONS = frozenset(
     {"endpoint_url", "access_key_id", "secret_access_key", "session_token", "region", "profile", "allow_http",
      "timeout", "retries"}
 )
+
+
+#: the process that made a client (and so started obstore's runtime)
+_RUNTIME_PID: int | None = None
 
 
 def parse_url(url: str) -> tuple[str, str]:
@@ -125,6 +129,12 @@ def client(url: str, **options: Any) -> Any:
         ImportError: obstore is missing (naming ``pip install 'loaderx[s3]'``).
         ValueError: an unknown option, or a profile that does not exist.
     """
+    global _RUNTIME_PID
+    if _RUNTIME_PID is not None and os.getpid() != _RUNTIME_PID:
+        raise ForkError(
+            f"{url!r}: this process was forked from one that used the S3 client, whose runtime does not "
+            "survive fork() (a request would hang): start workers with 'spawn' instead"
+        )
     unknown = sorted(set(options) - OPTIONS)
     if unknown:
         raise ValueError(f"unknown S3 option(s) {unknown} for {url!r}; known: {sorted(OPTIONS)}")
@@ -181,6 +191,7 @@ def client(url: str, **options: Any) -> Any:
             "base": 2,
         },
     }
+    _RUNTIME_PID = os.getpid()
     try:
         return obstore.store.S3Store(
             bucket, config=config, client_options=client_options, retry_config=retry_config,

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from loaderx.errors import CorruptStoreError
+from loaderx.errors import CorruptStoreError, ForkError
 from loaderx.io import _s3
 from loaderx.store import _native
 from loaderx.store._cache import (
@@ -59,7 +59,8 @@ class RemoteTree:
         self.opts = opts
         self.storage = dict(storage)
         self.bucket, self.prefix = _s3.parse_url(self.url)
-        self.client = _s3.client(self.url, **self.storage)
+        self._client = _s3.client(self.url, **self.storage)
+        self._client_pid = os.getpid()
         self.cache = _cache(opts)
         self.fetched_bytes = 0
         self.fetches = 0
@@ -80,6 +81,20 @@ class RemoteTree:
         self._mirror()
         self._drop_old_generations()
         self.cache.trees.add(self)
+
+    @property
+    def client(self) -> Any:
+        """The S3 client. obstore's runtime does not survive fork(), and a
+        request from a forked child of a process that used it hangs: such a
+        child gets ForkError instead (pages already cached still read)."""
+        if self._client_pid != os.getpid():
+            raise ForkError(
+                f"{self.url!r}: a forked child process cannot fetch from object storage (the S3 client's "
+                "runtime does not survive fork()); what is cached already reads. Start workers with 'spawn' "
+                "(torch: DataLoader(..., multiprocessing_context='spawn')), use loaderx's DataLoader, or fill "
+                "the cache first (loaderx cache warm)"
+            )
+        return self._client
 
     # listing and mirroring
 
@@ -138,8 +153,9 @@ class RemoteTree:
         options: dict[str, Any] = {"if_match": etag} if etag else {}
         if start is not None:
             options["range"] = (start, end)
+        client = self.client  # ForkError in a forked child
         try:
-            got = obstore.get(self.client, self._key(rel), options=options).bytes()
+            got = obstore.get(client, self._key(rel), options=options).bytes()
         except Exception as e:
             from obstore import exceptions as ox
 
@@ -292,8 +308,10 @@ class RemoteTree:
             os.close(self._open_fd)
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):
+        try:  # noqa: SIM105 - contextlib may be gone at interpreter exit
             self.close()
+        except Exception:
+            pass
 
 
 _TREES: dict[tuple[str, str, str], RemoteTree] = {}
@@ -343,3 +361,20 @@ def tree_of(path: str) -> RemoteTree | None:
                 return tree
     return None
 
+
+def _after_fork_in_child() -> None:
+    """A forked child starts with fresh locks and no fetch threads (the
+    parent's do not exist in it), and without the parent's guards, whose
+    handles it cannot use: a dataset opened lazily in the child makes its
+    own."""
+    global _TREES_LOCK
+    _TREES_LOCK = threading.Lock()
+    for tree in list(_TREES.values()):
+        tree._mu = threading.Lock()
+        tree._pool = None
+        tree._guards = weakref.WeakSet()
+        tree.cache.mu = threading.Lock()
+        tree.cache.trees = weakref.WeakSet({tree})
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -10,7 +10,6 @@ turn into their own result type. The public store classes derive from it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
@@ -404,8 +403,10 @@ class StoreHandle:
         self.close()
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):
+        try:  # noqa: SIM105 - contextlib may be gone at interpreter exit
             self.close()
+        except Exception:
+            pass
 
 
 # -- logged operations ------------------------------------------------------

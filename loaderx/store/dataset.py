@@ -302,11 +302,8 @@ class _StoreView(StoreHandle):
         else:
             tree = _remote.tree_of(os.fspath(path))  # a path inside a mirror (a stream of a remote MSDataset)
         super().__init__(path)
-        self._tree = tree
+        self._tree = tree  # the mirror is on disk now; _load makes the handle's guard
         self._writable = bool(writable)
-        if tree is not None:
-            self._load()  # the guard needs the handle now; a remote dataset is never deferred
-            return
         resolved = shards.resolve(self._path)
         if resolved is not None:
             if self._writable:
@@ -617,9 +614,11 @@ class DenseDataset(_StoreView):
             ``timeout``, ``retries``); the ``AWS_*`` environment and the AWS
             shared files otherwise.
 
-    A dataset at a URL is opened at once (the native library loads): its
-    headers and tables are fetched, its record bytes come page by page as
-    reads need them, each page checked against the table before use. It
+    A dataset at a URL fetches its headers and tables when it is made;
+    its record bytes come page by page as reads need them, each page
+    checked against the table before use. The native handle and its guard
+    come with the first use, as for a local store (below), so a process
+    that has not loaded the library may fork workers that read it. It
     pickles as its URL and options; the copy opens the same version of the
     objects, or raises CorruptStoreError if they changed since.
 
