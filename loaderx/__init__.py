@@ -47,6 +47,7 @@ relative ones resolved, against it)::
     store.converter  store.dataset  store.zrecord
     store._parallel
     store._autocodec  store._schema  store.shards
+    store._cache
     loader.sampler  store._store  integrations.dlpack  loader._state  loader.packing
     store._native  io._s3
     errors  _args  _progress  store._pages  store._dtypes  loader._autoworkers  loader._schedule
@@ -119,6 +120,7 @@ _EXPORTS = {
     "DenseDataset": "loaderx.dataset",
     "RaggedDataset": "loaderx.dataset",
     "pad": "loaderx.dataset",
+    "CacheOptions": "loaderx.dataset",
     "Pack": "loaderx.packing",
     "PackedRows": "loaderx.packing",
     "DataLoader": "loaderx.dataloader",
@@ -145,6 +147,7 @@ __all__ = [
     "DenseDataset",
     "RaggedDataset",
     "pad",
+    "CacheOptions",
     "Pack",
     "PackedRows",
     "DataLoader",
@@ -169,7 +172,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from loaderx.arrow import MSDataset, from_arrow
     from loaderx.converter import from_iterator, from_numpy, train_dict
     from loaderx.dataloader import DataLoader
-    from loaderx.dataset import DenseDataset, RaggedDataset, pad
+    from loaderx.dataset import CacheOptions, DenseDataset, RaggedDataset, pad
     from loaderx.dlpack import to_dlpack
     from loaderx.mixture import Mixture
     from loaderx.packing import Pack, PackedRows

@@ -1,5 +1,7 @@
 """Typed views of a store: :class:`DenseDataset` (fixed item shape) and
-:class:`RaggedDataset` (a first axis that varies), and :func:`pad`.
+:class:`RaggedDataset` (a first axis that varies), :func:`pad`, and
+:class:`CacheOptions`, the local cache of a dataset opened at an ``s3://``
+URL.
 
 The public face of :mod:`loaderx.store.dataset`, where the code and its full
 documentation live; import from here.
@@ -7,6 +9,6 @@ documentation live; import from here.
 
 from __future__ import annotations
 
-from loaderx.store.dataset import DenseDataset, RaggedDataset, pad
+from loaderx.store.dataset import CacheOptions, DenseDataset, RaggedDataset, pad
 
-__all__ = ["DenseDataset", "RaggedDataset", "pad"]
+__all__ = ["DenseDataset", "RaggedDataset", "pad", "CacheOptions"]

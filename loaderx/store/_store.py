@@ -14,7 +14,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from loaderx._args import PathLike
 
 _S = TypeVar("_S", bound="StoreHandle")
+_T = TypeVar("_T")
 
 #: Serialises the first use of handles opened on demand (see StoreHandle).
 _LAZY_LOCK = threading.RLock()
@@ -229,6 +230,9 @@ class StoreHandle:
     _deferred_open = False  # True until a deferred instance is first used
     _bytes_per_record = 0.0  # _read_packed's guess, from the previous read
     _header_length: int | None = None  # len() of a deferred instance made from its header
+    #: for a dataset in object storage, the store._cache.Guard that keeps the
+    #: pages of each read in the local cache (None for a local store)
+    _guard: Any = None
 
     def __init__(self, path: PathLike) -> None:
         self._handle = None
@@ -279,6 +283,22 @@ class StoreHandle:
         """The byte size of each of the (valid, non-empty) records ``idx``."""
         return np.asarray(_native.store_sizes(self._h, idx), dtype=np.int64)
 
+    def _guarded(self, idx: np.ndarray, read: Callable[[], _T]) -> _T:
+        """``read()``, which reads the records at ``idx``, with their pages
+        held in the local cache of a dataset in object storage. A cached
+        page that fails a check (lost in a crash) is dropped, fetched again
+        and the read retried once."""
+        g = self._guard
+        if g is None:
+            return read()
+        try:
+            with g.reading(idx):
+                return read()
+        except CorruptStoreError:
+            g.drop(idx)
+        with g.reading(idx):
+            return read()
+
     def _read_packed(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Read the records ``idx`` back to back from one consistent view of
         the store (a concurrent delete lands wholly before or after): a uint8
@@ -290,7 +310,7 @@ class StoreHandle:
         sizes = np.empty(n, dtype=np.int64)
         buf = np.empty(max(0, int(n * self._bytes_per_record)), dtype=np.uint8)
         while True:
-            needed = int(_native.store_gather_ragged(self._h, idx, sizes, buf))
+            needed = int(self._guarded(idx, lambda b=buf: _native.store_gather_ragged(self._h, idx, sizes, b)))
             if needed <= buf.size:
                 break
             buf = np.empty(needed, dtype=np.uint8)
@@ -342,6 +362,11 @@ class StoreHandle:
         record are checked always; :meth:`verify` checks everything once."""
         if not isinstance(on, bool):
             raise TypeError(f"set_verify takes True or False, got {on!r}")
+        if not on and self._guard is not None:
+            raise ValueError(
+                f"{type(self).__name__}({self._path!r}) reads from object storage through a local cache, "
+                "whose reads are always checked (a cached page lost in a crash must fail its check)"
+            )
         _native.store_set_verify(self._h, on)
 
     def verify(self) -> VerifyReport:
@@ -372,6 +397,9 @@ class StoreHandle:
         later use raises :class:`loaderx.errors.ClosedError`."""
         h, self._handle = self._handle, None
         self._deferred_open = False
+        g, self._guard = self._guard, None
+        if g is not None:
+            g.close()
         if h is not None:
             _native.store_close(h)
 

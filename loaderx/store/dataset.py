@@ -30,7 +30,8 @@ import numpy as np
 
 from loaderx._args import is_scalar_index, normalize_index
 from loaderx.errors import ClosedError, CorruptStoreError
-from loaderx.store import _native, shards
+from loaderx.store import _cache, _native, shards
+from loaderx.store._cache import CacheOptions
 from loaderx.store._dtypes import from_schema_name
 from loaderx.store._schema import _python_schema
 from loaderx.store._store import (
@@ -50,7 +51,7 @@ _INT64 = np.dtype(np.int64)
 if TYPE_CHECKING:
     from loaderx._args import IndexLike, PathLike
 
-__all__ = ["DenseDataset", "RaggedDataset", "VerifyReport", "pad", "verify_sharded"]
+__all__ = ["DenseDataset", "RaggedDataset", "VerifyReport", "pad", "verify_sharded", "CacheOptions"]
 
 _ITER_BYTES = 4 << 20  # iteration reads this much per native call
 
@@ -275,9 +276,37 @@ class _StoreView(StoreHandle):
     #: (root, stream, manifest) of a sharded dataset, else None
     _sharded: tuple[str, str, shards.Manifest] | None = None
 
-    def __init__(self, path: PathLike, *, writable: bool = False) -> None:
+    #: the mirror in the local cache of a dataset in object storage, else None
+    _tree: _cache.RemoteTree | None = None
+
+    def __init__(
+        self,
+        path: PathLike,
+        *,
+        writable: bool = False,
+        cache: CacheOptions | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        tree = None
+        if _cache.is_url(path):
+            if writable:
+                raise ValueError(
+                    f"{path!r} is in object storage, which loaderx reads but does not write in place: write "
+                    "the dataset locally and publish it with loaderx.io.remote.push (or a converter's url=)"
+                )
+            tree, path = _cache.open_tree(str(path), cache, storage_options)
+        elif cache is not None or storage_options:
+            raise ValueError(
+                f"cache= and storage_options= are for datasets in object storage (s3:// URLs), not {path!r}"
+            )
+        else:
+            tree = _cache.tree_of(os.fspath(path))  # a path inside a mirror (a stream of a remote MSDataset)
         super().__init__(path)
+        self._tree = tree
         self._writable = bool(writable)
+        if tree is not None:
+            self._load()  # the guard needs the handle now; a remote dataset is never deferred
+            return
         resolved = shards.resolve(self._path)
         if resolved is not None:
             if self._writable:
@@ -331,6 +360,59 @@ class _StoreView(StoreHandle):
         # bytes of one item (dense) or of one row along axis 0 (ragged)
         self._stride = int(np.prod(item_shape, dtype=np.int64)) * dtype.itemsize
         self._adopt(handle)
+        if self._tree is not None:
+            try:
+                self._guard = self._tree.guard(handle, self._mirror_stores(handle))
+            except BaseException:
+                self.close()
+                raise
+            _native.store_set_verify(handle, True)
+
+    def _mirror_stores(self, h: int) -> list[tuple[str, int, int]]:
+        """``(store directory, first index, length)`` of each store behind
+        handle ``h``, in the handle's order."""
+        if self._sharded is None:
+            return [(self._path, 0, int(_native.store_len(h)))]
+        root, stream, m = self._sharded
+        out, start = [], 0
+        for shard, sub in zip(m.shards, m.shard_paths(root, stream), strict=True):
+            out.append((sub, start, shard.length))
+            start += shard.length
+        return out
+
+    @property
+    def url(self) -> str | None:
+        """The ``s3://`` URL of a dataset in object storage; None for a local one."""
+        if self._tree is None:
+            return None
+        rel = os.path.relpath(self._path, self._tree.local)
+        return self._tree.url if rel == "." else f"{self._tree.url}/{rel}"
+
+    def cache_stats(self) -> dict[str, int]:
+        """For a dataset in object storage: ``fetched_bytes`` and
+        ``fetches`` (what this process has fetched for the dataset's URL),
+        ``cached_bytes`` (this dataset's chunk bytes in the cache),
+        ``pinned_bytes`` (what this process holds pinned), ``cache_used_bytes``
+        and ``cache_limit_bytes`` (the whole cache directory). ValueError for
+        a local dataset."""
+        _ = self._h
+        if self._guard is None:
+            raise ValueError(f"{self!r} is a local dataset; cache_stats() is for datasets in object storage")
+        return self._guard.stats()
+
+    def warm(self) -> int:
+        """Fetch every page of a dataset in object storage into the local
+        cache, checking each, and return the bytes fetched (0 when it was
+        all there). A dataset larger than the cache's limit fills it and the
+        rest streams through. ValueError for a local dataset."""
+        h = self._h
+        if self._guard is None:
+            raise ValueError(f"{self!r} is a local dataset; warm() is for datasets in object storage")
+        n = int(_native.store_len(h))
+        total = 0
+        for a in range(0, n, 1 << 16):
+            total += self._guard.prefetch(np.arange(a, min(n, a + (1 << 16)), dtype=np.int64))
+        return total
 
     @property
     def writable(self) -> bool:
@@ -438,12 +520,13 @@ class _StoreView(StoreHandle):
 
     def __repr__(self) -> str:
         name = type(self).__name__
+        where = self.url or self._path
         if self._deferred_open:
-            return f"{name}({self._path!r}, not opened yet)"
+            return f"{name}({where!r}, not opened yet)"
         if self._handle is None:
-            return f"{name}({self._path!r}, closed)"
+            return f"{name}({where!r}, closed)"
         return (
-            f"{name}({self._path!r}, len={len(self)}, dtype={self._dtype}, "
+            f"{name}({where!r}, len={len(self)}, dtype={self._dtype}, "
             f"item_shape={self._item_shape}, codec={self._codec!r})"
         )
 
@@ -457,9 +540,22 @@ class _StoreView(StoreHandle):
         # sized by even after a commit (or fails naming a shard now gone).
         if self._writable:
             return (_reopen_writable, (type(self), self._path))
+        if self._tree is not None:
+            t = self._tree
+            return (_reopen_remote, (type(self), t.url, os.path.relpath(self._path, t.local), t.opts, t.storage,
+                                     t.gen_dir))
         if self._sharded is not None:
             return (_reopen_sharded, (type(self), self._path, self._sharded))
         return (type(self)._deferred, (self._path,))
+
+
+def _reopen_remote(cls: type, url: str, rel: str, opts: CacheOptions, storage: dict[str, Any], gen: str) -> Any:
+    tree, local = _cache.open_tree(url, opts, storage)
+    if tree.gen_dir != gen:
+        raise CorruptStoreError(
+            f"the objects under {url!r} changed after the dataset was opened (and pickled): open it again"
+        )
+    return cls(local if rel == "." else os.path.join(local, rel))
 
 
 def _reopen_writable(cls: type, path: str) -> Any:
@@ -568,7 +664,10 @@ class DenseDataset(_StoreView):
         if self._stride and indices.size:
             h = self._h
             try:
-                _native.store_gather(h, indices, out, self._stride)
+                if self._guard is None:
+                    _native.store_gather(h, indices, out, self._stride)
+                else:
+                    self._guarded(indices, lambda: _native.store_gather(h, indices, out, self._stride))
             except ValueError as e:
                 if isinstance(e, ClosedError):
                     raise
