@@ -311,13 +311,17 @@ def _put_loaderx(arr: np.ndarray, local: str, url: str, server: Any) -> str:
         ds.close()
 
 
+class _Unavailable(RuntimeError):
+    """A peer's library does not import."""
+
+
 def _put_peer(store_cls: Any, arr: np.ndarray, local: str, url: str, server: Any) -> str:
     from contenders.base import stdout_to_stderr
     from s3client import boto3_client
 
     ok, why = store_cls.available()
     if not ok:
-        raise RuntimeError(f"{why} (install: pip install {store_cls.pip})")
+        raise _Unavailable(f"{why} (install: pip install {store_cls.pip})")
     with stdout_to_stderr():  # its progress output is not the report
         store_cls(local, arr.shape[1:], arr.dtype, 0).write(arr)
     _upload_dir(boto3_client(_server_args(server)), server.bucket, local, url.split("/", 3)[3])
@@ -345,6 +349,8 @@ def _put(name: str, arr: np.ndarray, root: str, server: Any) -> dict[str, Any]:
 
             note = _put_peer(LitData, arr, local, url, server)
         stored, objects = _stored_bytes(boto3_client(_server_args(server)), server.bucket, f"{PREFIX}/{name}")
+    except _Unavailable as e:
+        return {"error": f"not importable: {e}"}
     except Exception as e:
         return {"error": f"writing or uploading failed: {type(e).__name__}: {' '.join(str(e).split())[:300]}"}
     return {"url": url, "local": local, "stored_bytes": stored, "objects": objects, "note": note}
@@ -391,8 +397,8 @@ def run_child(cfg: dict[str, Any], env: dict[str, str], timeout: float) -> dict[
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])
     if timed_out:
-        return {"error": f"no result in {timeout:.0f} s (killed): {err_tail[-300:]}"}
-    return {"error": f"exit code {proc.returncode}: {err_tail[-400:]}"}
+        return {"error": f"no result in {timeout:.0f} s (killed)" + (f": {err_tail[-300:]}" if err_tail else "")}
+    return {"error": f"exit code {proc.returncode}" + (f": {err_tail[-400:]}" if err_tail else "")}
 
 
 def _written_since(path: str, since: float) -> tuple[int, int]:
@@ -445,10 +451,16 @@ def _round(r: int, made: dict[str, Any], root: str, base: dict[str, Any], env: d
             log(f"[remote] round {r + 1}: {g} done")
             continue
         cache = os.path.join(root, "cache", f"{lib}-{r}")
+        cold = ""
         for name, lb, pass_ in ROWS:
-            if lb == lib and pass_ != "local":
-                got[name] = _epoch(lib, pass_, made[lib], cache, base, env, timeout)
-                log(f"[remote] round {r + 1}: {name} done")
+            if lb != lib or pass_ == "local":
+                continue
+            if pass_ == "warm" and "error" in got[cold]:  # nothing to be warm from
+                got[name] = {"error": f"not run: {cold} failed"}
+                continue
+            got[name] = _epoch(lib, pass_, made[lib], cache, base, env, timeout)
+            cold = cold or name
+            log(f"[remote] round {r + 1}: {name} done")
         shutil.rmtree(cache, ignore_errors=True)
     return got
 
@@ -517,7 +529,7 @@ def bench_remote(args: argparse.Namespace, results: dict[str, Any], tmp: str) ->
     try:
         server = S3Server(os.path.join(root, "s3"))
         took = server.start()
-    except ServerUnavailable as e:
+    except (ServerUnavailable, ImportError) as e:  # no weed binary, or no boto3 to make the bucket
         out(f"- skipped: no S3 server ({e})")
         out()
         results["remote"] = {"error": str(e)}
@@ -563,17 +575,20 @@ def _bench(args: argparse.Namespace, results: dict[str, Any], root: str, server:
     per = [_round(r, made, root, base, env, args.remote_timeout) for r in range(runs)]
     rows, metrics = _summarize(per, made)
 
+    failed = any("error" in r for r in rows)
+
     def cells(r: dict[str, Any]) -> list[str]:
         if "error" in r:
-            return [r["row"], "error", "", "", "", "", r["error"][:160]]
+            return [r["row"], "error", "", "", "", "", r["error"][:200]]
         fetched = "" if r["fetched_bytes"] is None else (
             f"{fmt_ratio(r['fetched_x'])} ({human_bytes(r['fetched_bytes'])})")
         return [r["row"], f"{r['samples_per_s']:,.0f}", fmt_ratio(r["vs_local"]),
                 "" if r["loaderx_vs"] is None else fmt_ratio(r["loaderx_vs"]), fetched,
-                f"{r['first_batch_s']:.2f}", ""]
+                f"{r['first_batch_s']:.2f}"] + ([""] if failed else [])
 
-    out(table(["row", "samples/s", "vs loaderx local", "loaderx s3 / this", "fetched / stored",
-               "first batch, s", "error"], [cells(r) for r in rows], right=range(1, 6)))
+    headers = ["row", "samples/s", "vs loaderx local", "loaderx s3 / this", "fetched / stored", "first batch, s"]
+    out(table(headers + (["error"] if failed else []), [cells(r)[:len(headers) + failed] for r in rows],
+              right=range(1, 6)))
     out()
     if metrics["cold_vs_peer"] is not None:
         out(f"loaderx s3 cold / the best peer cold ({metrics['best_peer_cold']}): "
