@@ -260,8 +260,9 @@ def _child_epoch(cfg: dict[str, Any]) -> dict[str, Any]:
     for b in reader.batches():
         if first is None:
             first = time.perf_counter() - t0
-        if len(b) > cfg["batch"] or b.shape[1:] != (TOKEN_LEN,):
-            raise AssertionError(f"a batch of shape {b.shape}, expected at most {cfg['batch']} rows of {TOKEN_LEN}")
+        if len(b) > cfg["batch"] or b.shape[1:] != (TOKEN_LEN,) or b.dtype != np.int32:
+            raise AssertionError(f"a batch of {b.dtype}{list(b.shape)}, expected at most {cfg['batch']} rows of "
+                                 f"int32[{TOKEN_LEN}]")
         got.append(fingerprints(b))
     seconds = time.perf_counter() - t0
     counted = reader.finish()
