@@ -82,6 +82,9 @@
 //	9  LX_EXISTS        creating a store where one already exists
 //	10 LX_CANCELED      the caller asked the call to stop (lx_store_create's
 //	                    cancel flag) and nothing was created
+//	11 LX_NOT_RESIDENT  a read needs a record outside the pages its store's
+//	                    residency map holds (lx_store_set_residency); nothing
+//	                    was written
 //
 // The last two parameters of every export, err and errlen, are the
 // caller's error buffer, laid out as struct lx_error: the operating-system

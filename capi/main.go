@@ -45,7 +45,8 @@ enum lx_status {
 	LX_BUSY = 7,
 	LX_INTERNAL = 8,
 	LX_EXISTS = 9,
-	LX_CANCELED = 10
+	LX_CANCELED = 10,
+	LX_NOT_RESIDENT = 11
 };
 
 // A store's codec, as lx_store_codec and lx_store_stats report it: the tag
@@ -146,17 +147,18 @@ const (
 // Status codes returned by every export (enum lx_status); see the package
 // documentation.
 const (
-	statusOK         C.int = C.LX_OK
-	statusInvalid    C.int = C.LX_INVALID
-	statusOutOfRange C.int = C.LX_OUT_OF_RANGE
-	statusNotFound   C.int = C.LX_NOT_FOUND
-	statusCorrupt    C.int = C.LX_CORRUPT
-	statusClosed     C.int = C.LX_CLOSED
-	statusIO         C.int = C.LX_IO
-	statusBusy       C.int = C.LX_BUSY
-	statusInternal   C.int = C.LX_INTERNAL
-	statusExists     C.int = C.LX_EXISTS
-	statusCanceled   C.int = C.LX_CANCELED
+	statusOK          C.int = C.LX_OK
+	statusInvalid     C.int = C.LX_INVALID
+	statusOutOfRange  C.int = C.LX_OUT_OF_RANGE
+	statusNotFound    C.int = C.LX_NOT_FOUND
+	statusCorrupt     C.int = C.LX_CORRUPT
+	statusClosed      C.int = C.LX_CLOSED
+	statusIO          C.int = C.LX_IO
+	statusBusy        C.int = C.LX_BUSY
+	statusInternal    C.int = C.LX_INTERNAL
+	statusExists      C.int = C.LX_EXISTS
+	statusCanceled    C.int = C.LX_CANCELED
+	statusNotResident C.int = C.LX_NOT_RESIDENT
 )
 
 // createReplace is lx_store_create's flag LX_CREATE_REPLACE.

@@ -100,3 +100,53 @@ func lx_store_check_bytes(h C.int64_t, store C.uint32_t, indices *C.int64_t, n C
 		return s.CheckBytes(idx, uint32(chunk), int64(base), b)
 	})
 }
+
+// lx_store_set_residency gives the store at position store of handle h (0
+// for a store handle) a residency map: held_len bytes at held, one per page,
+// nonzero where the page may be read, base_len chunk bases at base, and the
+// page size (zrecord.Store.SetResidency). Every later read of that store
+// through any handle fails with LX_NOT_RESIDENT, before writing a byte, when
+// it needs a record outside the held pages. The memory stays the caller's
+// and must stay valid until the map is removed, by a call with held and
+// base NULL (and lengths 0), or the store is closed.
+//
+//export lx_store_set_residency
+func lx_store_set_residency(h C.int64_t, store C.uint32_t, held unsafe.Pointer, heldLen C.int64_t, base *C.int64_t,
+	baseLen C.int64_t, pageSize C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
+	return call("lx_store_set_residency", errBuf, errLen, func() error {
+		hb, err := byteView(held, heldLen, "held")
+		if err != nil {
+			return err
+		}
+		bb, err := int64s(base, baseLen, "base")
+		if err != nil {
+			return err
+		}
+		handles.RLock()
+		s, isStore := handles.stores[int64(h)]
+		t, isSet := handles.sets[int64(h)]
+		last := handles.last
+		handles.RUnlock()
+		switch {
+		case isStore:
+			if store != 0 {
+				return invalidf("store %d of a store handle: only 0 is", store)
+			}
+		case isSet:
+			all := t.Stores()
+			if int(store) >= len(all) {
+				return invalidf("store %d of a set of %d stores", store, len(all))
+			}
+			s = all[store]
+		default:
+			return badHandle(int64(h), last)
+		}
+		if held == nil && base == nil {
+			return s.SetResidency(nil, nil, 0)
+		}
+		if hb == nil || bb == nil {
+			return invalidf("a residency map needs both held and base")
+		}
+		return s.SetResidency(hb, bb, int64(pageSize))
+	})
+}

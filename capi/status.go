@@ -42,6 +42,7 @@ var statusTable = []struct {
 	status C.int
 }{
 	{zrecord.ErrClosed, statusClosed},
+	{zrecord.ErrNotResident, statusNotResident},
 	{zrecord.ErrLocked, statusBusy},
 	{zrecord.ErrExists, statusExists},
 	{fs.ErrExist, statusExists},

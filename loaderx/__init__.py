@@ -39,18 +39,20 @@ relative ones resolved, against it)::
     converter  dataset  zrecord  dataloader  sampler  arrow  torch  jax  dlpack  packing  mixture  ray
     integrations.torch  integrations.jax  integrations.ray
     loader.dataloader  io.arrow
-    loader.options  io.multistream  io.remote
+    loader.options  io.multistream
     loader._procpool  loader.mixture
     loader._shm
     loader._pipeline  loader._packing
     loader._ragged
     store.converter  store.dataset  store.zrecord
-    store._parallel
+    store._parallel  io.remote
     store._autocodec  store._schema  store.shards
+    store._remote
+    store._guard
     store._cache
     loader.sampler  store._store  integrations.dlpack  loader._state  loader.packing
     store._native  io._s3
-    errors  _args  _progress  store._pages  store._dtypes  loader._autoworkers  loader._schedule
+    errors  _args  _progress  store._pages  store._dtypes  loader._autoworkers  loader._schedule  loader._lookahead
 
 ``__main__`` runs ``cli``, the ``loaderx`` command line. The third row holds
 the public faces; nothing inside the package imports them, so each public
@@ -93,12 +95,18 @@ checks a loader's saved state (pure Python, shared by the loader and
 ``integrations.torch``); ``integrations.dlpack`` hands ml_dtypes arrays
 (bfloat16 ...) to frameworks. ``store._native`` is the binding, the only
 module that knows the C ABI; ``io._s3`` is the S3 client (URLs, settings,
-errors), shared by ``io.remote`` and the cache. At the bottom, with no loaderx imports:
+errors), shared by ``io.remote`` and ``store._remote``, the mirror of a
+dataset in object storage in a bounded local cache (``store._cache``: the
+options, the cache directory, eviction, page files): pages fetched,
+checked, pinned and evicted, the state in files and kernel locks, each
+handle's reads kept inside the pages its process holds by ``store._guard``. At the bottom, with no loaderx imports:
 ``errors`` (exceptions), ``_args`` (argument checks), ``_progress`` (the
 progress line), ``store._pages`` (releasing pages of a memory-mapped
 source), ``store._dtypes`` (the element types a store holds, ml_dtypes
-included, and their schema names) and ``loader._autoworkers`` (the timing
-and verdict above, plain Python). The subpackages' own ``__init__`` modules
+included, and their schema names) ``loader._autoworkers`` (the timing
+and verdict above, plain Python) and ``loader._lookahead`` (fetching the
+pages of the sampler's next steps into the cache of a dataset in object
+storage, on a thread of its own; it calls the guards it is given). The subpackages' own ``__init__`` modules
 hold only a docstring. This package module loads the public names on first
 use.
 """

@@ -23,8 +23,17 @@ COMMAND ...``. Every command prints readable text, or one JSON document with
     upload a store, multi-stream directory or sharded dataset to
     ``s3://bucket/prefix`` (manifest last) and read every object back to
     check it (``--no-verify`` skips that).
+``cache warm URL`` / ``cache info`` / ``cache clear [URL]``
+    fetch a dataset in object storage into the local cache (checking every
+    byte), list what the cache holds, or remove cached datasets no process
+    has open.
 ``bench``
     a quick performance check on this machine.
+
+``info``, ``verify`` and ``head`` take an ``s3://bucket/prefix`` URL as well
+as a path; they read through the local cache (``--cache-dir``,
+``--cache-limit``; default ``$LOADERX_CACHE_DIR`` or ``~/.cache/loaderx``),
+and ``verify`` checks every page of record bytes the server holds.
 
 Exit codes (:data:`EXIT_CODES`): 0 success; 1 ``verify`` found damage; 2 a
 usage error, or a command this build cannot run; 3 the input is at fault (no
@@ -57,7 +66,7 @@ from loaderx._progress import Progress
 from loaderx.errors import CorruptStoreError, RemoteError, StoreExistsError, StoreLockedError
 from loaderx.io import remote
 from loaderx.io.arrow import MSDataset, arrow_source, from_arrow, is_multistream
-from loaderx.store import _native, shards
+from loaderx.store import _cache, _native, _remote, shards
 from loaderx.store.converter import DICT_TIERS, from_numpy
 from loaderx.store.dataset import DenseDataset, RaggedDataset, verify_sharded
 from loaderx.store.zrecord import Zrecord
@@ -232,7 +241,44 @@ def _info_text(info: dict[str, Any]) -> list[str]:
     return lines
 
 
+#: trees opened for URLs by this command, kept open until it ends
+_TREES: list[Any] = []
+
+
+def _storage(args: argparse.Namespace) -> dict[str, Any]:
+    return {k: getattr(args, k) for k in ("endpoint_url", "profile", "region") if getattr(args, k, None) is not None}
+
+
+def _cache_options(args: argparse.Namespace) -> _cache.CacheOptions:
+    limit = getattr(args, "cache_limit", None)
+    return _cache.CacheOptions(dir=getattr(args, "cache_dir", None),
+                               limit=None if limit is None else _cache.parse_size(limit, "--cache-limit"))
+
+
+def _local(args: argparse.Namespace) -> str:
+    """``args.path``, or for an ``s3://`` URL the path of its mirror in the
+    local cache (the datasets opened on it read through the cache)."""
+    if not _cache.is_url(args.path):
+        return args.path
+    tree, local = _remote.open_tree(args.path, _cache_options(args), _storage(args))
+    _TREES.append(tree)
+    return local
+
+
+def _shown(args: argparse.Namespace, local: str, path: str) -> str:
+    """``path`` (inside the mirror ``local`` of a URL) as the user named it."""
+    if local == args.path:
+        return path
+    rel = os.path.relpath(path, local)
+    return args.path if rel == "." else f"{args.path.rstrip('/')}/{rel}"
+
+
 def cmd_info(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
+    local = _local(args)
+    if local != args.path:
+        code, doc, lines = cmd_info(argparse.Namespace(**{**vars(args), "path": local}))
+        text = json.dumps(doc).replace(json.dumps(local)[1:-1], args.path.rstrip("/"))
+        return code, json.loads(text), [line.replace(local, args.path.rstrip("/")) for line in lines]
     kind = _store_kind(args.path)
     if kind == "multistream":
         with MSDataset(args.path) as ms:
@@ -257,19 +303,28 @@ def _fault_fields(item: Any) -> dict[str, Any]:
 
 
 def cmd_verify(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
-    kind = _store_kind(args.path)
+    local = _local(args)
+    kind = _store_kind(local)
     if not hasattr(Zrecord, "verify"):
         raise CommandError("this build cannot verify stores (Zrecord.verify is missing)", EXIT_USAGE)
-    paths = [args.path]
+    paths = [local]
     if kind == "multistream":
-        with MSDataset(args.path) as ms:
-            paths = [os.path.join(args.path, n) for n in ms]
+        with MSDataset(local) as ms:
+            paths = [os.path.join(local, n) for n in ms]
     results = {}
     faults: list[dict[str, Any]] = []
     for p in paths:
         bar = Progress(f"verify {p}", None, None, enabled=args.progress)
         try:
-            if shards.resolve(p) is not None:  # every shard scanned, faults at global indices
+            if local != args.path:  # every page of record bytes fetched or read from the cache, checked
+                sk = _store_kind(p)
+                if sk not in ("dense", "ragged"):
+                    raise CommandError(f"{_shown(args, local, p)}: a store without a schema cannot be read "
+                                       "from object storage")
+                with _open(p, sk) as ds:
+                    report = ds.verify()
+                    n = len(ds)
+            elif shards.resolve(p) is not None:  # every shard scanned, faults at global indices
                 report = verify_sharded(p)
                 n = report.records
             else:
@@ -278,8 +333,8 @@ def cmd_verify(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
                     n = len(zr)
         finally:
             bar.close()
-        found = [{"store": p, **_fault_fields(item)} for item in report]
-        results[p] = {"records": n, "ok": bool(report.ok) if hasattr(report, "ok") else not found,
+        found = [{"store": _shown(args, local, p), **_fault_fields(item)} for item in report]
+        results[_shown(args, local, p)] = {"records": n, "ok": bool(report.ok) if hasattr(report, "ok") else not found,
                       "faults": found}
         faults.extend(found)
     ok = all(r["ok"] for r in results.values())
@@ -434,10 +489,11 @@ def _text_of(a: Any) -> str:
 def cmd_head(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
     if args.n < 0:
         raise CommandError(f"-n must not be negative, got {args.n}", EXIT_USAGE)
-    kind = _store_kind(args.path)
+    path = _local(args)
+    kind = _store_kind(path)
     lines: list[str] = []
     if kind == "multistream":
-        with MSDataset(args.path) as ms:
+        with MSDataset(path) as ms:
             k = min(args.n, ms.num_records)
             stores = {name: ms[name] for name in ms}
             recs = {name: [s[i] for i in range(k)] for name, s in stores.items()}
@@ -446,7 +502,7 @@ def cmd_head(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
             lines.append(f"[{i}]")
             lines.extend(f"  {name}: {_text_of(recs[name][i])}" for name in recs)
         return EXIT_OK, doc, lines
-    with _open(args.path, kind) as s:
+    with _open(path, kind) as s:
         k = min(args.n, len(s))
         recs = [s[i] for i in range(k)]
     for i, r in enumerate(recs):
@@ -546,6 +602,51 @@ def cmd_bench(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
     return EXIT_OK, r, lines
 
 
+def cmd_cache_warm(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
+    local = _local(args)
+    kind = _store_kind(local)
+    paths = [local]
+    if kind == "multistream":
+        with MSDataset(local) as ms:
+            paths = [os.path.join(local, n) for n in ms]
+    t0 = time.perf_counter()
+    fetched, stats = 0, {}
+    for p in paths:
+        sk = _store_kind(p)
+        if sk not in ("dense", "ragged"):
+            raise CommandError(f"{_shown(args, local, p)}: a store without a schema cannot be read from object storage")
+        with _open(p, sk) as ds:
+            fetched += ds.warm()
+            stats = ds.cache_stats()
+    took = time.perf_counter() - t0
+    doc = {"url": args.path, "fetched_bytes": fetched, "seconds": round(took, 3), "cache": stats}
+    rate = f", {fetched / took / 1e6:,.0f} MB/s" if took > 0 and fetched else ""
+    lines = [f"{args.path}: fetched {_human(fetched)} in {took:.1f} s{rate}; the cache holds "
+             f"{_human(stats.get('cache_used_bytes', 0))} of its {_human(stats.get('cache_limit_bytes', 0))} limit"]
+    return EXIT_OK, doc, lines
+
+
+def cmd_cache_info(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
+    opts = _cache_options(args)
+    entries = _cache.describe(opts.root)
+    total = sum(e["bytes"] for e in entries)
+    doc = {"dir": opts.root, "bytes": total, "datasets": entries}
+    lines = [f"{opts.root}: {_human(total)} of record pages in {len(entries)} cached dataset version(s)"]
+    for e in entries:
+        state = "open" if e["open"] else "idle"
+        lines.append(f"  {e['url']}  {_human(e['bytes'])}  ({state}, {e['generation']})")
+    return EXIT_OK, doc, lines
+
+
+def cmd_cache_clear(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
+    opts = _cache_options(args)
+    removed, busy = _cache.clear(opts.root, args.url)
+    doc = {"dir": opts.root, "removed": removed, "in_use": busy}
+    lines = [f"{opts.root}: removed {len(removed)} cached dataset version(s)"]
+    lines += [f"  kept {u} (open in a process)" for u in busy]
+    return EXIT_OK, doc, lines
+
+
 def cmd_push(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
     if not os.path.exists(args.path):
         raise CommandError(f"{args.path}: no such file or directory")
@@ -593,13 +694,37 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    p = sub.add_parser("info", parents=[common], help="describe a store: kind, dtype, shape, size, codec, ratio")
+    s3 = argparse.ArgumentParser(add_help=False)
+    s3.add_argument("--endpoint-url", default=None,
+                    help="an S3-compatible endpoint (default: AWS_ENDPOINT_URL, the profile)")
+    s3.add_argument("--profile", default=None, help="a profile of the AWS shared files (default: AWS_PROFILE)")
+    s3.add_argument("--region", default=None, help="the bucket's region (default: AWS_REGION, the profile)")
+    s3.add_argument("--cache-dir", default=None, help="the local cache of s3:// datasets "
+                    "(default: LOADERX_CACHE_DIR, else ~/.cache/loaderx)")
+    s3.add_argument("--cache-limit", default=None, help="bytes of record pages the cache keeps, such as 50GiB "
+                    "(default: LOADERX_CACHE_LIMIT, else half the free space)")
+
+    p = sub.add_parser("info", parents=[common, s3],
+                       help="describe a store: kind, dtype, shape, size, codec, ratio (a path or s3:// URL)")
     p.add_argument("path")
     p.set_defaults(func=cmd_info)
 
-    p = sub.add_parser("verify", parents=[common], help="scan a store for damage (exit 1 if damaged)")
+    p = sub.add_parser("verify", parents=[common, s3],
+                       help="scan a store for damage (exit 1 if damaged; a path or s3:// URL)")
     p.add_argument("path")
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("cache", parents=[common], help="the local cache of datasets in object storage")
+    csub = p.add_subparsers(dest="cache_command", metavar="ACTION")
+    csub.required = True
+    c = csub.add_parser("warm", parents=[common, s3], help="fetch a dataset at an s3:// URL into the cache")
+    c.add_argument("path", metavar="url")
+    c.set_defaults(func=cmd_cache_warm)
+    c = csub.add_parser("info", parents=[common, s3], help="what the cache holds, per dataset")
+    c.set_defaults(func=cmd_cache_info)
+    c = csub.add_parser("clear", parents=[common, s3], help="remove cached datasets no process has open")
+    c.add_argument("url", nargs="?", default=None, help="only this dataset (default: all)")
+    c.set_defaults(func=cmd_cache_clear)
 
     p = sub.add_parser("convert", parents=[common],
                        help="convert .npy, .npz, a directory of .npy, Parquet, Arrow or a saved HF dataset")
@@ -622,7 +747,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--indices", type=_index, nargs="+", required=True, metavar="I")
     p.set_defaults(func=cmd_delete)
 
-    p = sub.add_parser("head", parents=[common], help="print the first records")
+    p = sub.add_parser("head", parents=[common, s3], help="print the first records (a path or s3:// URL)")
     p.add_argument("path")
     p.add_argument("-n", type=int, default=5, help="how many records (default 5)")
     p.set_defaults(func=cmd_head)

@@ -25,6 +25,7 @@ __all__ = [
     "WorkerError",
     "WorkersWarning",
     "RemoteError",
+    "NotResidentError",
 ]
 
 
@@ -79,6 +80,13 @@ class RemoteError(LoaderxError, OSError):
     def __init__(self, message: str, url: str = "") -> None:
         super().__init__(message)
         self.url = url
+
+
+class NotResidentError(LoaderxError):
+    """A read of a dataset in object storage needed a page of record bytes
+    that its process does not hold in the local cache. The cache raises it
+    to itself, fetches the page and reads again; it reaches a caller only
+    through a store handle used beside its dataset."""
 
 
 class WorkersWarning(UserWarning):

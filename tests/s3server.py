@@ -227,6 +227,14 @@ class S3Server:
         except (OSError, ValueError):
             return False
 
+    def make_bucket(self, name: str) -> None:
+        """Create one more bucket (nothing happens if it exists)."""
+        bucket, self.bucket = self.bucket, name
+        try:
+            self._make_bucket(time.monotonic() + START_TIMEOUT)
+        finally:
+            self.bucket = bucket
+
     def _make_bucket(self, deadline: float) -> None:
         # The gateway listens before the filer and volume server are ready, so
         # creating the bucket retries until the deadline.

@@ -7,7 +7,10 @@ the same section made (the Reading block opens the store the Quick start
 wrote). Sections start from nothing. Each block is compiled under the name
 README.md with its own line numbers, so a failure's traceback points at the
 README line that broke. A section that imports torch, jax, pyarrow, ml_dtypes or ray is skipped, with
-the reason, where that framework is not installed.
+the reason, where that framework is not installed. A section that names
+``s3://my-bucket`` runs against the session's S3 test server (tests/s3server.py),
+with its endpoint and credentials in the ``AWS_*`` variables, as a user's would
+be, the bucket ``my-bucket`` made, and the cache in the temporary directory.
 """
 
 from __future__ import annotations
@@ -76,8 +79,13 @@ def test_extracts_blocks_by_section() -> None:
 
 
 @pytest.mark.parametrize("section", sorted(SECTIONS))
-def test_readme_section_runs(section: str, tmp_path: Path) -> None:
+def test_readme_section_runs(section: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     env = dict(os.environ)
+    if any("s3://my-bucket" in src for _, src in SECTIONS[section]):
+        server = request.getfixturevalue("s3server")
+        server.make_bucket("my-bucket")
+        env.update(server.env())
+        env["LOADERX_CACHE_DIR"] = str(tmp_path / "cache")
     # the loaderx these tests import, whether installed or from the source tree
     package_root = str(Path(loaderx.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)

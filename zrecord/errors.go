@@ -44,6 +44,9 @@ var (
 	ErrDecode = errors.New("decode failed")
 	// ErrInvalidArgument: an argument or option is not acceptable.
 	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrNotResident: a read needs a record whose page the store's
+	// residency map (SetResidency) does not mark as held.
+	ErrNotResident = errors.New("record not resident")
 )
 
 // errf builds "zrecord: <formatted>: <sentinel>" so that errors.Is finds the

@@ -446,6 +446,11 @@ func (s *Store) locate(op string, indices []int64, g *gatherScratch) ([]*chunk, 
 		}
 		locs[k] = e
 	}
+	if op == "gather" {
+		if err := s.checkResident(indices, locs[:len(indices)]); err != nil {
+			return nil, err
+		}
+	}
 	return chunks, nil
 }
 

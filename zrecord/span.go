@@ -118,3 +118,63 @@ func (s *Store) CheckBytes(indices []int64, chunk uint32, base int64, buf []byte
 	}
 	return nil
 }
+
+// residency marks which pages of a store's chunk files a reader may touch:
+// the record whose stored bytes start at offset off of chunk c lies in page
+// base[c] + off/page, and may be read only while held[that page] != 0.
+type residency struct {
+	held []byte
+	base []int64
+	page int64
+}
+
+// SetResidency makes every read of record bytes (Gather, GatherPacked,
+// GatherRagged, and a Set's reads of this store) first check that each
+// record it needs lies in a held page, and fail with ErrNotResident,
+// before any byte is written, when one does not. A record whose stored
+// bytes start at offset off of chunk c lies in page base[c] + off/pageSize.
+// held is read, never written, and stays the caller's: it must stay valid
+// until SetResidency(nil, nil, 0) removes the map (which Close does too).
+// base must give every chunk of the store a page inside held. Sizes,
+// Spans and CheckBytes ignore the map.
+func (s *Store) SetResidency(held []byte, base []int64, pageSize int64) error {
+	if held == nil && base == nil {
+		s.resident.Store(nil)
+		return nil
+	}
+	if pageSize <= 0 {
+		return errf(ErrInvalidArgument, "residency of %s: page size %d", s.dir, pageSize)
+	}
+	chunks := *s.chunks.Load()
+	for _, c := range chunks {
+		if int(c.id) >= len(base) {
+			return errf(ErrInvalidArgument, "residency of %s: %d chunk bases, but the store has chunk %d", s.dir, len(base), c.id)
+		}
+		top := base[c.id] + (c.end.Load()-1)/pageSize
+		if base[c.id] < 0 || (c.end.Load() > 0 && top >= int64(len(held))) {
+			return errf(ErrInvalidArgument, "residency of %s: chunk %d reaches page %d of %d", s.dir, c.id, top, len(held))
+		}
+	}
+	s.resident.Store(&residency{held: held, base: base, page: pageSize})
+	return nil
+}
+
+// checkResident reports the first of the located records that the
+// residency map, if any, does not hold.
+func (s *Store) checkResident(indices []int64, locs []entry) error {
+	r := s.resident.Load()
+	if r == nil {
+		return nil
+	}
+	for k, e := range locs {
+		c := int64(e.chunk)
+		if c >= int64(len(r.base)) {
+			return errf(ErrNotResident, "%s: record %d lies in chunk %d, which the residency map does not cover", s.dir, indices[k], c)
+		}
+		p := r.base[c] + int64(e.off)/r.page
+		if uint64(p) >= uint64(len(r.held)) || r.held[p] == 0 {
+			return errf(ErrNotResident, "%s: record %d lies in page %d, which is not held", s.dir, indices[k], p)
+		}
+	}
+	return nil
+}

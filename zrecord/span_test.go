@@ -110,3 +110,70 @@ func TestSpansBadInput(t *testing.T) {
 	s.Close()
 	ztIs(t, s.Spans([]int64{0}, u(1), u(1), u(1)), zrecord.ErrClosed)
 }
+
+// TestResidencyGatesReads checks that a store with a residency map refuses
+// every read that needs a page the map does not hold, before writing a
+// byte, through the store and through a set, and reads once it is held.
+func TestResidencyGatesReads(t *testing.T) {
+	const size = 1000
+	set, _, recs := ztSet(t, size, []setShard{{zrecord.Raw, 30}, {zrecord.Zstd, 30}})
+	stores := set.Stores()
+	const page = 4096
+	helds := make([][]byte, len(stores))
+	for k, s := range stores {
+		helds[k] = make([]byte, 64)
+		if err := s.SetResidency(helds[k], []int64{0}, page); err != nil {
+			t.Fatal(err)
+		}
+	}
+	idx := []int64{3, 45, 59}
+	dst := make([]byte, len(idx)*size)
+	for i := range dst {
+		dst[i] = 0xAB
+	}
+	ztIs(t, set.Gather(idx, dst, size), zrecord.ErrNotResident)
+	ztIs(t, stores[0].Gather([]int64{3}, dst[:size], size), zrecord.ErrNotResident)
+	ztIs(t, stores[1].GatherPacked([]int64{0}, dst[:size], []int64{0, size}), zrecord.ErrNotResident)
+	if _, err := stores[1].GatherRagged([]int64{0}, make([]int64, 1), dst); err == nil {
+		t.Fatal("GatherRagged read a page that is not held")
+	}
+	for _, b := range dst {
+		if b != 0xAB {
+			t.Fatal("a refused read wrote into dst")
+		}
+	}
+	sizes := make([]int64, len(idx))
+	if err := set.Sizes(idx, sizes); err != nil {
+		t.Fatalf("Sizes must ignore the residency map: %v", err)
+	}
+	// hold exactly the pages of record 3 (store 0) and 15, 29 (store 1)
+	c, o, l := make([]uint32, 1), make([]uint32, 1), make([]uint32, 1)
+	hold := func(k int, local int64) {
+		if err := stores[k].Spans([]int64{local}, c, o, l); err != nil {
+			t.Fatal(err)
+		}
+		helds[k][o[0]/page] = 1
+	}
+	hold(0, 3)
+	hold(1, 15)
+	ztIs(t, set.Gather(idx, dst, size), zrecord.ErrNotResident) // 59 is not held yet
+	hold(1, 29)
+	if err := set.Gather(idx, dst, size); err != nil {
+		t.Fatal(err)
+	}
+	for k, i := range idx {
+		if string(dst[k*size:(k+1)*size]) != string(recs[i]) {
+			t.Fatalf("record %d differs", i)
+		}
+	}
+	ztIs(t, stores[0].SetResidency(make([]byte, 1), []int64{0}, 16), zrecord.ErrInvalidArgument) // too few pages
+	ztIs(t, stores[0].SetResidency(helds[0], nil, page), zrecord.ErrInvalidArgument)
+	for _, s := range stores {
+		if err := s.SetResidency(nil, nil, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := set.Gather([]int64{0, 31}, dst[:2*size], size); err != nil {
+		t.Fatalf("without a map every record reads: %v", err)
+	}
+}

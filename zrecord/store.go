@@ -32,6 +32,9 @@ type Store struct {
 	// verifyRaw: Gather checks the checksum of raw records too (see
 	// WithVerify); compressed records of a checksummed store always are.
 	verifyRaw atomic.Bool
+	// resident, when set, is the map every read checks its records
+	// against before it touches their bytes (SetResidency).
+	resident atomic.Pointer[residency]
 
 	encOnce sync.Once
 	enc     *recordEncoder
@@ -372,6 +375,7 @@ func (s *Store) close(sync bool) (err error) {
 
 // release unmaps and closes everything the handle holds.
 func (s *Store) release() error {
+	s.resident.Store(nil) // the caller's map may be freed once the store is closed
 	var first error
 	keep := func(err error) {
 		if err != nil && first == nil {

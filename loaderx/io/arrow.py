@@ -51,8 +51,9 @@ import numpy as np
 from loaderx._args import CONVERT_CODECS, check_codec
 from loaderx._progress import Progress
 from loaderx.errors import StoreExistsError
+from loaderx.io import remote
 from loaderx.io.multistream import META_FILE, MSDataset, is_multistream
-from loaderx.store import _autocodec, _native, _parallel
+from loaderx.store import _autocodec, _cache, _native, _parallel
 from loaderx.store._dtypes import check_narrow, check_storable, narrow_element, schema_name
 from loaderx.store.converter import DICT_TIERS, train_dict
 
@@ -433,6 +434,8 @@ def from_arrow(
     overwrite: bool = False,
     num_shards: int | None = None,
     sync: bool = True,
+    storage_options: dict[str, Any] | None = None,
+    staging: PathLike | None = None,
 ) -> MSDataset:
     """Write the columns of an Arrow table, Parquet / Arrow files or a Hugging
     Face dataset as aligned stores under the directory ``path``, one store
@@ -472,6 +475,13 @@ def from_arrow(
             end); each column's codec (and dictionary) is decided once, on
             its first records, for every shard.
 
+        storage_options: for an ``s3://bucket/prefix`` ``path``: the S3
+            client's options; the stores are written into a local staging
+            directory and pushed when complete (see
+            :func:`loaderx.converter.from_numpy`), and the dataset returned
+            reads them back from the bucket through the local cache.
+        staging: where that staging directory goes (default
+            ``$LOADERX_STAGING_DIR``, else the system's temporary directory).
     Returns:
         The new stores as one :class:`MSDataset`.
 
@@ -496,6 +506,15 @@ def from_arrow(
         ms = from_arrow("mnist_train", ds)
         loader = DataLoader(ms, batch_size=256)
     """
+    if _cache.is_url(path):
+        def write(local: str) -> None:
+            from_arrow(local, source, columns, codec=codec, dict_tier=dict_tier, batch_bytes=batch_bytes,
+                       progress=progress, num_shards=num_shards, sync=False).close()
+
+        remote.publish(str(path), write, overwrite=overwrite, storage_options=storage_options, staging=staging)
+        return MSDataset(str(path), columns, storage_options=storage_options)
+    if storage_options is not None or staging is not None:
+        raise ValueError(f"storage_options= and staging= are for s3:// URLs, not {path!r}")
     pa = _require("pyarrow", "arrow")
     path = os.fspath(path)
     check_codec(codec, CONVERT_CODECS)

@@ -15,7 +15,8 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from loaderx.store import _native, shards
+from loaderx.store import _cache, _native, _remote, shards
+from loaderx.store._cache import CacheOptions
 from loaderx.store.dataset import DenseDataset, RaggedDataset
 
 if TYPE_CHECKING:
@@ -89,7 +90,26 @@ class MSDataset(Mapping):
         ValueError: the streams differ in length (naming each length).
     """
 
-    def __init__(self, path: PathLike, columns: Iterable[str] | None = None, *, writable: bool = False) -> None:
+    def __init__(
+        self,
+        path: PathLike,
+        columns: Iterable[str] | None = None,
+        *,
+        writable: bool = False,
+        cache: CacheOptions | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        self._url: str | None = None
+        self._remote: tuple[CacheOptions | None, dict[str, Any] | None] = (cache, storage_options)
+        if _cache.is_url(path):
+            if writable:
+                raise ValueError(f"{path!r} is in object storage, which loaderx reads but does not write in place")
+            self._url = str(path).rstrip("/")
+            _, path = _remote.open_tree(self._url, cache, storage_options)
+        elif cache is not None or storage_options:
+            raise ValueError(
+                f"cache= and storage_options= are for datasets in object storage (s3:// URLs), not {path!r}"
+            )
         self._path = os.fspath(path)
         self._streams: dict[str, DenseDataset | RaggedDataset] = {}
         sharded = _sharded_streams(self._path)
@@ -121,8 +141,14 @@ class MSDataset(Mapping):
 
     @property
     def path(self) -> str:
-        """The directory."""
+        """The directory (for a dataset in object storage, its mirror in the
+        local cache; :attr:`url` is the URL)."""
         return self._path
+
+    @property
+    def url(self) -> str | None:
+        """The ``s3://`` URL of a dataset in object storage, else None."""
+        return self._url
 
     def __getitem__(self, name: str) -> DenseDataset | RaggedDataset:
         return self._streams[name]
@@ -165,9 +191,11 @@ class MSDataset(Mapping):
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{n}: {type(s).__name__}" for n, s in self._streams.items())
-        return f"MSDataset({self._path!r}, num_records={self.num_records}, {{{inner}}})"
+        return f"MSDataset({self._url or self._path!r}, num_records={self.num_records}, {{{inner}}})"
 
     def __reduce__(self) -> tuple[Any, ...]:
+        if self._url is not None:
+            return (_reopen_remote, (self._url, list(self._streams), *self._remote))
         writable = any(getattr(s, "writable", False) for s in self._streams.values())
         return (_reopen, (self._path, list(self._streams), writable))
 
@@ -178,3 +206,8 @@ class MSDataset(Mapping):
 
 def _reopen(path: str, columns: list[str], writable: bool) -> MSDataset:
     return MSDataset(path, columns, writable=writable)
+
+
+def _reopen_remote(url: str, columns: list[str], cache: CacheOptions | None,
+                   storage: dict[str, Any] | None) -> MSDataset:
+    return MSDataset(url, columns, cache=cache, storage_options=storage)

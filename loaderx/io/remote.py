@@ -36,19 +36,21 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from collections.abc import Iterator
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loaderx.errors import CorruptStoreError
+from loaderx.errors import CorruptStoreError, StoreExistsError
 from loaderx.io._s3 import client, import_obstore, parse_url, remote_error
 from loaderx.store import shards
 
 if TYPE_CHECKING:
     from loaderx._args import PathLike
 
-__all__ = ["parse_url", "client", "push", "verify", "PushedFile", "PART_SIZE"]
+__all__ = ["parse_url", "client", "push", "verify", "publish", "PushedFile", "PART_SIZE"]
 
 #: Files above this size are uploaded in parts of this size (S3 wants at
 #: least 5 MiB per part; 8 MiB matches the range reads of the cache).
@@ -255,3 +257,45 @@ def _verify_files(store: Any, url: str, files: list[PushedFile]) -> None:
             raise remote_error(e, url, f.key, "reading back") from None
         except Exception as e:
             raise remote_error(e, url, f.key, "reading back") from None
+
+
+def _holds_objects(url: str, options: dict[str, Any]) -> bool:
+    import obstore
+
+    _, prefix = parse_url(url)
+    store = client(url, **options)
+    try:
+        for batch in obstore.list(store, prefix=f"{prefix}/" if prefix else None, chunk_size=1):
+            return bool(batch)
+    except Exception as e:
+        raise remote_error(e, url, "", "list") from None
+    return False
+
+
+def publish(url: str, write: Callable[[str], Any], *, overwrite: bool = False,
+            storage_options: dict[str, Any] | None = None, staging: PathLike | None = None) -> list[PushedFile]:
+    """Write a dataset into a local staging directory with ``write(path)``
+    (a converter), push it to ``url`` (verified), and remove the staging
+    directory, whether or not that worked. Nothing reaches the bucket unless
+    the whole conversion succeeded.
+
+    ``staging`` is where the staging directory is made (default
+    ``$LOADERX_STAGING_DIR``, else the system's temporary directory); it
+    needs room for the whole dataset. Without ``overwrite``, a URL that
+    already holds objects is refused (StoreExistsError) before anything is
+    written; with it, the objects are overwritten one by one (see
+    :func:`push`), and objects of the previous version that the new one
+    does not have stay where they are.
+    """
+    opts = dict(storage_options or {})
+    parse_url(url)
+    if not overwrite and _holds_objects(url, opts):
+        raise StoreExistsError(f"{url!r} already holds objects: pass overwrite=True to replace them")
+    base = os.fspath(staging) if staging is not None else os.environ.get("LOADERX_STAGING_DIR") or None
+    tmp = tempfile.mkdtemp(prefix="loaderx-staging-", dir=base)
+    try:
+        local = os.path.join(tmp, "dataset")
+        write(local)
+        return push(local, url, **opts)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

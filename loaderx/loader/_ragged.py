@@ -137,7 +137,10 @@ class RaggedStream:
         sizes = slot[1][:k]
         h = ds._h
         while True:
-            needed = int(_native.store_gather_ragged(h, idx, sizes, slot[0]))
+            if ds._guard is None:
+                needed = int(_native.store_gather_ragged(h, idx, sizes, slot[0]))
+            else:  # a dataset in object storage: its pages held in the cache meanwhile
+                needed = int(ds._guarded(idx, lambda b=slot[0]: _native.store_gather_ragged(h, idx, sizes, b)))
             if needed <= slot[0].size:
                 break
             slot[0] = np.empty(int(needed * _GROWTH), dtype=np.uint8)

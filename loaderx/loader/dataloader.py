@@ -57,6 +57,7 @@ from loaderx.loader._autoworkers import (
     keep_processes,
     pace,
 )
+from loaderx.loader._lookahead import Lookahead, guards_of
 from loaderx.loader._packing import PackPool, PackStream, check_layout, check_packs
 from loaderx.loader._pipeline import ArrayStream as _ArrayStream
 from loaderx.loader._pipeline import Batch, BufferPool, Pipeline, Stream
@@ -497,6 +498,7 @@ class DataLoader:
             for name, ds in sources.items()
         ]
         self._step = opts.start_step  # next step to yield while no pipeline runs
+        self._ahead: Lookahead | None = None  # the prefetch of datasets in object storage
         self._init_workers()
 
     def _global_draw(self, n: int) -> tuple[Any, int, tuple[int, int]]:
@@ -872,7 +874,24 @@ class DataLoader:
         item = pipe.next()
         if self._timer is not None or self._pending is not None or self._trial is not None:
             self._advance(item)
+        ahead = self._ahead
+        if ahead is not None:
+            ahead.advance(self.step)
+        elif not self._ahead_checked:
+            self._start_lookahead()
         return item
+
+    _ahead_checked = False
+
+    def _start_lookahead(self) -> None:
+        """Start fetching ahead for the streams that read from object
+        storage (once, at the first step)."""
+        self._ahead_checked = True
+        guards = [g for _, ds, _ in self._streams for g in guards_of(ds)]
+        # at most half the cache, so that what is fetched ahead is not evicted before its step
+        budget = min((min(g.tree.opts.prefetch, g.tree.cache.limit() // 2) for g in guards), default=0)
+        if guards and budget > 0:
+            self._ahead = Lookahead(guards, self.sampler, self.options.batch_size, budget, self.step, self._end)
 
     # -- state -------------------------------------------------------------
 
@@ -934,6 +953,8 @@ class DataLoader:
         if pipe is not None:
             self._step = pipe.next_out
             pipe.stop()
+        if self._ahead is not None:
+            self._ahead.reset(self._step)
         nxt, self._next_pipe = self._next_pipe, None
         if nxt is not None:  # a hand-over in progress: the processes take over from here
             nxt.stop()
@@ -950,6 +971,9 @@ class DataLoader:
         datasets stay open."""
         self._closed = True
         self._reset()
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.stop()
         self._timer = None
         pending, self._pending = self._pending, None
         if pending is not None:

@@ -303,8 +303,11 @@ class MixtureRaggedStream(_Parts, RaggedStream):
             ds = self.parts[i][1]
             part_sizes = np.empty(rows.size, dtype=np.int64)
             buf = np.empty(max(1, rows.size * self.nbytes_per_item), dtype=np.uint8)
+            local = np.ascontiguousarray(local)
             while True:
-                needed = int(_native.store_gather_ragged(ds._h, np.ascontiguousarray(local), part_sizes, buf))
+                needed = int(ds._guarded(
+                    local, lambda d=ds, i=local, s=part_sizes, b=buf: _native.store_gather_ragged(d._h, i, s, b)
+                ))
                 if needed <= buf.size:
                     break
                 buf = np.empty(needed, dtype=np.uint8)

@@ -27,6 +27,12 @@ there:
   stale. Byte ``npages + p`` serialises fetches of the page across
   processes. Every process and rank of a node that opens the same dataset
   with the same cache directory shares its pages.
+* **The warm path is one native call.** Each store of a guarded handle
+  carries a residency map (``lx_store_set_residency``): this process's
+  array of held pages, which the gather checks record by record before it
+  copies a byte, failing with ``NotResidentError`` where a page is not
+  held. A read first runs as it is; only a refused one pins and fetches,
+  then runs again.
 * **Pins outlive batches.** A process keeps the pins it took until the
   cache needs room: then, before it fetches, it evicts the least recently
   used unpinned pages of every dataset in the cache directory, and if that
@@ -55,6 +61,11 @@ eviction pass. Nothing is marked present that was not written and checked.
 The limit counts the chunk pages held; the headers, tables and dictionaries
 (24 bytes per record and a few files per store) come on top, as they must
 stay whole while a dataset is open.
+
+This module holds the options, the cache directory (its limit, eviction,
+listing and clearing) and each store's page files; ``store._remote`` the
+mirror of one dataset root and its fetches; ``store._guard`` what keeps a
+handle's reads inside the pages its process holds.
 """
 
 from __future__ import annotations
@@ -64,28 +75,24 @@ import ctypes
 import ctypes.util
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import re
 import shutil
 import struct
 import threading
-import time
 import weakref
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-from loaderx.errors import CorruptStoreError
-from loaderx.io import _s3
 from loaderx.store import _native
 
-__all__ = ["CacheOptions", "RemoteTree", "Guard", "open_tree", "tree_of", "is_url", "default_dir"]
+__all__ = ["CacheOptions", "is_url", "default_dir", "describe", "clear", "parse_size"]
 
+_T = TypeVar("_T")
 _META = "meta.zr"
 _CHUNK = re.compile(r"^(0|[1-9][0-9]*)\.chunk$")
 #: seconds a pin waits for an evictor's momentary exclusive lock
@@ -107,15 +114,22 @@ def default_dir() -> str:
     return os.path.join(base, "loaderx")
 
 
-def _env_limit() -> int | None:
-    text = os.environ.get("LOADERX_CACHE_LIMIT")
-    if not text:
-        return None
+def parse_size(text: str, what: str) -> int:
+    """``"50GiB"``, ``"512M"``, ``"2000000000"`` as bytes; ValueError
+    quoting ``what`` and the text otherwise."""
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B?|B)?\s*", text, re.IGNORECASE)
     if not m:
-        raise ValueError(f"LOADERX_CACHE_LIMIT={text!r} is not a size (such as 50GiB or 2000000000)")
+        raise ValueError(f"{what}={text!r} is not a size (such as 50GiB, 512MiB or 2000000000)")
     unit = (m.group(2) or "B").upper().rstrip("B").rstrip("I")
-    return int(float(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[unit])
+    n = int(float(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[unit])
+    if n <= 0:
+        raise ValueError(f"{what}={text!r} must be more than 0 bytes")
+    return n
+
+
+def _env_limit() -> int | None:
+    text = os.environ.get("LOADERX_CACHE_LIMIT")
+    return parse_size(text, "LOADERX_CACHE_LIMIT") if text else None
 
 
 @dataclass(frozen=True)
@@ -233,7 +247,7 @@ class _Cache:
         os.makedirs(os.path.join(root, "trees"), exist_ok=True)
         self._limit = limit
         self.mu = threading.Lock()
-        self.trees: weakref.WeakSet[RemoteTree] = weakref.WeakSet()
+        self.trees: weakref.WeakSet[Any] = weakref.WeakSet()  # store._remote.RemoteTree of this process
         self._states: dict[str, _PageFiles] = {}  # state dir -> its files, for eviction
         self.evicted_bytes = 0
 
@@ -277,7 +291,7 @@ class _Cache:
         with self.mu:
             return sum(s.used() for s in self._scan())
 
-    def make_room(self, need: int, keep: Guard | None = None) -> None:
+    def make_room(self, need: int, keep: Any = None) -> None:
         """Evict least recently used unpinned pages until ``need`` more
         bytes fit under the limit; then let go of this process's idle pins
         and try once more; then give up (the cache passes its limit by what
@@ -456,441 +470,73 @@ class _Part:
             os.close(self.fd)
 
 
-# -- a dataset root -------------------------------------------------------------
+# -- the cache directory as a whole ---------------------------------------------
 
 
-class RemoteTree:
-    """A dataset root in object storage and its mirror in the cache."""
-
-    def __init__(self, url: str, opts: CacheOptions, storage: dict[str, Any]) -> None:
-        self.url = url.rstrip("/")
-        self.opts = opts
-        self.storage = dict(storage)
-        self.bucket, self.prefix = _s3.parse_url(self.url)
-        self.client = _s3.client(self.url, **self.storage)
-        self.cache = _cache(opts)
-        self.fetched_bytes = 0
-        self.fetches = 0
-        self._mu = threading.Lock()
-        self._guards: weakref.WeakSet[Guard] = weakref.WeakSet()
-        self._pool: ThreadPoolExecutor | None = None
-        self._objects = self._list()
-        digest = hashlib.sha256(json.dumps(sorted(self._objects.items())).encode()).hexdigest()[:20]
-        key = f"{_safe(self.bucket + '_' + self.prefix)}-{hashlib.sha256(self.url.encode()).hexdigest()[:8]}"
-        self.tree_dir = os.path.join(self.cache.root, "trees", key)
-        self.gen_dir = os.path.join(self.tree_dir, digest)
-        self.local = os.path.join(self.gen_dir, "data")
-        os.makedirs(self.gen_dir, exist_ok=True)
-        with contextlib.suppress(OSError), open(os.path.join(self.tree_dir, "url"), "w") as f:
-            f.write(self.url + "\n")
-        self._open_fd = os.open(os.path.join(self.gen_dir, ".open"), os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(self._open_fd, fcntl.LOCK_SH)
-        self._mirror()
-        self._drop_old_generations()
-        self.cache.trees.add(self)
-
-    # listing and mirroring
-
-    def object_url(self, rel: str) -> str:
-        return f"s3://{self.bucket}/{self._key(rel)}"
-
-    def _key(self, rel: str) -> str:
-        return f"{self.prefix}/{rel}" if self.prefix else rel
-
-    def _list(self) -> dict[str, tuple[int, str]]:
-        """``{relative path: (size, etag)}`` of every object under the URL."""
-        import obstore
-
-        want = f"{self.prefix}/" if self.prefix else ""
-        try:
-            found: dict[str, tuple[int, str]] = {}
-            for batch in obstore.list(self.client, prefix=self.prefix or None):
-                for meta in batch:
-                    path = meta["path"]
-                    if want and not path.startswith(want):
-                        continue  # "prefix2/..." beside "prefix/..."
-                    found[path[len(want):]] = (int(meta["size"]), meta.get("e_tag") or "")
-        except Exception as e:
-            raise _s3.remote_error(e, self.url, "", "list") from None
-        if not found:
-            raise FileNotFoundError(f"{self.url!r}: no objects under this URL (nothing was pushed there?)")
-        if not any(r == _META or r.endswith("/" + _META) for r in found):
-            raise ValueError(f"{self.url!r} holds no loaderx store (no {_META} under it)")
-        return found
-
-    def _mirror(self) -> None:
-        ready = os.path.join(self.gen_dir, ".ready")
-        if os.path.exists(ready):
-            return
-        with _flock(os.path.join(self.gen_dir, ".build.lock")):
-            if os.path.exists(ready):
-                return
-            small = sorted(r for r in self._objects if not _CHUNK.match(os.path.basename(r)))
-            for rel in small:
-                path = os.path.join(self.local, rel)
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                _write_atomic(path, self._get(rel))
-            for rel, (size, _) in self._objects.items():
-                if _CHUNK.match(os.path.basename(rel)):
-                    path = os.path.join(self.local, rel)
-                    os.makedirs(os.path.dirname(path), exist_ok=True)
-                    if not os.path.exists(path):
-                        with open(path, "wb") as f:
-                            f.truncate(size)
-            _write_atomic(ready, b"")
-
-    def _get(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
-        import obstore
-
-        size, etag = self._objects[rel]
-        options: dict[str, Any] = {"if_match": etag} if etag else {}
-        if start is not None:
-            options["range"] = (start, end)
-        try:
-            got = obstore.get(self.client, self._key(rel), options=options).bytes()
-        except Exception as e:
-            from obstore import exceptions as ox
-
-            if isinstance(e, ox.PreconditionError) or "precondition" in str(e).lower():
-                raise CorruptStoreError(
-                    f"{self.object_url(rel)} changed after {self.url!r} was opened (its ETag is no longer "
-                    f"{etag}): open the dataset again to read the new version"
-                ) from None
-            raise _s3.remote_error(e, self.url, self._key(rel), "read") from None
-        data = bytes(got) if start is None else memoryview(got)
-        want = size if start is None else end - start
-        if len(data) != want:
-            raise CorruptStoreError(
-                f"{self.object_url(rel)}: got {len(data)} bytes where {want} were asked for "
-                f"({'the whole object' if start is None else f'bytes [{start}, {end})'}); the object is "
-                f"{size} bytes in the listing taken at open: it was truncated or replaced"
-            )
-        with self._mu:
-            self.fetched_bytes += len(data)
-            self.fetches += 1
-        return data  # type: ignore[return-value]
-
-    def _drop_old_generations(self) -> None:
-        """Remove earlier generations of this URL that no process has open."""
-        with contextlib.suppress(OSError):
-            for g in os.scandir(self.tree_dir):
-                if not g.is_dir() or g.path == self.gen_dir:
-                    continue
-                try:
-                    fd = os.open(os.path.join(g.path, ".open"), os.O_RDWR | os.O_CREAT, 0o644)
-                except OSError:
-                    continue
-                try:
-                    try:
-                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    except BlockingIOError:
-                        continue
-                    shutil.rmtree(g.path, ignore_errors=True)
-                finally:
-                    os.close(fd)
-
-    def pool(self) -> ThreadPoolExecutor:
-        with self._mu:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.opts.threads, thread_name_prefix="loaderx-fetch")
-            return self._pool
-
-    # guards
-
-    def guard(self, h: int, stores: list[tuple[str, int, int]]) -> Guard:
-        """The guard of handle ``h`` over the mirror stores ``(path, first
-        index, length)``, in the handle's store order."""
-        parts = []
-        for k, (path, start, n) in enumerate(stores):
-            rel = os.path.relpath(path, self.local)
-            rel = "" if rel == "." else rel
-            state_dir = os.path.join(self.gen_dir, "pages", _safe(rel or "_root") + f"-{self.opts.page_size}")
-            chunk_sizes = {}
-            key_of = {}
-            for obj, (size, _) in self._objects.items():
-                d, name = os.path.split(obj)
-                m = _CHUNK.match(name)
-                if m and d == rel:
-                    chunk_sizes[int(m.group(1))] = size
-                    key_of[int(m.group(1))] = obj
-            if not os.path.isdir(state_dir):
-                with _flock(os.path.join(self.gen_dir, ".build.lock")):
-                    if not os.path.isdir(state_dir):
-                        os.makedirs(os.path.dirname(state_dir), exist_ok=True)
-                        _build_pages(state_dir, os.path.abspath(path), h, k, start, n, chunk_sizes,
-                                     self.opts.page_size)
-            parts.append(_Part(_PageFiles(state_dir), state_dir, k, key_of))
-        g = Guard(self, h, parts)
-        self._guards.add(g)
-        return g
-
-    def release_idle(self) -> None:
-        for g in list(self._guards):
-            g.release_idle()
-
-    def fetch_page(self, part: _Part, p: int, keep: Guard) -> int:
-        """Bring page ``p`` of ``part`` into the mirror (the caller pins
-        it); the bytes fetched, 0 when it was there already."""
-        f = part.files
-        with part.fetch_locks[p % len(part.fetch_locks)]:
-            if f.present[p] == 1:
-                return 0
-            _ofd(part.fd, fcntl.F_WRLCK, f.npages + p, 1, wait=True)
+def _generations(root: str) -> Iterator[tuple[str, str]]:
+    """``(url, generation directory)`` of every cached dataset version."""
+    trees = os.path.join(root, "trees")
+    with contextlib.suppress(OSError):
+        for t in sorted(os.scandir(trees), key=lambda e: e.name):
             try:
-                if f.present[p] == 1:
-                    return 0
-                chunk, lo, hi = (int(x) for x in f.pages[p])
-                rel = part.key_of[chunk]
-                self.cache.make_room(hi - lo, keep)
-                data = self._get(rel, lo, hi)
-                recs = np.ascontiguousarray(part.records[part.first[p] : part.first[p + 1]])
-                try:
-                    _native.store_check_bytes(keep.h, part.store, recs, chunk, lo, data)
-                except CorruptStoreError as e:
-                    raise CorruptStoreError(
-                        f"{self.object_url(rel)}: bytes [{lo}, {hi}) do not match the store's record table "
-                        f"({e}); the object was altered after the dataset was written"
-                    ) from None
-                self._write(f, chunk, lo, data, keep)
-                f.stamps[p] = int(time.time())
-                f.present[p] = 1
-                return hi - lo
-            finally:
-                _ofd(part.fd, fcntl.F_UNLCK, f.npages + p, 1)
-
-    def _write(self, f: _PageFiles, chunk: int, lo: int, data: Any, keep: Guard) -> None:
-        fd = f.chunk_fd(chunk)
-        view = memoryview(data)
-        for attempt in range(2):
-            try:
-                done = 0
-                while done < len(view):
-                    done += os.pwrite(fd, view[done:], lo + done)
-                return
-            except OSError as e:
-                if e.errno not in (errno.ENOSPC, errno.EDQUOT) or attempt:
-                    if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                        with contextlib.suppress(OSError):
-                            _punch(fd, lo, len(view))
-                        raise OSError(
-                            e.errno, f"the cache directory {self.cache.root!r} is out of disk space "
-                            f"(cache limit {self.cache.limit()} bytes, {self.cache.used()} held): lower "
-                            "CacheOptions.limit or LOADERX_CACHE_LIMIT, or free space"
-                        ) from None
-                    raise
-                # the disk filled before the limit did: shrink the cache to
-                # what it holds less this page, and try once more
-                self.cache.set_limit(max(len(view), self.cache.used() - len(view)))
-                self.cache.make_room(len(view), keep)
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False)
-        for g in list(self._guards):
-            g.close()
-        with contextlib.suppress(OSError):
-            os.close(self._open_fd)
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self.close()
+                with open(os.path.join(t.path, "url")) as f:
+                    url = f.read().strip()
+            except OSError:
+                url = t.name
+            for g in sorted(os.scandir(t.path), key=lambda e: e.name) if t.is_dir() else ():
+                if g.is_dir():
+                    yield url, g.path
 
 
-_TREES: dict[tuple[str, str, str], RemoteTree] = {}
-_TREES_LOCK = threading.Lock()
-
-
-def open_tree(url: str, cache: CacheOptions | None, storage: dict[str, Any] | None) -> tuple[RemoteTree, str]:
-    """The mirror of the dataset at ``url`` and the local path that stands
-    for ``url`` in it. A URL naming one stream of a sharded multi-stream
-    dataset (``root/stream``, with no objects of its own) mirrors the root.
-    One process opens each (root, options) once and shares it."""
-    opts = cache if cache is not None else CacheOptions()
-    if not isinstance(opts, CacheOptions):
-        raise TypeError(f"cache must be a loaderx.CacheOptions or None, got {opts!r}")
-    storage = dict(storage or {})
-    url = url.rstrip("/")
-    _s3.parse_url(url)
-    key = (url, repr(opts), json.dumps(storage, sort_keys=True, default=str))
-    with _TREES_LOCK:
-        tree = _TREES.get(key)
-    if tree is not None:
-        return tree, tree.local
+def _in_use(gen_dir: str) -> bool:
     try:
-        tree, sub = RemoteTree(url, opts, storage), ""
-    except FileNotFoundError:
-        root, _, stream = url.rpartition("/")
-        if not stream or root.endswith(":/"):
-            raise
+        fd = os.open(os.path.join(gen_dir, ".open"), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def describe(root: str) -> list[dict[str, Any]]:
+    """Every cached dataset version under the cache directory ``root``:
+    its URL, generation, bytes of record pages held, and whether a process
+    has it open."""
+    out = []
+    for url, gen in _generations(root):
+        held = 0
+        pages = os.path.join(gen, "pages")
+        for s in os.scandir(pages) if os.path.isdir(pages) else ():
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                f = _PageFiles(s.path)
+                held += f.used()
+                f.close()
+        out.append({"url": url, "generation": os.path.basename(gen), "bytes": held, "open": _in_use(gen)})
+    return out
+
+
+def clear(root: str, url: str | None = None) -> tuple[list[str], list[str]]:
+    """Remove the cached versions (of ``url``, or all) that no process has
+    open; ``(removed, kept because open)`` as ``url@generation``."""
+    removed, busy = [], []
+    want = url.rstrip("/") if url else None
+    for u, gen in _generations(root):
+        if want is not None and u != want:
+            continue
+        name = f"{u}@{os.path.basename(gen)}"
+        fd = os.open(os.path.join(gen, ".open"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            tree, sub = RemoteTree(root, opts, storage), stream
-        except (FileNotFoundError, ValueError):
-            raise FileNotFoundError(f"{url!r}: no objects under this URL (nothing was pushed there?)") from None
-        if "manifest.json" not in tree._objects:
-            raise FileNotFoundError(f"{url!r}: no objects under this URL (nothing was pushed there?)") from None
-        key = (root, *key[1:])
-    with _TREES_LOCK:
-        tree = _TREES.setdefault(key, tree)
-    return tree, os.path.join(tree.local, sub) if sub else tree.local
-
-
-def tree_of(path: str) -> RemoteTree | None:
-    """The open tree whose mirror holds ``path``, if any."""
-    p = os.path.abspath(path)
-    with _TREES_LOCK:
-        for tree in _TREES.values():
-            if p == tree.local or p.startswith(tree.local + os.sep):
-                return tree
-    return None
-
-
-# -- guarding a handle's gathers ----------------------------------------------------
-
-
-class Guard:
-    """Keeps the pages of every batch of a handle in the mirror, and pinned,
-    while the batch is read."""
-
-    def __init__(self, tree: RemoteTree, h: int, parts: list[_Part]) -> None:
-        self.tree = tree
-        self.h = h
-        self.parts = parts
-        sizes = [p.files.npages for p in parts]
-        self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        self.held = np.zeros(int(self.offsets[-1]), dtype=bool)
-        for k, p in enumerate(parts):
-            p.held = self.held[self.offsets[k] : self.offsets[k + 1]]
-        width = max(len(p.base) for p in parts)
-        self.base2 = np.zeros((len(parts), width), dtype=np.int64)
-        for k, p in enumerate(parts):
-            self.base2[k, : len(p.base)] = p.base + self.offsets[k]
-        self.page_size = tree.opts.page_size
-        self.mu = threading.Lock()
-        #: the pages of each batch (and prefetch) in flight in this process,
-        #: which release_idle keeps pinned
-        self.inflight: dict[object, np.ndarray] = {}
-        self.closed = False
-
-    def slots(self, idx: np.ndarray) -> np.ndarray:
-        """The global page of each record at ``idx`` (of this handle)."""
-        s, c, o, _ = _native.store_spans(self.h, idx)
-        if len(self.parts) == 1:
-            return self.base2[0][c] + o // self.page_size
-        return self.base2[s, c] + o // self.page_size
-
-    @contextlib.contextmanager
-    def reading(self, idx: np.ndarray) -> Iterator[None]:
-        """Hold every page the records at ``idx`` need while the block runs."""
-        if idx.size == 0:
-            yield
-            return
-        slots = self.slots(idx)
-        token = object()
-        with self.mu:
-            self.inflight[token] = slots
-            ok = bool(self.held[slots].all())
-        try:
-            if not ok:
-                self._pin(np.unique(slots))
-            yield
-        finally:
-            with self.mu:
-                del self.inflight[token]
-
-    def _split(self, slots: np.ndarray) -> Iterator[tuple[_Part, np.ndarray]]:
-        if len(self.parts) == 1:
-            yield self.parts[0], slots
-            return
-        k = np.searchsorted(self.offsets, slots, side="right") - 1
-        for part in np.unique(k):
-            yield self.parts[int(part)], slots[k == part] - self.offsets[int(part)]
-
-    def _pin(self, slots: np.ndarray) -> int:
-        """Pin the pages ``slots`` (unique global pages), fetching those not
-        in the mirror; the bytes fetched."""
-        missing: list[tuple[_Part, int]] = []
-        now = int(time.time())
-        for part, local in self._split(slots):
-            f = part.files
-            for p in local[~part.held[local]].tolist():
-                deadline = time.monotonic() + _PIN_DEADLINE
-                while not _ofd(part.fd, fcntl.F_RDLCK, p, 1):
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"page {p} of {f.store_dir!r} stayed locked for {_PIN_DEADLINE} s")
-                    time.sleep(0.0005)
-                part.held[p] = True
-                if f.present[p] == 1:
-                    f.stamps[p] = now
-                else:
-                    missing.append((part, p))
-        if not missing:
-            return 0
-        if len(missing) == 1:
-            return self.tree.fetch_page(missing[0][0], missing[0][1], self)
-        futures = [self.tree.pool().submit(self.tree.fetch_page, part, p, self) for part, p in missing]
-        total, first_error = 0, None
-        for fu in futures:
             try:
-                total += fu.result()
-            except BaseException as e:  # every fetch ends before the error is raised
-                first_error = first_error or e
-        if first_error is not None:
-            raise first_error
-        return total
-
-    def prefetch(self, idx: np.ndarray) -> int:
-        """Fetch and pin the pages the records at ``idx`` need; the bytes
-        fetched."""
-        if idx.size == 0 or self.closed:
-            return 0
-        slots = np.unique(self.slots(idx))
-        token = object()
-        with self.mu:
-            slots = slots[~self.held[slots]]
-            self.inflight[token] = slots
-        try:
-            return self._pin(slots) if slots.size else 0
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                busy.append(name)
+                continue
+            shutil.rmtree(gen, ignore_errors=True)
+            removed.append(name)
         finally:
-            with self.mu:
-                del self.inflight[token]
-
-    def drop(self, idx: np.ndarray) -> None:
-        """Let go of the pages of ``idx`` and evict them (after their bytes
-        failed a check), so the next read fetches them again."""
-        slots = np.unique(self.slots(idx))
-        with self.mu:
-            for part, local in self._split(slots):
-                for p in local.tolist():
-                    if part.held[p]:
-                        _ofd(part.fd, fcntl.F_UNLCK, p, 1)
-                        part.held[p] = False
-                    part.files.try_evict(p)
-
-    def release_idle(self) -> None:
-        """Drop this process's pins on every page no batch in flight needs."""
-        with self.mu:
-            keep = np.zeros(self.held.size, dtype=bool)
-            for slots in self.inflight.values():
-                keep[slots] = True
-            for k, part in enumerate(self.parts):
-                lo = int(self.offsets[k])
-                free = np.flatnonzero(part.held & ~keep[lo : lo + part.held.size])
-                if not free.size:
-                    continue
-                for run in np.split(free, np.flatnonzero(np.diff(free) != 1) + 1):
-                    _ofd(part.fd, fcntl.F_UNLCK, int(run[0]), int(run.size))
-                part.held[free] = False
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        for part in self.parts:
-            part.close()  # closing the descriptor drops its pins
-
-    def stats(self) -> dict[str, int]:
-        held = int(sum(int(np.dot(p.held.astype(np.int64), p.files.sizes)) for p in self.parts))
-        present = sum(p.files.used() for p in self.parts)
-        return {"fetched_bytes": self.tree.fetched_bytes, "fetches": self.tree.fetches, "cached_bytes": present,
-                "pinned_bytes": held, "cache_used_bytes": self.tree.cache.used(),
-                "cache_limit_bytes": self.tree.cache.limit()}
+            os.close(fd)
+    return removed, busy

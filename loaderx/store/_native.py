@@ -72,6 +72,7 @@ from ..errors import (
     CorruptStoreError,
     ForkError,
     LoaderxError,
+    NotResidentError,
     StoreExistsError,
     StoreLockedError,
 )
@@ -209,7 +210,7 @@ def _bind() -> None:
     """Load the library and read the ABI's numbers from it (once, under
     :data:`_LOAD_LOCK`, at the first native call)."""
     global ffi, lib, library_path, OK, INVALID, OUT_OF_RANGE, NOT_FOUND, CORRUPT, CLOSED, IO, BUSY, INTERNAL
-    global EXISTS, CANCELED, STATUS_EXCEPTIONS, _EXCEPTIONS, CODEC_NAMES, SAMPLER_MODES, STATS_FIELDS
+    global EXISTS, CANCELED, NOT_RESIDENT, STATUS_EXCEPTIONS, _EXCEPTIONS, CODEC_NAMES, SAMPLER_MODES, STATS_FIELDS
     global MAX_DIMS, MAX_RECORD_SIZE, _ERROR_HEAD, _CREATE_REPLACE, SAMPLE_SPEC_FIELDS, _from_buffer, _cast
     global PROBE_FIELDS
     global _new, _string, _I64, _I64_ARRAY, _CHAR_ARRAY, _NULL, _lx_sample, _lx_store_gather
@@ -228,6 +229,7 @@ def _bind() -> None:
     INTERNAL = lib.LX_INTERNAL
     EXISTS = lib.LX_EXISTS
     CANCELED = lib.LX_CANCELED
+    NOT_RESIDENT = lib.LX_NOT_RESIDENT
 
     #: The exception class for each failing status (LoaderxError for one the
     #: binding does not know).
@@ -242,6 +244,7 @@ def _bind() -> None:
         INTERNAL: LoaderxError,
         EXISTS: StoreExistsError,
         CANCELED: KeyboardInterrupt,  # only ever asked for by a Ctrl-C (see CancelFlag)
+        NOT_RESIDENT: NotResidentError,
     }
 
     #: The exception class raised for each status, indexed by status.
@@ -738,6 +741,20 @@ def store_spans(h: int, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     ptrs = [ffi.cast("uint32_t *", ffi.from_buffer(o, require_writable=True)) for o in outs]
     _call(lib.lx_store_spans, h, ib, n, *ptrs)
     return outs[0], outs[1], outs[2], outs[3]
+
+
+def store_set_residency(h: int, store: int, held: Any, base: np.ndarray | None, page_size: int) -> None:
+    """Give store ``store`` of handle ``h`` the residency map ``held`` (one
+    byte per page, nonzero where reads may go; a bool or uint8 array the
+    caller keeps alive) with the int64 chunk bases ``base`` and the page
+    size; ``held=None`` removes it. A read that needs a page not held then
+    raises :class:`loaderx.errors.NotResidentError` before writing a byte."""
+    if held is None:
+        _call(lib.lx_store_set_residency, h, store, _NULL, 0, ffi.NULL, 0, 0)
+        return
+    hb = _byte_view(held, "held")
+    bb = _i64_view(base, "base")
+    _call(lib.lx_store_set_residency, h, store, hb, len(hb), bb, len(bb), page_size)
 
 
 def store_check_bytes(h: int, store: int, indices: np.ndarray, chunk: int, base: int, buf: Any) -> None:

@@ -230,7 +230,7 @@ class StoreHandle:
     _deferred_open = False  # True until a deferred instance is first used
     _bytes_per_record = 0.0  # _read_packed's guess, from the previous read
     _header_length: int | None = None  # len() of a deferred instance made from its header
-    #: for a dataset in object storage, the store._cache.Guard that keeps the
+    #: for a dataset in object storage, the store._guard.Guard that keeps the
     #: pages of each read in the local cache (None for a local store)
     _guard: Any = None
 
@@ -285,19 +285,12 @@ class StoreHandle:
 
     def _guarded(self, idx: np.ndarray, read: Callable[[], _T]) -> _T:
         """``read()``, which reads the records at ``idx``, with their pages
-        held in the local cache of a dataset in object storage. A cached
-        page that fails a check (lost in a crash) is dropped, fetched again
-        and the read retried once."""
+        held in the local cache of a dataset in object storage (see
+        ``store._guard.Guard.read``)."""
         g = self._guard
         if g is None:
             return read()
-        try:
-            with g.reading(idx):
-                return read()
-        except CorruptStoreError:
-            g.drop(idx)
-        with g.reading(idx):
-            return read()
+        return g.read(idx, read)
 
     def _read_packed(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Read the records ``idx`` back to back from one consistent view of

@@ -51,7 +51,8 @@ import numpy as np
 from loaderx._args import CONVERT_CODECS, as_int, check_codec
 from loaderx._progress import Progress
 from loaderx.errors import StoreExistsError
-from loaderx.store import _autocodec, _native, _parallel
+from loaderx.io import remote
+from loaderx.store import _autocodec, _cache, _native, _parallel
 from loaderx.store._dtypes import check_narrow, check_storable, narrow_element, schema_name
 from loaderx.store._pages import PageReleaser as _PageReleaser
 from loaderx.store._store import packed_offsets
@@ -341,6 +342,8 @@ def from_numpy(
     overwrite: bool = False,
     sync: bool = False,
     num_shards: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+    staging: PathLike | None = None,
 ) -> None:
     """Write ``array`` to a new dense store at ``path``, one record per slice
     along axis 0 (a 1-D array becomes a dataset of scalars).
@@ -417,6 +420,15 @@ def from_numpy(
             Ctrl-C ends the workers and leaves no new shard behind. ``path``
             must be absent, empty or (with ``overwrite``) a sharded dataset.
 
+        storage_options: for an ``s3://bucket/prefix`` ``path``: the S3
+            client's options (``endpoint_url``, credentials, ``region``,
+            ``profile``...; see :func:`loaderx.io.remote.client`). The
+            store is written into a local staging directory and pushed
+            (verified) when it is complete, as
+            :func:`loaderx.io.remote.publish` does; ``overwrite`` applies
+            to the objects under the URL.
+        staging: where that staging directory goes (default
+            ``$LOADERX_STAGING_DIR``, else the system's temporary directory).
     Raises:
         TypeError: unsupported dtype (object, str, void, structured, ...).
         ValueError: a 0-d array, a bad option, a record over 2 GiB, or a
@@ -432,6 +444,15 @@ def from_numpy(
         from_numpy("train_data", np.load("data.npy", mmap_mode="r"))
         DenseDataset("train_data").shape   # == the array's shape
     """
+    if _cache.is_url(path):
+        def write(local: str) -> None:
+            from_numpy(local, array, codec, dict_tier=dict_tier, dict_size=dict_size, dict_bytes=dict_bytes,
+                       chunk_bytes=chunk_bytes, progress=progress, num_shards=num_shards)
+
+        remote.publish(str(path), write, overwrite=overwrite, storage_options=storage_options, staging=staging)
+        return
+    if storage_options is not None or staging is not None:
+        raise ValueError(f"storage_options= and staging= are for s3:// URLs, not {path!r}")
     path = os.fspath(path)
     dict_size_n, chunk = _check_options(
         codec, dict_tier, dict_size, chunk_bytes, "chunk_bytes", progress
@@ -639,6 +660,8 @@ def from_iterator(
     overwrite: bool = False,
     sync: bool = False,
     num_shards: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+    staging: PathLike | None = None,
 ) -> None:
     """Write a stream of arrays to a new ragged store at ``path``, one record
     per array.
@@ -680,6 +703,15 @@ def from_iterator(
             once. The spool costs a sequential write and read of the raw
             records and as much disk until the call returns.
 
+        storage_options: for an ``s3://bucket/prefix`` ``path``: the S3
+            client's options (``endpoint_url``, credentials, ``region``,
+            ``profile``...; see :func:`loaderx.io.remote.client`). The
+            store is written into a local staging directory and pushed
+            (verified) when it is complete, as
+            :func:`loaderx.io.remote.publish` does; ``overwrite`` applies
+            to the objects under the URL.
+        staging: where that staging directory goes (default
+            ``$LOADERX_STAGING_DIR``, else the system's temporary directory).
     Raises:
         TypeError: an unsupported dtype, or an array whose dtype differs from
             the first one's.
@@ -694,6 +726,15 @@ def from_iterator(
         from_iterator("tokens", [np.arange(n, dtype=np.int32) for n in (3, 1, 4)])
         RaggedDataset("tokens")[2]      # array([0, 1, 2, 3], dtype=int32)
     """
+    if _cache.is_url(path):
+        def write(local: str) -> None:
+            from_iterator(local, arrays, codec, dict_tier=dict_tier, dict_size=dict_size, dict_bytes=dict_bytes,
+                          group_bytes=group_bytes, progress=progress, num_shards=num_shards)
+
+        remote.publish(str(path), write, overwrite=overwrite, storage_options=storage_options, staging=staging)
+        return
+    if storage_options is not None or staging is not None:
+        raise ValueError(f"storage_options= and staging= are for s3:// URLs, not {path!r}")
     path = os.fspath(path)
     dict_size_n, group = _check_options(
         codec, dict_tier, dict_size, group_bytes, "group_bytes", progress

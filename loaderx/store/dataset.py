@@ -30,7 +30,7 @@ import numpy as np
 
 from loaderx._args import is_scalar_index, normalize_index
 from loaderx.errors import ClosedError, CorruptStoreError
-from loaderx.store import _cache, _native, shards
+from loaderx.store import _cache, _native, _remote, shards
 from loaderx.store._cache import CacheOptions
 from loaderx.store._dtypes import from_schema_name
 from loaderx.store._schema import _python_schema
@@ -277,7 +277,7 @@ class _StoreView(StoreHandle):
     _sharded: tuple[str, str, shards.Manifest] | None = None
 
     #: the mirror in the local cache of a dataset in object storage, else None
-    _tree: _cache.RemoteTree | None = None
+    _tree: _remote.RemoteTree | None = None
 
     def __init__(
         self,
@@ -294,13 +294,13 @@ class _StoreView(StoreHandle):
                     f"{path!r} is in object storage, which loaderx reads but does not write in place: write "
                     "the dataset locally and publish it with loaderx.io.remote.push (or a converter's url=)"
                 )
-            tree, path = _cache.open_tree(str(path), cache, storage_options)
+            tree, path = _remote.open_tree(str(path), cache, storage_options)
         elif cache is not None or storage_options:
             raise ValueError(
                 f"cache= and storage_options= are for datasets in object storage (s3:// URLs), not {path!r}"
             )
         else:
-            tree = _cache.tree_of(os.fspath(path))  # a path inside a mirror (a stream of a remote MSDataset)
+            tree = _remote.tree_of(os.fspath(path))  # a path inside a mirror (a stream of a remote MSDataset)
         super().__init__(path)
         self._tree = tree
         self._writable = bool(writable)
@@ -505,10 +505,22 @@ class _StoreView(StoreHandle):
         :meth:`loaderx.zrecord.Zrecord.verify`. A sharded dataset verifies
         every shard (:func:`verify_sharded`): one report, faults at global
         indices, files named inside their shards."""
-        _ = self._h  # raises once closed; opens a deferred instance
+        h = self._h  # raises once closed; opens a deferred instance
+        if self._guard is not None:
+            return self._verify_remote(h)
         if self._sharded is not None:  # the generation this dataset opened
             return _verify_resolved(self._path, self._sharded, self._kind)
         return super().verify()
+
+    def _verify_remote(self, h: int) -> VerifyReport:
+        """verify() of a dataset in object storage: the header and every
+        table entry were checked when the mirror was opened; every page of
+        record bytes is checked here, fetched where it is not cached."""
+        faults = [Fault(url, None, what) for url, what in self._guard.verify()]
+        st = _native.store_stats(h)
+        n = int(_native.store_len(h))
+        return VerifyReport(self.url or self._path, faults, version=int(st.get("version", 0)),
+                            checksummed=bool(st.get("checksummed", True)), records=n, checked=n)
 
     def _verify_more(self, faults: list[Fault]) -> list[Fault]:
         """Records whose size the schema rules out (a dense record not of the
@@ -550,7 +562,7 @@ class _StoreView(StoreHandle):
 
 
 def _reopen_remote(cls: type, url: str, rel: str, opts: CacheOptions, storage: dict[str, Any], gen: str) -> Any:
-    tree, local = _cache.open_tree(url, opts, storage)
+    tree, local = _remote.open_tree(url, opts, storage)
     if tree.gen_dir != gen:
         raise CorruptStoreError(
             f"the objects under {url!r} changed after the dataset was opened (and pickled): open it again"
@@ -592,9 +604,24 @@ class DenseDataset(_StoreView):
         ds.gather(idx, out=buf)   # fill a caller array, no allocation
 
     Args:
-        path: a store written by :func:`loaderx.converter.from_numpy`.
+        path: a store written by :func:`loaderx.converter.from_numpy` (or a
+            sharded dataset), or its ``s3://bucket/prefix`` URL in object
+            storage, read through a local cache (see :mod:`loaderx.store._cache`).
         writable: open for :meth:`append`, :meth:`delete` and
-            :meth:`compact` (one writer per store at a time).
+            :meth:`compact` (one writer per store at a time; local stores only).
+        cache: for a URL, the cache's :class:`CacheOptions` (directory,
+            limit, page size, prefetch, threads); defaults for None.
+        storage_options: for a URL, the S3 client's options
+            (``endpoint_url``, ``access_key_id``, ``secret_access_key``,
+            ``session_token``, ``region``, ``profile``, ``allow_http``,
+            ``timeout``, ``retries``); the ``AWS_*`` environment and the AWS
+            shared files otherwise.
+
+    A dataset at a URL is opened at once (the native library loads): its
+    headers and tables are fetched, its record bytes come page by page as
+    reads need them, each page checked against the table before use. It
+    pickles as its URL and options; the copy opens the same version of the
+    objects, or raises CorruptStoreError if they changed since.
 
     A pickled dataset carries only its path; the copy opens the store at its
     first use, in whichever process uses it. Likewise a read-only dataset
@@ -817,9 +844,11 @@ class RaggedDataset(_StoreView):
     The arrays of one batch are views into a single buffer read in one call.
 
     Args:
-        path: a store written by :func:`loaderx.converter.from_iterator`.
+        path: a store written by :func:`loaderx.converter.from_iterator`, or
+            its ``s3://`` URL (see :class:`DenseDataset`).
         writable: open for :meth:`append`, :meth:`delete` and
             :meth:`compact` (one writer per store at a time).
+        cache, storage_options: for a URL, as for :class:`DenseDataset`.
 
     Raises:
         FileNotFoundError: nothing (or no store) at ``path``.

@@ -1,0 +1,345 @@
+"""A dataset root in object storage and its mirror in the local cache.
+
+:class:`RemoteTree` lists the objects under a URL, keys the mirror by the
+listing (every object's name, size and ETag), downloads the small files
+whole and makes the chunk files sparse, builds each store's page state
+(``store._cache``), and fetches pages: one range request under the
+object's ETag, checked record by record against the table, written into
+the mirror, marked present. :func:`open_tree` shares one tree per URL and
+options in a process; :func:`tree_of` finds the tree whose mirror holds a
+local path, which is how the streams of a remote multi-stream dataset,
+opened by path, find their cache. See ``store._cache`` for the design.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import threading
+import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from loaderx.errors import CorruptStoreError
+from loaderx.io import _s3
+from loaderx.store import _native
+from loaderx.store._cache import (
+    _CHUNK,
+    _META,
+    CacheOptions,
+    _build_pages,
+    _cache,
+    _flock,
+    _ofd,
+    _PageFiles,
+    _Part,
+    _punch,
+    _safe,
+    _write_atomic,
+)
+from loaderx.store._guard import Guard
+
+__all__ = ["RemoteTree", "open_tree", "tree_of"]
+
+
+
+class RemoteTree:
+    """A dataset root in object storage and its mirror in the cache."""
+
+    def __init__(self, url: str, opts: CacheOptions, storage: dict[str, Any]) -> None:
+        self.url = url.rstrip("/")
+        self.opts = opts
+        self.storage = dict(storage)
+        self.bucket, self.prefix = _s3.parse_url(self.url)
+        self.client = _s3.client(self.url, **self.storage)
+        self.cache = _cache(opts)
+        self.fetched_bytes = 0
+        self.fetches = 0
+        self._mu = threading.Lock()
+        self._guards: weakref.WeakSet[Guard] = weakref.WeakSet()
+        self._pool: ThreadPoolExecutor | None = None
+        self._objects = self._list()
+        digest = hashlib.sha256(json.dumps(sorted(self._objects.items())).encode()).hexdigest()[:20]
+        key = f"{_safe(self.bucket + '_' + self.prefix)}-{hashlib.sha256(self.url.encode()).hexdigest()[:8]}"
+        self.tree_dir = os.path.join(self.cache.root, "trees", key)
+        self.gen_dir = os.path.join(self.tree_dir, digest)
+        self.local = os.path.join(self.gen_dir, "data")
+        os.makedirs(self.gen_dir, exist_ok=True)
+        with contextlib.suppress(OSError), open(os.path.join(self.tree_dir, "url"), "w") as f:
+            f.write(self.url + "\n")
+        self._open_fd = os.open(os.path.join(self.gen_dir, ".open"), os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self._open_fd, fcntl.LOCK_SH)
+        self._mirror()
+        self._drop_old_generations()
+        self.cache.trees.add(self)
+
+    # listing and mirroring
+
+    def object_url(self, rel: str) -> str:
+        return f"s3://{self.bucket}/{self._key(rel)}"
+
+    def _key(self, rel: str) -> str:
+        return f"{self.prefix}/{rel}" if self.prefix else rel
+
+    def _list(self) -> dict[str, tuple[int, str]]:
+        """``{relative path: (size, etag)}`` of every object under the URL."""
+        import obstore
+
+        want = f"{self.prefix}/" if self.prefix else ""
+        try:
+            found: dict[str, tuple[int, str]] = {}
+            for batch in obstore.list(self.client, prefix=self.prefix or None):
+                for meta in batch:
+                    path = meta["path"]
+                    if want and not path.startswith(want):
+                        continue  # "prefix2/..." beside "prefix/..."
+                    found[path[len(want):]] = (int(meta["size"]), meta.get("e_tag") or "")
+        except Exception as e:
+            raise _s3.remote_error(e, self.url, "", "list") from None
+        if not found:
+            raise FileNotFoundError(f"{self.url!r}: no objects under this URL (nothing was pushed there?)")
+        if not any(r == _META or r.endswith("/" + _META) for r in found):
+            raise ValueError(f"{self.url!r} holds no loaderx store (no {_META} under it)")
+        return found
+
+    def _mirror(self) -> None:
+        ready = os.path.join(self.gen_dir, ".ready")
+        if os.path.exists(ready):
+            return
+        with _flock(os.path.join(self.gen_dir, ".build.lock")):
+            if os.path.exists(ready):
+                return
+            small = sorted(r for r in self._objects if not _CHUNK.match(os.path.basename(r)))
+            for rel in small:
+                path = os.path.join(self.local, rel)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                _write_atomic(path, self._get(rel))
+            for rel, (size, _) in self._objects.items():
+                if _CHUNK.match(os.path.basename(rel)):
+                    path = os.path.join(self.local, rel)
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    if not os.path.exists(path):
+                        with open(path, "wb") as f:
+                            f.truncate(size)
+            _write_atomic(ready, b"")
+
+    def _get(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
+        import obstore
+
+        size, etag = self._objects[rel]
+        options: dict[str, Any] = {"if_match": etag} if etag else {}
+        if start is not None:
+            options["range"] = (start, end)
+        try:
+            got = obstore.get(self.client, self._key(rel), options=options).bytes()
+        except Exception as e:
+            from obstore import exceptions as ox
+
+            if isinstance(e, ox.PreconditionError) or "precondition" in str(e).lower():
+                raise CorruptStoreError(
+                    f"{self.object_url(rel)} changed after {self.url!r} was opened (its ETag is no longer "
+                    f"{etag}): open the dataset again to read the new version"
+                ) from None
+            raise _s3.remote_error(e, self.url, self._key(rel), "read") from None
+        data = bytes(got) if start is None else memoryview(got)
+        want = size if start is None else end - start
+        if len(data) != want:
+            raise CorruptStoreError(
+                f"{self.object_url(rel)}: got {len(data)} bytes where {want} were asked for "
+                f"({'the whole object' if start is None else f'bytes [{start}, {end})'}); the object is "
+                f"{size} bytes in the listing taken at open: it was truncated or replaced"
+            )
+        with self._mu:
+            self.fetched_bytes += len(data)
+            self.fetches += 1
+        return data  # type: ignore[return-value]
+
+    def _drop_old_generations(self) -> None:
+        """Remove earlier generations of this URL that no process has open."""
+        with contextlib.suppress(OSError):
+            for g in os.scandir(self.tree_dir):
+                if not g.is_dir() or g.path == self.gen_dir:
+                    continue
+                try:
+                    fd = os.open(os.path.join(g.path, ".open"), os.O_RDWR | os.O_CREAT, 0o644)
+                except OSError:
+                    continue
+                try:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        continue
+                    shutil.rmtree(g.path, ignore_errors=True)
+                finally:
+                    os.close(fd)
+
+    def pool(self) -> ThreadPoolExecutor:
+        with self._mu:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.opts.threads, thread_name_prefix="loaderx-fetch")
+            return self._pool
+
+    # guards
+
+    def guard(self, h: int, stores: list[tuple[str, int, int]]) -> Guard:
+        """The guard of handle ``h`` over the mirror stores ``(path, first
+        index, length)``, in the handle's store order."""
+        parts = []
+        for k, (path, start, n) in enumerate(stores):
+            rel = os.path.relpath(path, self.local)
+            rel = "" if rel == "." else rel
+            state_dir = os.path.join(self.gen_dir, "pages", _safe(rel or "_root") + f"-{self.opts.page_size}")
+            chunk_sizes = {}
+            key_of = {}
+            for obj, (size, _) in self._objects.items():
+                d, name = os.path.split(obj)
+                m = _CHUNK.match(name)
+                if m and d == rel:
+                    chunk_sizes[int(m.group(1))] = size
+                    key_of[int(m.group(1))] = obj
+            if not os.path.isdir(state_dir):
+                with _flock(os.path.join(self.gen_dir, ".build.lock")):
+                    if not os.path.isdir(state_dir):
+                        os.makedirs(os.path.dirname(state_dir), exist_ok=True)
+                        _build_pages(state_dir, os.path.abspath(path), h, k, start, n, chunk_sizes,
+                                     self.opts.page_size)
+            parts.append(_Part(_PageFiles(state_dir), state_dir, k, key_of))
+        g = Guard(self, h, parts)
+        self._guards.add(g)
+        return g
+
+    def release_idle(self) -> None:
+        for g in list(self._guards):
+            g.release_idle()
+
+    def fetch_page(self, part: _Part, p: int, keep: Guard) -> int:
+        """Bring page ``p`` of ``part`` into the mirror (the caller pins
+        it); the bytes fetched, 0 when it was there already."""
+        f = part.files
+        with part.fetch_locks[p % len(part.fetch_locks)]:
+            if f.present[p] == 1:
+                return 0
+            _ofd(part.fd, fcntl.F_WRLCK, f.npages + p, 1, wait=True)
+            try:
+                if f.present[p] == 1:
+                    return 0
+                chunk, lo, hi = (int(x) for x in f.pages[p])
+                rel = part.key_of[chunk]
+                self.cache.make_room(hi - lo, keep)
+                data = self._get(rel, lo, hi)
+                recs = np.ascontiguousarray(part.records[part.first[p] : part.first[p + 1]])
+                try:
+                    _native.store_check_bytes(keep.h, part.store, recs, chunk, lo, data)
+                except CorruptStoreError as e:
+                    raise CorruptStoreError(
+                        f"{self.object_url(rel)}: bytes [{lo}, {hi}) do not match the store's record table "
+                        f"({e}); the object was altered after the dataset was written"
+                    ) from None
+                self._write(f, chunk, lo, data, keep)
+                f.stamps[p] = int(time.time())
+                f.present[p] = 1
+                return hi - lo
+            finally:
+                _ofd(part.fd, fcntl.F_UNLCK, f.npages + p, 1)
+
+    def _write(self, f: _PageFiles, chunk: int, lo: int, data: Any, keep: Guard) -> None:
+        fd = f.chunk_fd(chunk)
+        view = memoryview(data)
+        for attempt in range(2):
+            try:
+                # allocating the page's blocks first measured 1.5x faster
+                # here than letting the writes allocate them, and makes a
+                # full disk fail before any byte is written
+                try:
+                    os.posix_fallocate(fd, lo, len(view))
+                except OSError as e:
+                    if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                        raise
+                done = 0
+                while done < len(view):
+                    done += os.pwrite(fd, view[done:], lo + done)
+                return
+            except OSError as e:
+                if e.errno not in (errno.ENOSPC, errno.EDQUOT) or attempt:
+                    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                        with contextlib.suppress(OSError):
+                            _punch(fd, lo, len(view))
+                        raise OSError(
+                            e.errno, f"the cache directory {self.cache.root!r} is out of disk space "
+                            f"(cache limit {self.cache.limit()} bytes, {self.cache.used()} held): lower "
+                            "CacheOptions.limit or LOADERX_CACHE_LIMIT, or free space"
+                        ) from None
+                    raise
+                # the disk filled before the limit did: shrink the cache to
+                # what it holds less this page, and try once more
+                self.cache.set_limit(max(len(view), self.cache.used() - len(view)))
+                self.cache.make_room(len(view), keep)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+        for g in list(self._guards):
+            g.close()
+        with contextlib.suppress(OSError):
+            os.close(self._open_fd)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+_TREES: dict[tuple[str, str, str], RemoteTree] = {}
+_TREES_LOCK = threading.Lock()
+
+
+def open_tree(url: str, cache: CacheOptions | None, storage: dict[str, Any] | None) -> tuple[RemoteTree, str]:
+    """The mirror of the dataset at ``url`` and the local path that stands
+    for ``url`` in it. A URL naming one stream of a sharded multi-stream
+    dataset (``root/stream``, with no objects of its own) mirrors the root.
+    One process opens each (root, options) once and shares it."""
+    opts = cache if cache is not None else CacheOptions()
+    if not isinstance(opts, CacheOptions):
+        raise TypeError(f"cache must be a loaderx.CacheOptions or None, got {opts!r}")
+    storage = dict(storage or {})
+    url = url.rstrip("/")
+    _s3.parse_url(url)
+    key = (url, repr(opts), json.dumps(storage, sort_keys=True, default=str))
+    with _TREES_LOCK:
+        tree = _TREES.get(key)
+    if tree is not None:
+        return tree, tree.local
+    try:
+        tree, sub = RemoteTree(url, opts, storage), ""
+    except FileNotFoundError:
+        root, _, stream = url.rpartition("/")
+        if not stream or root.endswith(":/"):
+            raise
+        try:
+            tree, sub = RemoteTree(root, opts, storage), stream
+        except (FileNotFoundError, ValueError):
+            raise FileNotFoundError(f"{url!r}: no objects under this URL (nothing was pushed there?)") from None
+        if "manifest.json" not in tree._objects:
+            raise FileNotFoundError(f"{url!r}: no objects under this URL (nothing was pushed there?)") from None
+        key = (root, *key[1:])
+    with _TREES_LOCK:
+        tree = _TREES.setdefault(key, tree)
+    return tree, os.path.join(tree.local, sub) if sub else tree.local
+
+
+def tree_of(path: str) -> RemoteTree | None:
+    """The open tree whose mirror holds ``path``, if any."""
+    p = os.path.abspath(path)
+    with _TREES_LOCK:
+        for tree in _TREES.values():
+            if p == tree.local or p.startswith(tree.local + os.sep):
+                return tree
+    return None
+
