@@ -1,6 +1,6 @@
 """Throughput of loaderx against the alternatives, in three layers.
 
-    python3 scripts/bench {sampler|store|loader|packing|maint|shards|convert-shards|all} [options]
+    python3 scripts/bench {sampler|store|loader|packing|maint|shards|convert-shards|remote|all} [options]
 
 sampler  index generation alone: numpy's two random APIs against zsampler.
 store    batch gather from a record store: zrecord (its defaults, raw verified
@@ -24,6 +24,12 @@ shards   a dataset read as 4 and 16 shards against the same records in one
 convert-shards  conversion MB/s of from_numpy(num_shards=1 and 2) against the
          single-store conversion: 2 GiB token rows and 12 KiB images
          (--convert-mib; 64 MiB with --quick), codecs auto and zstd.
+remote   one epoch of token rows (--remote-mib, 256 MiB; 32 with --quick) read
+         from a local SeaweedFS S3 server (tests/s3server.py; skipped without
+         its `weed` binary) by loaderx, MosaicML Streaming and LitData, cold
+         (a fresh cache) and warm (the same cache, a new process), against
+         loaderx reading the store from local disk, with the bytes each
+         fetched against the dataset's stored size.
 
 The original Zig loaderx (loaderx==1.5.2 on PyPI) takes part in every layer
 when it is installed in a directory of its own (--original DIR, or
@@ -57,9 +63,9 @@ when it is missing). Streaming and LitData need torch.
 Layout: machine.py (the machine block), contenders/ (one adapter per library,
 registered per layer in contenders/__init__.py), data.py (the records and the
 transform), sampler.py, store.py and loader.py (one module per layer),
-maint.py, shards.py and convert_shards.py (one module per layer), report.py (tables, targets and checks, plot,
-JSON) and this CLI. contenders/original.py drives the original through
-contenders/original_worker.py.
+maint.py, shards.py, convert_shards.py and remote.py (one module per layer), report.py (tables, targets and
+checks, plot, JSON) and this CLI; s3client.py compares S3 clients on its own.
+contenders/original.py drives the original through contenders/original_worker.py.
 """
 
 from __future__ import annotations
@@ -80,6 +86,7 @@ from convert_shards import bench_convert_shards
 from loader import bench_loader, bench_packing, loader_child
 from machine import machine_info, print_machine
 from maint import bench_maint
+from remote import bench_remote, remote_child
 from report import checks, out, plot, write_json
 from sampler import bench_sampler
 from shards import bench_shards
@@ -93,12 +100,13 @@ LAYERS: dict[str, Callable[[argparse.Namespace, dict[str, Any], str], None]] = {
     "maint": bench_maint,
     "shards": bench_shards,
     "convert-shards": bench_convert_shards,
+    "remote": bench_remote,
 }
 
 # --quick: a small configuration (flags given explicitly still win)
 QUICK = {"records": 200, "runs": 2, "store_slice": 0.04, "warm_cap": 0.5, "sampler_loop_ms": 10.0,
          "loader_warmup": 0.3, "loader_measure": 1.0, "maint_mib": 32,
-         "convert_mib": 64}
+         "convert_mib": 64, "remote_mib": 32}
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -156,6 +164,12 @@ def parser() -> argparse.ArgumentParser:
                     help="size of the store that maint deletes from and compacts, MiB")
     ap.add_argument("--convert-mib", type=int, default=2048,
                     help="size of each array that convert-shards converts, MiB")
+    ap.add_argument("--remote-mib", type=int, default=256,
+                    help="size of the token rows that remote writes to its S3 server, MiB")
+    ap.add_argument("--remote-runs", type=int, default=None,
+                    help="rounds of the remote layer, each with fresh caches (default: --runs, else 1)")
+    ap.add_argument("--remote-timeout", type=float, default=900.0,
+                    help="seconds one epoch of the remote layer may take before its process is killed")
     ap.add_argument("--maint-1gib", action="store_true", help="maint on a 1 GiB store (--maint-mib 1024)")
     ap.add_argument("--maint-runs", type=int, default=None, help="delete + compact runs (default 3, --quick 1)")
     ap.add_argument("--maint-codec", choices=["raw", "zstd", "zstd_dict"], default="zstd")
@@ -182,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "_loader-child":
         loader_child(json.loads(argv[1]))
+        return 0
+    if argv and argv[0] == "_remote-child":
+        remote_child(json.loads(argv[1]))
         return 0
     args = parser().parse_args(argv)
     if args.quick:

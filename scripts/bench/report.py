@@ -101,7 +101,7 @@ LARGE_RECORD = 128 * KiB
 class Target:
     """One ratio the project claims, and why it is set where it is."""
 
-    layer: str                 # "sampler", "store", "loader", "maint" or "shards"
+    layer: str                 # "sampler", "store", "loader", "maint", "shards" or "remote"
     subject: str               # the contender measured
     versus: str                # the reference: a contender, "ceiling" (the memcpy row) or "torch"
     target: float | None       # threshold; None: reported, no target
@@ -109,7 +109,8 @@ class Target:
     batch: int | None = None   # sampler: the batch size
     sizes: str = "all"         # store: "all", "large" or "small"
     # loader: "speed" (batches/s) or "anon_shm" (memory, lower is better); store: "speed"
-    # (random gather), "seq" (sequential gather) or "write" (conversion); maint: the row key
+    # (random gather), "seq" (sequential gather) or "write" (conversion); maint: the row key;
+    # remote: the key of results["remote"]["metrics"] ("fetched": bytes, lower is better)
     metric: str = "speed"
     transform: str | None = None  # loader: only with this transform (None: any)
     workload: str | None = None   # store: only on this workload (store.WORKLOADS key; None: every one)
@@ -256,6 +257,18 @@ TARGETS += [
 ]
 
 
+TARGETS += [
+    Target("remote", "loaderx s3 warm", "loaderx local", 0.9, metric="warm_vs_local",
+           reason="a warm epoch reads the chunk cache on local disk: at most a tenth slower than the "
+                  "store itself"),
+    Target("remote", "loaderx s3 cold", "best peer cold", 1.0, metric="cold_vs_peer",
+           reason="a cold epoch leads MosaicML Streaming and LitData reading the same records from the "
+                  "same server"),
+    Target("remote", "loaderx s3 cold", "stored size", 1.05, metric="fetched",
+           reason="a cold epoch fetches each stored byte once, plus the table and header"),
+]
+
+
 def _paired(a: Sequence[float], b: Sequence[float]) -> float | None:
     """Median of per-run ratios a/b (runs measured side by side)."""
     return median([x / y for x, y in zip(a, b) if y])
@@ -264,7 +277,7 @@ def _paired(a: Sequence[float], b: Sequence[float]) -> float | None:
 def _verdict(t: Target, value: float) -> str:
     if t.target is None:
         return "—"
-    ok = value <= t.target if t.metric in ("anon_shm", "disk") else value >= t.target
+    ok = value <= t.target if t.metric in ("anon_shm", "disk", "fetched") else value >= t.target
     return "met" if ok else "MISSED"
 
 
@@ -422,6 +435,22 @@ def _shards_checks(results: dict[str, Any], add: Callable[..., None]) -> None:
                 fmt_ratio(r["vs_single"]), f"≥ {t.target:g}x" if t.target else "—")
 
 
+def _remote_checks(results: dict[str, Any], add: Callable[..., None]) -> None:
+    rm = results.get("remote")
+    if not rm or not rm.get("metrics"):
+        return
+    metrics = rm["metrics"]
+    for t in TARGETS:
+        if t.layer != "remote" or metrics.get(t.metric) is None:
+            continue
+        v = metrics[t.metric]
+        if t.metric == "fetched":
+            add(t, f"{t.subject}: bytes fetched vs {t.versus}", v, fmt_ratio(v), f"≤ {t.target:g}x")
+            continue
+        versus = f"{t.versus} ({metrics['best_peer_cold']})" if t.metric == "cold_vs_peer" else t.versus
+        add(t, f"{t.subject} vs {versus}, samples/s", v, fmt_ratio(v), f"≥ {t.target:g}x")
+
+
 def checks(results: dict[str, Any]) -> None:
     """Print the Checks table (every TARGETS row this run measured) and store it in results."""
     lines: list[list[str]] = []
@@ -434,6 +463,7 @@ def checks(results: dict[str, Any]) -> None:
     _loader_checks(results, add)
     _maint_checks(results, add)
     _shards_checks(results, add)
+    _remote_checks(results, add)
     if lines:
         out("## Checks")
         out()

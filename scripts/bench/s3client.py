@@ -55,8 +55,10 @@ class Reader:
         self.name, self.whole, self.range = name, whole, rng
 
 
-def _boto3(a: argparse.Namespace, **options: Any) -> Any:
-    """A boto3 S3 client of the server and credentials in ``a``."""
+def boto3_client(a: argparse.Namespace, **options: Any) -> Any:
+    """A boto3 S3 client of the server and credentials in ``a`` (its ``endpoint``,
+    ``access_key``, ``secret_key`` and ``region``); the remote layer of the
+    benchmark uploads its peers' datasets with it."""
     import boto3
 
     return boto3.client("s3", endpoint_url=a.endpoint, aws_access_key_id=a.access_key,
@@ -84,7 +86,7 @@ def make_reader(name: str, a: argparse.Namespace) -> Reader:
     if name == "boto3":
         from botocore.config import Config
 
-        s3 = _boto3(a, config=Config(max_pool_connections=16))
+        s3 = boto3_client(a, config=Config(max_pool_connections=16))
 
         def rng(s: int, n: int) -> int:
             return len(s3.get_object(Bucket=a.bucket, Key=KEY, Range=f"bytes={s}-{s + n - 1}")["Body"].read())
@@ -183,7 +185,7 @@ def install_mib(dist: str) -> tuple[float, int]:
 
 
 def upload(a: argparse.Namespace, size: int) -> None:
-    s3 = _boto3(a)
+    s3 = boto3_client(a)
     try:
         if s3.head_object(Bucket=a.bucket, Key=KEY)["ContentLength"] == size:
             return
