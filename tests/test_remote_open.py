@@ -177,3 +177,44 @@ def test_bad_arguments(s3server, tmp_path: Path, cache) -> None:
             _cache._env_limit()
         finally:
             del os.environ["LOADERX_CACHE_LIMIT"]
+
+
+_FORK_CHILD = """
+import sys, numpy as np, torch, loaderx
+url, cdir, ctx, so = sys.argv[1], sys.argv[2], sys.argv[3], eval(sys.argv[4])
+ds = loaderx.DenseDataset(url, storage_options=so, cache=loaderx.CacheOptions(dir=cdir))
+dl = torch.utils.data.DataLoader(ds, batch_size=100, num_workers=2, timeout=60,
+                                 multiprocessing_context=None if ctx == "fork" else ctx)
+try:
+    total = sum(int(b.sum()) for b in dl)
+    print("sum", total)
+except Exception as e:
+    print("error", type(e).__name__, " ".join(str(e).split())[:2000])
+"""
+
+
+def test_torch_workers_fork_and_spawn(s3server, tmp_path: Path) -> None:
+    """torch's fork workers: a fetch in a forked child is a clear ForkError,
+    never a hang; once the cache holds the pages they read; spawn always works."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    arr = np.arange(2000 * 16, dtype=np.int64).reshape(2000, 16)
+    local = tmp_path / "fk"
+    loaderx.from_numpy(local, arr)
+    url = _url(s3server, "fk")
+    remote.push(local, url, **_opts(s3server))
+    env = dict(os.environ, PYTHONPATH=str(Path(loaderx.__file__).resolve().parent.parent))
+
+    def run(cdir: str, ctx: str) -> str:
+        res = subprocess.run([sys.executable, "-c", _FORK_CHILD, url, cdir, ctx, repr(_opts(s3server))],
+                             capture_output=True, text=True, timeout=240, env=env)
+        return res.stdout.strip().splitlines()[-1] if res.stdout.strip() else res.stderr[-800:]
+
+    want = f"sum {int(arr.sum())}"
+    cold = run(str(tmp_path / "c1"), "fork")
+    assert cold.startswith("error ForkError") and "spawn" in cold, cold
+    assert run(str(tmp_path / "c2"), "spawn") == want
+    # the pages fetched by the spawn run are cached: fork workers read them
+    assert run(str(tmp_path / "c2"), "fork") == want
