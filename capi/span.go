@@ -12,6 +12,8 @@ import "C"
 
 import (
 	"unsafe"
+
+	"github.com/loaderx/loaderx/zrecord"
 )
 
 // uint32s views n uint32_t values at p as a Go slice.
@@ -60,6 +62,30 @@ func lx_store_spans(h C.int64_t, indices *C.int64_t, n C.int64_t, store, chunk, 
 	})
 }
 
+// storeAt returns the store at position store of handle h: the store of
+// a store handle (store must be 0), or that store of a set.
+func storeAt(h C.int64_t, store C.uint32_t) (*zrecord.Store, error) {
+	handles.RLock()
+	s, isStore := handles.stores[int64(h)]
+	t, isSet := handles.sets[int64(h)]
+	last := handles.last
+	handles.RUnlock()
+	switch {
+	case isStore:
+		if store != 0 {
+			return nil, invalidf("store %d of a store handle: only 0 is", store)
+		}
+		return s, nil
+	case isSet:
+		all := t.Stores()
+		if int(store) >= len(all) {
+			return nil, invalidf("store %d of a set of %d stores", store, len(all))
+		}
+		return all[store], nil
+	}
+	return nil, badHandle(int64(h), last)
+}
+
 // lx_store_check_bytes checks the records named by the n indices against
 // their table checksums, reading their stored bytes from buf, which holds
 // bytes [base, base+buf_len) of chunk file chunk. For a set handle, store
@@ -78,24 +104,9 @@ func lx_store_check_bytes(h C.int64_t, store C.uint32_t, indices *C.int64_t, n C
 		if err != nil {
 			return err
 		}
-		handles.RLock()
-		s, isStore := handles.stores[int64(h)]
-		t, isSet := handles.sets[int64(h)]
-		last := handles.last
-		handles.RUnlock()
-		switch {
-		case isStore:
-			if store != 0 {
-				return invalidf("store %d of a store handle: only 0 is", store)
-			}
-		case isSet:
-			all := t.Stores()
-			if int(store) >= len(all) {
-				return invalidf("store %d of a set of %d stores", store, len(all))
-			}
-			s = all[store]
-		default:
-			return badHandle(int64(h), last)
+		s, err := storeAt(h, store)
+		if err != nil {
+			return err
 		}
 		return s.CheckBytes(idx, uint32(chunk), int64(base), b)
 	})
@@ -122,24 +133,9 @@ func lx_store_set_residency(h C.int64_t, store C.uint32_t, held unsafe.Pointer, 
 		if err != nil {
 			return err
 		}
-		handles.RLock()
-		s, isStore := handles.stores[int64(h)]
-		t, isSet := handles.sets[int64(h)]
-		last := handles.last
-		handles.RUnlock()
-		switch {
-		case isStore:
-			if store != 0 {
-				return invalidf("store %d of a store handle: only 0 is", store)
-			}
-		case isSet:
-			all := t.Stores()
-			if int(store) >= len(all) {
-				return invalidf("store %d of a set of %d stores", store, len(all))
-			}
-			s = all[store]
-		default:
-			return badHandle(int64(h), last)
+		s, err := storeAt(h, store)
+		if err != nil {
+			return err
 		}
 		if held == nil && base == nil {
 			return s.SetResidency(nil, nil, 0)

@@ -43,7 +43,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -329,6 +329,19 @@ def _next_piece_rows(rows: int, written: int, elapsed: float, max_rows: int) -> 
     return max(1, min(max_rows, rows * 2, want))
 
 
+def _published(path: Any, overwrite: bool, storage_options: dict[str, Any] | None, staging: Any,
+               write: Callable[[str], Any]) -> bool:
+    """For an ``s3://`` ``path``: ``write`` the dataset into a staging
+    directory and publish it there (``io.remote.publish``), and True. For a
+    local path False, after refusing the options only a URL takes."""
+    if _cache.is_url(path):
+        remote.publish(str(path), write, overwrite=overwrite, storage_options=storage_options, staging=staging)
+        return True
+    if storage_options is not None or staging is not None:
+        raise ValueError(f"storage_options= and staging= are for s3:// URLs, not {path!r}")
+    return False
+
+
 def from_numpy(
     path: PathLike,
     array: Any,
@@ -419,7 +432,6 @@ def from_numpy(
             dataset appears whole in one commit or not at all: a failure or
             Ctrl-C ends the workers and leaves no new shard behind. ``path``
             must be absent, empty or (with ``overwrite``) a sharded dataset.
-
         storage_options: for an ``s3://bucket/prefix`` ``path``: the S3
             client's options (``endpoint_url``, credentials, ``region``,
             ``profile``...; see :func:`loaderx.io.remote.client`). The
@@ -429,6 +441,7 @@ def from_numpy(
             to the objects under the URL.
         staging: where that staging directory goes (default
             ``$LOADERX_STAGING_DIR``, else the system's temporary directory).
+
     Raises:
         TypeError: unsupported dtype (object, str, void, structured, ...).
         ValueError: a 0-d array, a bad option, a record over 2 GiB, or a
@@ -444,15 +457,10 @@ def from_numpy(
         from_numpy("train_data", np.load("data.npy", mmap_mode="r"))
         DenseDataset("train_data").shape   # == the array's shape
     """
-    if _cache.is_url(path):
-        def write(local: str) -> None:
-            from_numpy(local, array, codec, dict_tier=dict_tier, dict_size=dict_size, dict_bytes=dict_bytes,
-                       chunk_bytes=chunk_bytes, progress=progress, num_shards=num_shards)
-
-        remote.publish(str(path), write, overwrite=overwrite, storage_options=storage_options, staging=staging)
+    if _published(path, overwrite, storage_options, staging, lambda local: from_numpy(
+            local, array, codec, dict_tier=dict_tier, dict_size=dict_size, dict_bytes=dict_bytes,
+            chunk_bytes=chunk_bytes, progress=progress, num_shards=num_shards)):
         return
-    if storage_options is not None or staging is not None:
-        raise ValueError(f"storage_options= and staging= are for s3:// URLs, not {path!r}")
     path = os.fspath(path)
     dict_size_n, chunk = _check_options(
         codec, dict_tier, dict_size, chunk_bytes, "chunk_bytes", progress
@@ -702,7 +710,6 @@ def from_iterator(
             known only then; then every shard is encoded from the spool at
             once. The spool costs a sequential write and read of the raw
             records and as much disk until the call returns.
-
         storage_options: for an ``s3://bucket/prefix`` ``path``: the S3
             client's options (``endpoint_url``, credentials, ``region``,
             ``profile``...; see :func:`loaderx.io.remote.client`). The
@@ -712,6 +719,7 @@ def from_iterator(
             to the objects under the URL.
         staging: where that staging directory goes (default
             ``$LOADERX_STAGING_DIR``, else the system's temporary directory).
+
     Raises:
         TypeError: an unsupported dtype, or an array whose dtype differs from
             the first one's.
@@ -726,15 +734,10 @@ def from_iterator(
         from_iterator("tokens", [np.arange(n, dtype=np.int32) for n in (3, 1, 4)])
         RaggedDataset("tokens")[2]      # array([0, 1, 2, 3], dtype=int32)
     """
-    if _cache.is_url(path):
-        def write(local: str) -> None:
-            from_iterator(local, arrays, codec, dict_tier=dict_tier, dict_size=dict_size, dict_bytes=dict_bytes,
-                          group_bytes=group_bytes, progress=progress, num_shards=num_shards)
-
-        remote.publish(str(path), write, overwrite=overwrite, storage_options=storage_options, staging=staging)
+    if _published(path, overwrite, storage_options, staging, lambda local: from_iterator(
+            local, arrays, codec, dict_tier=dict_tier, dict_size=dict_size, dict_bytes=dict_bytes,
+            group_bytes=group_bytes, progress=progress, num_shards=num_shards)):
         return
-    if storage_options is not None or staging is not None:
-        raise ValueError(f"storage_options= and staging= are for s3:// URLs, not {path!r}")
     path = os.fspath(path)
     dict_size_n, group = _check_options(
         codec, dict_tier, dict_size, group_bytes, "group_bytes", progress
