@@ -215,10 +215,11 @@ def _punch(fd: int, start: int, length: int) -> None:
 
 
 @contextlib.contextmanager
-def _flock(path: str, shared: bool = False) -> Iterator[int]:
+def _flock(path: str) -> Iterator[int]:
+    """Hold an exclusive flock on ``path`` (created if missing)."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        fcntl.flock(fd, fcntl.LOCK_EX)
         yield fd
     finally:
         os.close(fd)
@@ -291,7 +292,7 @@ class _Cache:
         with self.mu:
             return sum(s.used() for s in self._scan())
 
-    def make_room(self, need: int, keep: Any = None) -> None:
+    def make_room(self, need: int) -> None:
         """Evict least recently used unpinned pages until ``need`` more
         bytes fit under the limit; then let go of this process's idle pins
         and try once more; then give up (the cache passes its limit by what

@@ -318,5 +318,5 @@ class Guard:
         present = sum(p.files.used() for p in self.parts)
         return {"fetched_bytes": self.tree.fetched_bytes, "fetches": self.tree.fetches, "cached_bytes": present,
                 "pinned_bytes": held, "cache_used_bytes": self.tree.cache.used(),
-                "cache_limit_bytes": self.tree.cache.limit()}
+                "cache_limit_bytes": self.tree.cache.limit(), "evicted_bytes": self.tree.cache.evicted_bytes}
 

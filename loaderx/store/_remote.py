@@ -236,7 +236,7 @@ class RemoteTree:
         for g in list(self._guards):
             g.release_idle()
 
-    def fetch_page(self, part: _Part, p: int, keep: Guard) -> int:
+    def fetch_page(self, part: _Part, p: int, guard: Guard) -> int:
         """Bring page ``p`` of ``part`` into the mirror (the caller pins
         it); the bytes fetched, 0 when it was there already."""
         f = part.files
@@ -249,24 +249,24 @@ class RemoteTree:
                     return 0
                 chunk, lo, hi = (int(x) for x in f.pages[p])
                 rel = part.key_of[chunk]
-                self.cache.make_room(hi - lo, keep)
+                self.cache.make_room(hi - lo)
                 data = self._get(rel, lo, hi)
                 recs = np.ascontiguousarray(part.records[part.first[p] : part.first[p + 1]])
                 try:
-                    _native.store_check_bytes(keep.h, part.store, recs, chunk, lo, data)
+                    _native.store_check_bytes(guard.h, part.store, recs, chunk, lo, data)
                 except CorruptStoreError as e:
                     raise CorruptStoreError(
                         f"{self.object_url(rel)}: bytes [{lo}, {hi}) do not match the store's record table "
                         f"({e}); the object was altered after the dataset was written"
                     ) from None
-                self._write(f, chunk, lo, data, keep)
+                self._write(f, chunk, lo, data)
                 f.stamps[p] = int(time.time())
                 f.present[p] = 1
                 return hi - lo
             finally:
                 _ofd(part.fd, fcntl.F_UNLCK, f.npages + p, 1)
 
-    def _write(self, f: _PageFiles, chunk: int, lo: int, data: Any, keep: Guard) -> None:
+    def _write(self, f: _PageFiles, chunk: int, lo: int, data: Any) -> None:
         fd = f.chunk_fd(chunk)
         view = memoryview(data)
         for attempt in range(2):
@@ -297,7 +297,7 @@ class RemoteTree:
                 # the disk filled before the limit did: shrink the cache to
                 # what it holds less this page, and try once more
                 self.cache.set_limit(max(len(view), self.cache.used() - len(view)))
-                self.cache.make_room(len(view), keep)
+                self.cache.make_room(len(view))
 
     def close(self) -> None:
         if self._pool is not None:

@@ -390,7 +390,8 @@ class _StoreView(StoreHandle):
         ``fetches`` (what this process has fetched for the dataset's URL),
         ``cached_bytes`` (this dataset's chunk bytes in the cache),
         ``pinned_bytes`` (what this process holds pinned), ``cache_used_bytes``
-        and ``cache_limit_bytes`` (the whole cache directory). ValueError for
+        and ``cache_limit_bytes`` (the whole cache directory) and
+        ``evicted_bytes`` (what this process evicted from it). ValueError for
         a local dataset."""
         _ = self._h
         if self._guard is None:
