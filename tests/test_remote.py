@@ -322,3 +322,22 @@ def test_cli_push(s3server, sharded: Path, monkeypatch, capsys) -> None:
     assert cli.main(["push", str(sharded), f"s3://{s3server.bucket}/{prefix}"]) == cli.EXIT_REMOTE
     assert "refused the credentials" in capsys.readouterr().err
     assert cli.main(["push", str(sharded / "nothing"), f"s3://{s3server.bucket}/{prefix}"]) == cli.EXIT_BAD_INPUT
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("Error performing GET http://h/k after 3 retries, max_retries: 3, retry_timeout: 60s - Server returned "
+         "non-2xx status code: 500 Internal Server Error: ", "HTTP 5xx"),
+        ("Error performing GET http://h/k after 3 retries, max_retries: 3, retry_timeout: 60s - error sending "
+         "request: client error (Connect): tcp connect error: Connection refused", "cannot be reached"),
+        ("Error performing GET http://h/k - operation timed out", "cannot be reached"),
+        ("Error performing GET http://h/k, retry_timeout: 60s - Server returned non-2xx status code: 400 Bad "
+         "Request: <Code>InvalidRange</Code>", "the request failed"),
+    ],
+)
+def test_remote_error_says_what_failed(text: str, words: str) -> None:
+    from loaderx.io._s3 import remote_error
+
+    err = remote_error(RuntimeError(text), "s3://b/p", "p/0.chunk", "read")
+    assert isinstance(err, RemoteError) and words in str(err) and "s3://b/p/0.chunk" in str(err)

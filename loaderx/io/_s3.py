@@ -25,6 +25,7 @@ import configparser
 import contextlib
 import datetime
 import os
+import re
 from typing import Any
 
 from loaderx.errors import ForkError, RemoteError
@@ -233,7 +234,11 @@ def remote_error(e: Exception, url: str, key: str, action: str) -> RemoteError:
         why = f"bucket {parse_url(url)[0]!r} does not exist"
     elif isinstance(e, (ox.NotFoundError, FileNotFoundError)):
         why = "no such object"
-    elif any(s in low for s in ("connect", "connection", "timed out", "timeout", "dns", "refused")):
+    elif re.search(r"\b5\d\d\b[^\n]{0,40}(internal|service|unavailable|gateway|server)|server error", low):
+        why = "the server answered with an error (HTTP 5xx) through every retry"
+    elif any(s in low for s in ("connect", "connection", "timed out", "dns", "refused")) or re.search(
+        r"(?<!retry_)timeout", low
+    ):
         why = "the endpoint cannot be reached (server down, wrong endpoint_url, or a network problem)"
     else:
         why = "the request failed"
