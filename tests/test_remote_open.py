@@ -218,3 +218,39 @@ def test_torch_workers_fork_and_spawn(s3server, tmp_path: Path) -> None:
     assert run(str(tmp_path / "c2"), "spawn") == want
     # the pages fetched by the spawn run are cached: fork workers read them
     assert run(str(tmp_path / "c2"), "fork") == want
+
+
+def test_loader_fetches_the_next_steps_ahead(s3server, tmp_path: Path) -> None:
+    """After the first step, the loader's lookahead fetches the pages of the
+    next steps from its sampler: reading them then fetches nothing more.
+    With prefetch=0 it does not, and the same steps fetch as they go."""
+    import time
+
+    arr = np.arange(4000 * 16, dtype=np.int32).reshape(4000, 16) * 3  # 64-byte records, 256 KB
+    local = tmp_path / "la"
+    loaderx.from_numpy(local, arr, codec="raw")
+    url = _url(s3server, "la")
+    remote.push(local, url, **_opts(s3server))
+    fetched_during = {}
+    for prefetch in (256 << 20, 0):
+        opts = loaderx.CacheOptions(dir=str(tmp_path / f"c{prefetch}"), page_size=4096, prefetch=prefetch)
+        ds = loaderx.DenseDataset(url, cache=opts, storage_options=_opts(s3server))
+        loader = loaderx.DataLoader({"x": ds}, batch_size=8, seed=3, steps=40, num_workers=0)
+        it = iter(loader)
+        first = next(it)
+        np.testing.assert_array_equal(first["x"], arr[loader.indices(0)])
+        ahead = loader._ahead
+        if prefetch:
+            deadline = time.monotonic() + 60
+            while not (ahead.idle and ahead.next >= 40) and time.monotonic() < deadline:  # every step fetched
+                time.sleep(0.02)
+            assert ahead.idle and ahead.prefetched_bytes > 0
+        else:
+            assert ahead is None
+        before = ds.cache_stats()["fetched_bytes"]
+        for step, batch in enumerate(it, start=1):
+            np.testing.assert_array_equal(batch["x"], arr[loader.indices(step)])
+        fetched_during[prefetch] = ds.cache_stats()["fetched_bytes"] - before
+        loader.close()
+    assert fetched_during[256 << 20] == 0, fetched_during
+    assert fetched_during[0] > 0, fetched_during

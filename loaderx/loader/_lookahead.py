@@ -55,6 +55,7 @@ class Lookahead:
         self.cond = threading.Condition()
         self.stopped = False
         self.prefetched_bytes = 0
+        self.idle = False  # waiting for the consumer, every step it may fetch fetched
         self.thread = threading.Thread(target=self._run, name="loaderx-lookahead", daemon=True)
         self.thread.start()
 
@@ -90,7 +91,9 @@ class Lookahead:
                     or self.next >= self.consumer + HORIZON
                     or self._ahead() >= self.budget
                 ):
+                    self.idle = True
                     self.cond.wait(_POLL)
+                self.idle = False
                 if self.stopped:
                     return
                 step = self.next
