@@ -369,12 +369,15 @@ def _after_fork_in_child() -> None:
     own."""
     global _TREES_LOCK
     _TREES_LOCK = threading.Lock()
-    for tree in list(_TREES.values()):
+    trees = list(_TREES.values())
+    for tree in trees:
         tree._mu = threading.Lock()
         tree._pool = None
         tree._guards = weakref.WeakSet()
         tree.cache.mu = threading.Lock()
-        tree.cache.trees = weakref.WeakSet({tree})
+        tree.cache.trees = weakref.WeakSet()
+    for tree in trees:
+        tree.cache.trees.add(tree)
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
