@@ -340,6 +340,14 @@ _CACHES: dict[str, _Cache] = {}
 _CACHES_LOCK = threading.Lock()
 
 
+def _after_fork_in_child() -> None:
+    global _CACHES_LOCK
+    _CACHES_LOCK = threading.Lock()  # another thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _cache(opts: CacheOptions) -> _Cache:
     root = opts.root
     with _CACHES_LOCK:
