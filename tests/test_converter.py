@@ -328,7 +328,10 @@ def test_sigint_during_conversion(tmp_path):
     store it leaves holds a prefix of the data."""
     script = textwrap.dedent(
         f"""
-        import sys, time
+        import signal, sys, time
+        # Python's own handler, even when this process was started with
+        # SIGINT ignored (as a shell's background job is)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         import numpy as np
         from loaderx.converter import from_numpy
 

@@ -140,7 +140,10 @@ def test_cancel_flag_stops_training_and_creates_nothing(tmp_path):
 # A few MiB of text-like records: the "max" tier trains on 12 MiB of them for
 # many seconds here, so the SIGINT below lands in the middle of training.
 _SLOW_TRAINING = """
-    import sys, time
+    import signal, sys, time
+    # Python's own handler, even when this process was started with SIGINT
+    # ignored (as a shell's background job is): the test is about handling it
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     import numpy as np
     from loaderx.converter import from_numpy
     rng = np.random.default_rng(0)

@@ -233,11 +233,19 @@ def test_killed_worker_fails_naming_the_shard(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_ends_the_workers_and_leaves_no_dataset(tmp_path: Path) -> None:
-    arr = _slow_input()
-    t = _when_writing(tmp_path / "s", lambda kids: _thread.interrupt_main(), want=min(2, _parallel.max_workers()))
-    with pytest.raises(KeyboardInterrupt):
-        loaderx.from_numpy(tmp_path / "s", arr, codec="zstd", num_shards=2)
-    t.join(5)
+    # interrupt_main does nothing while SIGINT is ignored, which it is in a
+    # process started as a shell's background job: install Python's handler
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        arr = _slow_input()
+        t = _when_writing(tmp_path / "s", lambda kids: _thread.interrupt_main(), want=min(2, _parallel.max_workers()))
+        with pytest.raises(KeyboardInterrupt):
+            loaderx.from_numpy(tmp_path / "s", arr, codec="zstd", num_shards=2)
+        t.join(5)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert not (tmp_path / "s").exists()
     assert _children() == []
 
