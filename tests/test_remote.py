@@ -332,6 +332,9 @@ def test_cli_push(s3server, sharded: Path, monkeypatch, capsys) -> None:
         ("Error performing GET http://h/k after 3 retries, max_retries: 3, retry_timeout: 60s - error sending "
          "request: client error (Connect): tcp connect error: Connection refused", "cannot be reached"),
         ("Error performing GET http://h/k - operation timed out", "cannot be reached"),
+        ("Error performing POST http://h/k?uploads= in 414ms, after 3 retries, max_retries: 3, retry_timeout: 60s - "
+         "HTTP error: error sending request Debug source: Generic { store: \"S3\", source: RetryError( "
+         + "x" * 500 + " ) }", "cannot be reached"),
         ("Error performing GET http://h/k, retry_timeout: 60s - Server returned non-2xx status code: 400 Bad "
          "Request: <Code>InvalidRange</Code>", "the request failed"),
     ],

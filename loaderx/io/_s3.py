@@ -219,13 +219,18 @@ def short(e: BaseException) -> str:
     return text if len(text) <= 400 else text[:400] + " ..."
 
 
+#: words of a failure to reach the endpoint at all (obstore's own retry
+#: settings, printed in every message, name "retry_timeout": not one of them)
+_UNREACHABLE = ("connect", "connection", "timed out", "dns", "refused", "error sending request")
+
+
 def remote_error(e: Exception, url: str, key: str, action: str) -> RemoteError:
     """The client's exception ``e`` as a RemoteError that says what failed."""
     from obstore import exceptions as ox
 
     where = f"s3://{parse_url(url)[0]}/{key}" if key else url
     text = short(e)
-    low = text.lower()
+    low = " ".join(str(e).split()).lower()  # all of it: the cause often comes after the first 400 characters
     if isinstance(e, (ox.PermissionDeniedError, ox.UnauthenticatedError, PermissionError)) or any(
         s in low for s in ("accessdenied", "signaturedoesnotmatch", "invalidaccesskeyid", "403 forbidden")
     ):
@@ -236,7 +241,7 @@ def remote_error(e: Exception, url: str, key: str, action: str) -> RemoteError:
         why = "no such object"
     elif re.search(r"\b5\d\d\b[^\n]{0,40}(internal|service|unavailable|gateway|server)|server error", low):
         why = "the server answered with an error (HTTP 5xx) through every retry"
-    elif any(s in low for s in ("connect", "connection", "timed out", "dns", "refused")) or re.search(
+    elif any(s in low for s in _UNREACHABLE) or re.search(
         r"(?<!retry_)timeout", low
     ):
         why = "the endpoint cannot be reached (server down, wrong endpoint_url, or a network problem)"
