@@ -1,5 +1,9 @@
 """The ``loaderx`` command line: inspect, check, convert and maintain stores.
 
+It stays one file past 700 lines: one small function per command plus their
+shared text and JSON output; each command is short, and they read best side
+by side.
+
 Run as ``loaderx COMMAND ...`` (the console script) or ``python -m loaderx
 COMMAND ...``. Every command prints readable text, or one JSON document with
 ``--json`` (placed before or after the command). Commands:
@@ -41,10 +45,6 @@ store at the path, a source the store cannot represent, an index out of
 range, ...); 4 the store is locked by another writer or damaged beyond
 opening; 5 a request to object storage failed (no bucket, refused
 credentials, server unreachable); 130 interrupted with Ctrl-C.
-
-It stays one file past 700 lines: one small function per command plus their
-shared text and JSON output; each command is short, and they read best side
-by side.
 """
 
 from __future__ import annotations
