@@ -710,15 +710,8 @@ def from_iterator(
             known only then; then every shard is encoded from the spool at
             once. The spool costs a sequential write and read of the raw
             records and as much disk until the call returns.
-        storage_options: for an ``s3://bucket/prefix`` ``path``: the S3
-            client's options (``endpoint_url``, credentials, ``region``,
-            ``profile``...; see :func:`loaderx.io.remote.client`). The
-            store is written into a local staging directory and pushed
-            (verified) when it is complete, as
-            :func:`loaderx.io.remote.publish` does; ``overwrite`` applies
-            to the objects under the URL.
-        staging: where that staging directory goes (default
-            ``$LOADERX_STAGING_DIR``, else the system's temporary directory).
+        storage_options, staging: for an ``s3://`` ``path``, as for
+            :func:`from_numpy`.
 
     Raises:
         TypeError: an unsupported dtype, or an array whose dtype differs from
