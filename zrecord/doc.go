@@ -237,7 +237,11 @@
 // mapped read-only and shared at a span sized to the file (the next power
 // of two at or above its size, at least 64 MiB, at most the file's whole
 // range of 4 GiB for a chunk or 3 GiB for a table segment), so a handle
-// reserves address space in proportion to the store. (On Windows nothing
+// reserves address space in proportion to the store. A read-only handle,
+// which never sees a file grow, maps each file at exactly the bytes it
+// reads, and once its files are mapped it closes them (WithReleaseFiles,
+// default on): it holds one mapping per chunk file and table segment and
+// no file descriptor. (On Windows nothing
 // is mapped and every read is positional: a mapping there could neither
 // reach past the file's end nor let the file be cut back.) The lists of files
 // are replaced (never changed in place) when a file is added. When a

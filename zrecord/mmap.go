@@ -33,6 +33,16 @@ import (
 // releases its files (Close, or the exclusive sections of Compact and
 // Upgrade that drop a file). Spans double, so the retired mappings of a
 // file add up to less than its current span.
+//
+// A read-only handle never sees a file grow (it reads the records that
+// existed when it was opened), so it maps each file at exactly the size it
+// reads instead (mapExact): a chunk up to its end, a table segment up to
+// the entries below the length. A Set that keeps thousands of stores open
+// then reserves address space in proportion to their bytes, not 64 MiB or
+// more per file, which a process limited in address space (RLIMIT_AS)
+// would run out of. Once everything is mapped, such a handle closes its
+// files (WithReleaseFiles): on unix a mapping stays valid after its
+// descriptor is closed.
 
 // minSpan is the smallest span a file is mapped at.
 const minSpan = 64 << 20
@@ -71,6 +81,22 @@ func (m *mapping) bytes() []byte {
 func (m *mapping) mapFile(f File, size, full int64) error {
 	m.full = full
 	b, err := mapSpan(f, int(spanFor(size, full)))
+	if err != nil {
+		return err
+	}
+	if b != nil {
+		m.cur.Store(&b)
+	}
+	return nil
+}
+
+// mapExact maps n bytes of f (at least one, at most full): the span of a
+// read-only handle, which reads only what the file held when it was
+// opened and never needs a larger mapping. A file without a descriptor
+// stays unmapped.
+func (m *mapping) mapExact(f File, n, full int64) error {
+	m.full = full
+	b, err := mapSpan(f, int(min(max(n, 1), full)))
 	if err != nil {
 		return err
 	}

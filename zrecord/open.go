@@ -79,15 +79,23 @@ func load(dir string, o options, meta File) (st *Store, err error) {
 	if err := s.loadFiles(); err != nil {
 		return nil, err
 	}
+	if err := s.noteIdentity(); err != nil {
+		return nil, err
+	}
+	if s.readOnly && o.releaseFiles {
+		s.releaseFiles()
+	}
 	return s, nil
 }
 
 func (s *Store) loadFiles() (err error) {
 	metaPath := s.path(metaName)
-	size, err := fileSize(s.meta)
+	fi, err := s.meta.Stat()
 	if err != nil {
 		return wrapf(err, "stat %s", metaPath)
 	}
+	size := fi.Size()
+	s.ident.dev, s.ident.ino, s.ident.hasFile = fileIdentity(fi)
 	hb := make([]byte, min(size, headerSize))
 	if err := readFull(s.meta, hb, 0); err != nil {
 		return wrapf(err, "read %s", metaPath)
@@ -211,7 +219,13 @@ func (s *Store) openChunks() error {
 		if c.size, err = fileSize(f); err != nil {
 			return wrapf(err, "stat %s", p)
 		}
-		if err = c.mapFile(f, c.size, chunkSpan); err != nil {
+		if s.readOnly {
+			// Never grows for this handle: mapped at what it reads.
+			err = c.mapExact(f, c.size, chunkSpan)
+		} else {
+			err = c.mapFile(f, c.size, chunkSpan)
+		}
+		if err != nil {
 			return wrapf(err, "map %s", p)
 		}
 		c.end.Store(min(c.size, chunkSpan))
@@ -245,20 +259,16 @@ func (s *Store) openSegments(length int64) error {
 	l := s.lay
 	nseg := l.segCount(length)
 	for id := int64(0); id < nseg; id++ {
-		g, err := s.openSegment(uint32(id), false)
+		need := l.segBytes()
+		if id == nseg-1 {
+			need = ((length-1)&l.segMask() + 1) * l.entSize
+		}
+		g, size, err := s.openSegmentFor(l, uint32(id), false, need)
 		if err != nil {
 			return err
 		}
 		list = append(list, g)
 		s.segs.Store(&list)
-		need := l.segBytes()
-		if id == nseg-1 {
-			need = ((length-1)&l.segMask() + 1) * l.entSize
-		}
-		size, err := fileSize(g.f)
-		if err != nil {
-			return wrapf(err, "stat %s", s.path(l.segName(g.id)))
-		}
 		if size < need {
 			return errf(ErrCorrupt, "%s: %d bytes, length %d needs %d", s.path(l.segName(g.id)), size, length, need)
 		}
@@ -273,6 +283,15 @@ func (s *Store) openSegment(id uint32, create bool) (*segment, error) {
 }
 
 func (s *Store) openSegmentOf(l layout, id uint32, create bool) (*segment, error) {
+	g, _, err := s.openSegmentFor(l, id, create, l.segBytes())
+	return g, err
+}
+
+// openSegmentFor is openSegmentOf that also returns the file's size. A
+// read-only handle maps need bytes of it (those of the entries below its
+// length), or the whole file if it is shorter, which Open then reports;
+// a writable one maps the span for the file's size.
+func (s *Store) openSegmentFor(l layout, id uint32, create bool, need int64) (*segment, int64, error) {
 	p := s.path(l.segName(id))
 	flag := s.fileFlag()
 	if create {
@@ -281,21 +300,26 @@ func (s *Store) openSegmentOf(l layout, id uint32, create bool) (*segment, error
 	f, err := s.fsys.OpenFile(p, flag, 0o644)
 	if err != nil {
 		if isNotExist(err) {
-			return nil, fmt.Errorf("zrecord: %s: record table segment missing: %w: %w", p, ErrCorrupt, err)
+			return nil, 0, fmt.Errorf("zrecord: %s: record table segment missing: %w: %w", p, ErrCorrupt, err)
 		}
-		return nil, wrapf(err, "open %s", p)
+		return nil, 0, wrapf(err, "open %s", p)
 	}
 	g := &segment{id: id, f: f}
 	size, err := fileSize(f)
 	if err != nil {
 		f.Close()
-		return nil, wrapf(err, "stat %s", p)
+		return nil, 0, wrapf(err, "stat %s", p)
 	}
-	if err = g.mapFile(f, size, l.segBytes()); err != nil {
+	if s.readOnly {
+		err = g.mapExact(f, min(need, size), l.segBytes())
+	} else {
+		err = g.mapFile(f, size, l.segBytes())
+	}
+	if err != nil {
 		f.Close()
-		return nil, wrapf(err, "map %s", p)
+		return nil, 0, wrapf(err, "map %s", p)
 	}
-	return g, nil
+	return g, size, nil
 }
 
 // validate checks every live table entry (its checksum, in a checksummed

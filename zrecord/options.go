@@ -28,6 +28,9 @@ type options struct {
 	// says WithElement was given.
 	elem    Element
 	elemSet bool
+	// releaseFiles: a read-only handle closes the files it has mapped
+	// (WithReleaseFiles).
+	releaseFiles bool
 }
 
 // companionFile is a file Create writes beside the store (WithFile).
@@ -38,12 +41,13 @@ type companionFile struct {
 
 func defaultOptions() options {
 	return options{
-		codec:     Raw,
-		tier:      TierBalanced,
-		capacity:  MaxChunkCapacity,
-		fs:        OSFS,
-		verifyRaw: defaultVerifyRaw,
-		elem:      DefaultElement,
+		codec:        Raw,
+		tier:         TierBalanced,
+		capacity:     MaxChunkCapacity,
+		fs:           OSFS,
+		verifyRaw:    defaultVerifyRaw,
+		elem:         DefaultElement,
+		releaseFiles: true,
 	}
 }
 
@@ -147,6 +151,21 @@ func WithFS(fs FS) Option {
 // that only appends. Open only; Create rejects it.
 func WithReadOnly() Option {
 	return func(o *options) { o.readOnly = true }
+}
+
+// WithReleaseFiles sets whether a read-only handle closes its files once it
+// has opened the store: meta.zr, and every chunk file and table segment it
+// has mapped, which it reads through the mappings alone from then on (on
+// unix a mapping stays valid after its descriptor is closed). Such a handle
+// holds no file descriptor, only one mapping per chunk file and table
+// segment, so that a process can keep thousands of stores open under the
+// common limit of 1024 descriptors, as a Set does. A file that is not
+// mapped (every file on Windows, and those of an FS whose files have no
+// descriptor) stays open, since it is read with ReadAt. Writable handles
+// keep their files whatever this says: their writes and their lock go
+// through them. Open only. Default on.
+func WithReleaseFiles(on bool) Option {
+	return func(o *options) { o.releaseFiles = on }
 }
 
 // WithFile makes Create write data as the file name in the store's

@@ -73,6 +73,10 @@ type Store struct {
 	// broken is set when a write failed at a point the handle cannot
 	// undo; the handle then refuses writes until the store is reopened.
 	broken atomic.Pointer[brokenState]
+	// ident is what the handle saw of the store when it opened it
+	// (noteIdentity): a Set compares it when it opens the store again.
+	ident storeIdentity
+
 	// overlay holds entries readers must take from memory instead of the
 	// table: the entry writes of pending Deletes (see settleDeletes). A
 	// published overlay is never changed while readers may use it: Delete,

@@ -1,0 +1,118 @@
+package zrecord
+
+import (
+	"errors"
+	"fmt"
+	"os"
+)
+
+// What a read-only handle does that a writable one cannot, so that a Set
+// can keep thousands of them open: it gives up its file descriptors once
+// its files are mapped (WithReleaseFiles; mmap.go maps its files at the
+// size it reads), and it remembers what it saw of the store (its
+// identity), which a Set compares when it opens the store again after
+// closing it.
+
+// storeIdentity is what a handle saw of its store when it opened it: the
+// meta.zr file it read (device and inode, where the system has them), the
+// header's fields, and the data checksums of the first and last records.
+// A store that was replaced (a new directory or a new meta.zr at the
+// path) or rewritten (other records, another length) while a Set had it
+// closed shows another identity when the Set opens it again, whose records
+// then cannot be the ones the Set's callers were sized by.
+type storeIdentity struct {
+	dev, ino    uint64
+	hasFile     bool // dev and ino are known
+	version     uint8
+	codec       Codec
+	tail        position
+	length      int64
+	dictSum     uint32
+	first, last uint32 // data checksums of records 0 and length-1; 0 when empty
+}
+
+// noteIdentity completes s.ident (the file's part is taken when meta.zr is
+// read) with the header and the first and last records' checksums.
+func (s *Store) noteIdentity() error {
+	id := &s.ident
+	id.version, id.codec, id.tail, id.dictSum = s.lay.version, s.codec, s.tail, s.dictSum
+	id.length = s.length.Load()
+	if id.length == 0 {
+		return nil
+	}
+	segs := *s.segs.Load()
+	ov := s.overlay.Load()
+	sum := func(i int64) (uint32, error) {
+		if ov != nil {
+			if e, ok := ov.recs[i]; ok {
+				return e.sum, nil
+			}
+		}
+		e, err := s.readEntry(segs, i)
+		return e.sum, err
+	}
+	var err error
+	if id.first, err = sum(0); err != nil {
+		return err
+	}
+	id.last, err = sum(id.length - 1)
+	return err
+}
+
+// differs says how b, the identity of a store opened again, differs from
+// a, the one it had when it was first opened; "" when it does not.
+func (a storeIdentity) differs(b storeIdentity) string {
+	switch {
+	case a.hasFile && b.hasFile && (a.dev != b.dev || a.ino != b.ino):
+		return fmt.Sprintf("its %s is another file (inode %d, first opened as inode %d)", metaName, b.ino, a.ino)
+	case a.length != b.length:
+		return fmt.Sprintf("it holds %d records, %d when first opened", b.length, a.length)
+	case a.version != b.version || a.codec != b.codec || a.tail != b.tail || a.dictSum != b.dictSum:
+		return fmt.Sprintf("its header changed (version %d, codec %s, frontier %d:%d; first opened with version %d, codec %s, frontier %d:%d)",
+			b.version, b.codec, b.tail.chunk, b.tail.off, a.version, a.codec, a.tail.chunk, a.tail.off)
+	case a.first != b.first || a.last != b.last:
+		return fmt.Sprintf("its first or last record changed (checksums %#08x, %#08x; first opened with %#08x, %#08x)",
+			b.first, b.last, a.first, a.last)
+	}
+	return ""
+}
+
+// errReleased is what a released file's methods return; no read path of a
+// read-only handle reaches one, since a file is released only once it is
+// mapped.
+var errReleased = errors.New("file released: the read-only handle reads it through its mapping")
+
+// releasedFile stands for a file a read-only handle has closed.
+type releasedFile struct{}
+
+func (releasedFile) ReadAt([]byte, int64) (int, error)  { return 0, errReleased }
+func (releasedFile) WriteAt([]byte, int64) (int, error) { return 0, errReleased }
+func (releasedFile) Truncate(int64) error               { return errReleased }
+func (releasedFile) Sync() error                        { return errReleased }
+func (releasedFile) Close() error                       { return nil }
+func (releasedFile) Stat() (os.FileInfo, error)         { return nil, errReleased }
+func (releasedFile) Fd() uintptr                        { return NoFd }
+
+// releaseFiles closes meta.zr and every mapped chunk file and table
+// segment of a read-only handle that has finished opening: from then on
+// it reads them through their mappings alone. A file that is not mapped
+// stays open. A failed close loses nothing (the mapping holds the file),
+// so it is not reported.
+func (s *Store) releaseFiles() {
+	if s.meta != nil {
+		_ = s.meta.Close()
+		s.meta = nil
+	}
+	for _, c := range *s.chunks.Load() {
+		if c.bytes() != nil {
+			_ = c.f.Close()
+			c.f = releasedFile{}
+		}
+	}
+	for _, g := range *s.segs.Load() {
+		if g.bytes() != nil {
+			_ = g.f.Close()
+			g.f = releasedFile{}
+		}
+	}
+}
