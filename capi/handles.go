@@ -12,7 +12,7 @@ import (
 var handles = struct {
 	sync.RWMutex
 	stores map[int64]*zrecord.Store
-	sets   map[int64]*zrecord.Set // sharded datasets: read-only, owning their stores
+	sets   map[int64]*zrecord.Set // sharded datasets: read-only, owning (or opening) their stores
 	last   int64
 }{stores: make(map[int64]*zrecord.Store), sets: make(map[int64]*zrecord.Set)}
 
@@ -72,6 +72,15 @@ func registerSet(hs []int64) (int64, error) {
 	handles.last++
 	handles.sets[handles.last] = t
 	return handles.last, nil
+}
+
+// registerOpenSet gives the set t, which owns its stores, a handle.
+func registerOpenSet(t *zrecord.Set) int64 {
+	handles.Lock()
+	defer handles.Unlock()
+	handles.last++
+	handles.sets[handles.last] = t
+	return handles.last
 }
 
 // releaseSet removes h from the set table and returns its set, or nil if h

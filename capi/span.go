@@ -62,9 +62,10 @@ func lx_store_spans(h C.int64_t, indices *C.int64_t, n C.int64_t, store, chunk, 
 	})
 }
 
-// storeAt returns the store at position store of handle h: the store of
-// a store handle (store must be 0), or that store of a set.
-func storeAt(h C.int64_t, store C.uint32_t) (*zrecord.Store, error) {
+// atStore runs one of a store's calls on the store at position store of
+// handle h: the store of a store handle (store must be 0) with onStore, or
+// that store of a set with onSet (which pins it while the call runs).
+func atStore(h C.int64_t, store C.uint32_t, onStore func(*zrecord.Store) error, onSet func(*zrecord.Set, int) error) error {
 	handles.RLock()
 	s, isStore := handles.stores[int64(h)]
 	t, isSet := handles.sets[int64(h)]
@@ -73,17 +74,16 @@ func storeAt(h C.int64_t, store C.uint32_t) (*zrecord.Store, error) {
 	switch {
 	case isStore:
 		if store != 0 {
-			return nil, invalidf("store %d of a store handle: only 0 is", store)
+			return invalidf("store %d of a store handle: only 0 is", store)
 		}
-		return s, nil
+		return onStore(s)
 	case isSet:
-		all := t.Stores()
-		if int(store) >= len(all) {
-			return nil, invalidf("store %d of a set of %d stores", store, len(all))
+		if int(store) >= t.NumStores() {
+			return invalidf("store %d of a set of %d stores", store, t.NumStores())
 		}
-		return all[store], nil
+		return onSet(t, int(store))
 	}
-	return nil, badHandle(int64(h), last)
+	return badHandle(int64(h), last)
 }
 
 // lx_store_check_bytes checks the records named by the n indices against
@@ -104,11 +104,9 @@ func lx_store_check_bytes(h C.int64_t, store C.uint32_t, indices *C.int64_t, n C
 		if err != nil {
 			return err
 		}
-		s, err := storeAt(h, store)
-		if err != nil {
-			return err
-		}
-		return s.CheckBytes(idx, uint32(chunk), int64(base), b)
+		return atStore(h, store,
+			func(s *zrecord.Store) error { return s.CheckBytes(idx, uint32(chunk), int64(base), b) },
+			func(t *zrecord.Set, k int) error { return t.CheckBytes(k, idx, uint32(chunk), int64(base), b) })
 	})
 }
 
@@ -117,9 +115,11 @@ func lx_store_check_bytes(h C.int64_t, store C.uint32_t, indices *C.int64_t, n C
 // nonzero where the page may be read, base_len chunk bases at base, and the
 // page size (zrecord.Store.SetResidency). Every later read of that store
 // through any handle fails with LX_NOT_RESIDENT, before writing a byte, when
-// it needs a record outside the held pages. The memory stays the caller's
-// and must stay valid until the map is removed, by a call with held and
-// base NULL (and lengths 0), or the store is closed.
+// it needs a record outside the held pages. A set of lx_set_open_shards
+// keeps the map for the position and gives it to the store whenever it
+// opens it. The memory stays the caller's and must stay valid until the map
+// is removed, by a call with held and base NULL (and lengths 0), or the
+// store is closed.
 //
 //export lx_store_set_residency
 func lx_store_set_residency(h C.int64_t, store C.uint32_t, held unsafe.Pointer, heldLen C.int64_t, base *C.int64_t,
@@ -133,16 +133,13 @@ func lx_store_set_residency(h C.int64_t, store C.uint32_t, held unsafe.Pointer, 
 		if err != nil {
 			return err
 		}
-		s, err := storeAt(h, store)
-		if err != nil {
-			return err
-		}
 		if held == nil && base == nil {
-			return s.SetResidency(nil, nil, 0)
-		}
-		if hb == nil || bb == nil {
+			hb, bb, pageSize = nil, nil, 0
+		} else if hb == nil || bb == nil {
 			return invalidf("a residency map needs both held and base")
 		}
-		return s.SetResidency(hb, bb, int64(pageSize))
+		return atStore(h, store,
+			func(s *zrecord.Store) error { return s.SetResidency(hb, bb, int64(pageSize)) },
+			func(t *zrecord.Set, k int) error { return t.SetResidency(k, hb, bb, int64(pageSize)) })
 	})
 }

@@ -1,43 +1,106 @@
 package zrecord
 
-import (
-	"fmt"
-	"sort"
-	"sync"
-)
+import "fmt"
 
-// Set reads several stores as one index space: the records of stores[0],
-// then those of stores[1], and so on, as a sharded dataset lays out its
+// Set reads several stores as one index space: the records of store 0,
+// then those of store 1, and so on, as a sharded dataset lays out its
 // shards. Global index i is record i-Start(k) of the store k whose range
-// holds it. The lengths are taken when the set is made (shards are
-// immutable once published); a store that shrinks below its length later
-// fails the gathers that reach past its end with ErrIndexOutOfRange.
+// holds it.
 //
-// Gather, GatherPacked, GatherRagged and Sizes take global indices, in any
-// order and with repeats, and do in one call what the store methods do: the
-// same checks of every index and size before any byte is written, the same
-// verification of every record against its checksum, and the same errors,
-// which name the shard's own files and its local index. A dense Gather
-// locates each shard's records in that shard's table, then copies the whole
-// batch in one pass over its slots with the copy loops of Store.Gather,
-// fanned out over the package's workers as one batch of that size would
-// be. The stores stay owned by the set: Close closes them all.
+// A set is eager or lazy. NewSet makes an eager set of stores the caller
+// has opened: the set owns them and keeps them open until Close. OpenSet
+// makes a lazy set from a list of shards (a directory and a length each)
+// and an Opener: it opens no store until a call needs one, and keeps at
+// most a capped number open (WithMaxOpen, DefaultMaxOpen), closing the
+// least recently used when it needs room (setcache.go). A lazy set of
+// 100,000 shards opens in the time it takes to copy their list, and each
+// call costs in proportion to its batch, whatever the number of shards:
+// only the stores a batch touches are opened, locked and read.
+//
+// Gather, GatherPacked, GatherRagged, Sizes and Spans take global indices,
+// in any order and with repeats, and do in one call what the store methods
+// do: the same checks of every index and size before any byte is written,
+// the same verification of every record against its checksum, and the same
+// errors, which name the shard's own files and its local index. A dense
+// Gather locates each store's records in that store's table, then copies
+// the whole batch in one pass over its slots with the copy loops of
+// Store.Gather, fanned out over the package's workers as one batch of that
+// size would be. A batch that touches more stores than a lazy set may keep
+// open is read in rounds of that many stores: every record is located and
+// checked first, round by round, and then copied, round by round, the
+// stores opened again as each round needs them.
+//
+// The lengths are taken when the set is made (shards are immutable once
+// published). A store of an eager set that shrinks later fails the gathers
+// that reach past its end with ErrIndexOutOfRange; a lazy set checks each
+// store's length whenever it opens it, and compares what it finds with what
+// it found the first time (meta.zr's file, the header, the first and last
+// records' checksums), so a shard replaced or rewritten while the set is
+// open is ErrCorrupt naming it, never other records.
 type Set struct {
-	stores []*Store
-	starts []int64 // starts[k] is the first global index of stores[k]; starts[len] is Len
+	starts []int64 // starts[k] is the first global index of store k; starts[len] is Len
 	// equal is the common length when every store but the last has it,
 	// so that routing an index is a division; 0 otherwise.
 	equal int64
+
+	// fixed holds an eager set's stores (NewSet); nil for a lazy set.
+	fixed []*Store
+	// ordered: a call read-locks its stores in their order, since some
+	// may be writable (see lockGroups).
+	ordered bool
+
+	// A lazy set's shards, opener and cache (OpenSet).
+	shards []Shard
+	opener Opener
+	cache  *storeCache
+	// The fields below are guarded by cache.mu.
+	slots  []setSlot
+	closed bool
+	verify int8 // 0: as each store opens; 1: on; 2: off (SetVerify)
 }
 
-// NewSet makes a set of the stores, in order. It refuses an empty list, a
-// nil or closed store, and a store listed twice (ErrInvalidArgument).
+// Shard is one store of a lazy set: its directory, and the number of
+// records the set takes it to hold.
+type Shard struct {
+	Dir string
+	Len int64
+}
+
+// Opener opens the store of shard k of a lazy set, whose directory is dir,
+// read-only (WithReadOnly). The set calls it whenever a call needs a store
+// it does not have open, on the calling goroutine, never twice at once for
+// the same shard. It is where a caller checks what it knows of a shard (a
+// schema kept beside the store, say); its error fails the call that needed
+// the store, and the set tries again at the next call that needs it.
+type Opener func(k int, dir string) (*Store, error)
+
+// SetOption configures OpenSet.
+type SetOption func(*setOptions)
+
+type setOptions struct {
+	maxOpen    int
+	maxOpenSet bool // WithMaxOpen was given: a cache of its own
+}
+
+// WithMaxOpen gives the set a cache of its own that keeps at most n of its
+// stores open (n >= 1). Each open store holds one memory mapping per chunk
+// file and table segment (two for a store of one chunk), and no file
+// descriptor once open (WithReleaseFiles). Without it the set shares the
+// process-wide cache of DefaultMaxOpen stores with every other lazy set made
+// without it.
+func WithMaxOpen(n int) SetOption {
+	return func(o *setOptions) { o.maxOpen, o.maxOpenSet = n, true }
+}
+
+// NewSet makes an eager set of the stores, in order: it owns them and keeps
+// them open until Close. It refuses an empty list, a nil or closed store,
+// and a store listed twice (ErrInvalidArgument).
 func NewSet(stores []*Store) (*Set, error) {
 	if len(stores) == 0 {
 		return nil, errf(ErrInvalidArgument, "a set needs at least one store")
 	}
 	seen := make(map[*Store]int, len(stores))
-	t := &Set{stores: append([]*Store(nil), stores...), starts: make([]int64, len(stores)+1)}
+	t := &Set{fixed: append([]*Store(nil), stores...), starts: make([]int64, len(stores)+1)}
 	for k, s := range stores {
 		if s == nil {
 			return nil, errf(ErrInvalidArgument, "set: store %d is nil", k)
@@ -46,35 +109,113 @@ func NewSet(stores []*Store) (*Set, error) {
 			return nil, errf(ErrInvalidArgument, "set: store %s is listed at %d and %d", s.dir, j, k)
 		}
 		seen[s] = k
-		if err := s.checkRead("open"); err != nil {
+		s.mu.RLock()
+		err := s.checkRead("open")
+		s.mu.RUnlock()
+		if err != nil {
 			return nil, err
 		}
 		t.starts[k+1] = t.starts[k] + s.Len()
+		t.ordered = t.ordered || !s.readOnly
 	}
-	if n := len(stores); n > 1 {
-		first := t.starts[1]
-		t.equal = first
-		for k := 1; k < n-1; k++ {
-			if t.starts[k+1]-t.starts[k] != first {
-				t.equal = 0
-				break
-			}
-		}
-	}
+	t.setEqual()
 	return t, nil
 }
 
-// Len is the number of records of the set.
-func (t *Set) Len() int64 { return t.starts[len(t.stores)] }
+// OpenSet makes a lazy set of the shards, in order, whose stores open is
+// to open (nil: Open(dir, WithReadOnly())). It opens none of them: the
+// stores open as calls need them, each checked to be read-only and to hold
+// the shard's Len records, and at most a capped number stay open (see
+// WithMaxOpen). It refuses an empty list, a negative length, a directory
+// listed twice, lengths that sum past 2^62, and a cap below 1
+// (ErrInvalidArgument).
+func OpenSet(shards []Shard, open Opener, opts ...SetOption) (*Set, error) {
+	var o setOptions
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if len(shards) == 0 {
+		return nil, errf(ErrInvalidArgument, "a set needs at least one store")
+	}
+	if o.maxOpenSet && o.maxOpen < 1 {
+		return nil, errf(ErrInvalidArgument, "set: WithMaxOpen(%d): the set must be able to keep at least one store open", o.maxOpen)
+	}
+	if open == nil {
+		open = func(_ int, dir string) (*Store, error) { return Open(dir, WithReadOnly()) }
+	}
+	t := &Set{
+		shards: append([]Shard(nil), shards...),
+		opener: open,
+		starts: make([]int64, len(shards)+1),
+		slots:  make([]setSlot, len(shards)),
+	}
+	seen := make(map[string]int, len(shards))
+	for k, sh := range shards {
+		if sh.Len < 0 {
+			return nil, errf(ErrInvalidArgument, "set: shard %d (%s) has length %d", k, sh.Dir, sh.Len)
+		}
+		if j, ok := seen[sh.Dir]; ok {
+			return nil, errf(ErrInvalidArgument, "set: %s is listed at %d and %d", sh.Dir, j, k)
+		}
+		seen[sh.Dir] = k
+		t.starts[k+1] = t.starts[k] + sh.Len
+		if t.starts[k+1] > maxLength {
+			return nil, errf(ErrInvalidArgument, "set: the shards' lengths sum past %d at shard %d", int64(maxLength), k)
+		}
+	}
+	if o.maxOpenSet {
+		t.cache = newStoreCache(o.maxOpen)
+	} else {
+		t.cache = sharedCache()
+	}
+	t.setEqual()
+	return t, nil
+}
 
-// Stores returns the set's stores, in order.
-func (t *Set) Stores() []*Store { return append([]*Store(nil), t.stores...) }
+// maxLength bounds a set's records, as a header's length is bounded.
+const maxLength = 1 << 62
+
+// setEqual sets equal from starts.
+func (t *Set) setEqual() {
+	n := t.count()
+	if n <= 1 {
+		return
+	}
+	first := t.starts[1]
+	for k := 1; k < n-1; k++ {
+		if t.starts[k+1]-t.starts[k] != first {
+			return
+		}
+	}
+	t.equal = first
+}
+
+// count is the number of stores of the set.
+func (t *Set) count() int { return len(t.starts) - 1 }
+
+// Len is the number of records of the set.
+func (t *Set) Len() int64 { return t.starts[t.count()] }
+
+// NumStores is the number of stores (shards) of the set.
+func (t *Set) NumStores() int { return t.count() }
+
+// Stores returns an eager set's stores, in order; nil for a lazy set, whose
+// stores are opened and closed as calls need them.
+func (t *Set) Stores() []*Store {
+	if t.fixed == nil {
+		return nil
+	}
+	return append([]*Store(nil), t.fixed...)
+}
 
 // Start returns the first global index of store k.
 func (t *Set) Start(k int) int64 { return t.starts[k] }
 
 // Codec returns the stores' codec when they all have the same one, else the
-// one whose records cost most to read (ZstdDict, then Zstd, then Narrow).
+// one whose records cost most to read (ZstdDict, then Zstd, then Narrow). A
+// lazy set opens each store it has not opened before to learn its codec.
 func (t *Set) Codec() Codec {
 	rank := func(c Codec) int {
 		switch c {
@@ -87,35 +228,69 @@ func (t *Set) Codec() Codec {
 		}
 		return 0
 	}
-	c := t.stores[0].codec
-	for _, s := range t.stores[1:] {
-		if rank(s.codec) > rank(c) {
-			c = s.codec
+	best := Raw
+	for k := range t.count() {
+		c, ok := t.codecOf(k)
+		if ok && rank(c) > rank(best) {
+			best = c
 		}
 	}
-	return c
+	return best
 }
 
-// SetVerify calls SetVerify on every store.
-func (t *Set) SetVerify(on bool) {
-	for _, s := range t.stores {
-		s.SetVerify(on)
+// codecOf returns the codec of store k; false when it cannot be opened.
+func (t *Set) codecOf(k int) (Codec, bool) {
+	if t.fixed != nil {
+		return t.fixed[k].codec, true
 	}
+	t.cache.mu.Lock()
+	sl := &t.slots[k]
+	c, seen := sl.codec, sl.seen
+	t.cache.mu.Unlock()
+	if seen {
+		return c, true
+	}
+	ks := []int32{int32(k)}
+	sts := make([]*Store, 1)
+	if err := t.acquire("codec", ks, sts); err != nil {
+		return 0, false
+	}
+	defer t.release(ks)
+	return sts[0].codec, true
+}
+
+// SetVerify calls SetVerify on every store: of a lazy set, on each open
+// one and on every store it opens later.
+func (t *Set) SetVerify(on bool) {
+	if t.fixed != nil {
+		for _, s := range t.fixed {
+			s.SetVerify(on)
+		}
+		return
+	}
+	t.cache.mu.Lock()
+	defer t.cache.mu.Unlock()
+	t.verify = 2
+	if on {
+		t.verify = 1
+	}
+	t.openNodes(func(s *Store) { s.SetVerify(on) })
 }
 
 // Stats sums the stores' figures. Codec is Set.Codec; Version is the lowest
 // of the stores' versions, Checksummed and Verified hold when they hold for
-// every store, and Element is the first store's.
+// every store, and Element is the first store's. A lazy set opens every
+// store in turn (through its cache) for it.
 func (t *Set) Stats() (Stats, error) {
 	var sum Stats
-	for k, s := range t.stores {
+	err := t.each("stats", func(k int, s *Store) error {
 		st, err := s.Stats()
 		if err != nil {
-			return Stats{}, err
+			return err
 		}
 		if k == 0 {
 			sum = st
-			continue
+			return nil
 		}
 		sum.Length += st.Length
 		sum.LiveBytes += st.LiveBytes
@@ -126,15 +301,103 @@ func (t *Set) Stats() (Stats, error) {
 		sum.Version = min(sum.Version, st.Version)
 		sum.Checksummed = sum.Checksummed && st.Checksummed
 		sum.Verified = sum.Verified && st.Verified
+		return nil
+	})
+	if err != nil {
+		return Stats{}, err
 	}
 	sum.Codec = t.Codec()
 	return sum, nil
 }
 
-// Close closes every store and returns the first error.
+// each calls fn with every store in order, each pinned for the call.
+func (t *Set) each(op string, fn func(k int, s *Store) error) error {
+	ks := []int32{0}
+	sts := make([]*Store, 1)
+	for k := range t.count() {
+		ks[0] = int32(k)
+		if err := t.acquire(op, ks, sts); err != nil {
+			return err
+		}
+		err := fn(k, sts[0])
+		t.release(ks)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// withStore runs fn with store k pinned: a call about one store of the set
+// (SetResidency, CheckBytes).
+func (t *Set) withStore(op string, k int, fn func(s *Store) error) error {
+	if k < 0 || k >= t.count() {
+		return errf(ErrInvalidArgument, "%s: store %d of a set of %d stores", op, k, t.count())
+	}
+	ks := []int32{int32(k)}
+	sts := make([]*Store, 1)
+	if err := t.acquire(op, ks, sts); err != nil {
+		return err
+	}
+	defer t.release(ks)
+	return fn(sts[0])
+}
+
+// CheckBytes is Store.CheckBytes for store k of the set: indices are that
+// store's own.
+func (t *Set) CheckBytes(k int, indices []int64, chunk uint32, base int64, buf []byte) (err error) {
+	defer recoverTo(&err, "check bytes")
+	return t.withStore("check bytes", k, func(s *Store) error { return s.CheckBytes(indices, chunk, base, buf) })
+}
+
+// SetResidency is Store.SetResidency for store k of the set. A lazy set
+// keeps the map for the position and gives it to the store whenever it
+// opens it (a store not open now is checked against the map then, and a
+// map that does not fit it fails the call that opens it); held and base
+// stay the caller's and must stay valid until SetResidency(k, nil, nil, 0)
+// removes the map, or the set is closed.
+func (t *Set) SetResidency(k int, held []byte, base []int64, pageSize int64) (err error) {
+	defer recoverTo(&err, "residency")
+	if k < 0 || k >= t.count() {
+		return errf(ErrInvalidArgument, "residency: store %d of a set of %d stores", k, t.count())
+	}
+	if t.fixed != nil {
+		return t.fixed[k].SetResidency(held, base, pageSize)
+	}
+	var m *residencyMap
+	if held != nil || base != nil {
+		if pageSize <= 0 {
+			return errf(ErrInvalidArgument, "residency of %s: page size %d", t.shards[k].Dir, pageSize)
+		}
+		m = &residencyMap{held: held, base: base, page: pageSize}
+	}
+	c := t.cache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sl := &t.slots[k]
+	if n := sl.node; n != nil {
+		// Store.SetResidency is safe beside reads of the store.
+		if m == nil {
+			err = n.st.SetResidency(nil, nil, 0)
+		} else {
+			err = n.st.SetResidency(m.held, m.base, m.page)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	sl.res = m
+	return nil
+}
+
+// Close closes every store and returns the first error. A lazy set closes
+// the stores calls in flight use once those calls return.
 func (t *Set) Close() error {
+	if t.fixed == nil {
+		return t.closeLazy()
+	}
 	var first error
-	for _, s := range t.stores {
+	for _, s := range t.fixed {
 		if err := s.Close(); err != nil && first == nil {
 			first = err
 		}
@@ -142,399 +405,31 @@ func (t *Set) Close() error {
 	return first
 }
 
-// setScratch is the per-call working memory of a Set's gathers.
-type setScratch struct {
-	shard []int32   // shard[k]: the store of the call's k-th index
-	slot  []int32   // slot[k]: its position in that store's local list
-	local [][]int64 // per store: the local indices it reads, in call order
-	pos   [][]int32 // per store: the call position of each of them
-	gs    []*gatherScratch
-	cs    [][]*chunk
-	all   []*chunk // every store's chunks, one list, for the copy loops
-	base  []uint32 // base[s]: where store s's chunks start in all
-}
-
-var setPool = sync.Pool{New: func() any { return new(setScratch) }}
-
-// lock takes every store's read lock, in order, and checks that each is
-// open; unlock releases them. Writers take one store's lock at a time, so
-// taking them in one order cannot deadlock.
-func (t *Set) lock(op string) error {
-	for k, s := range t.stores {
-		s.mu.RLock()
-		if err := s.checkRead(op); err != nil {
-			t.unlock(k + 1)
-			return err
-		}
-	}
-	return nil
-}
-
-func (t *Set) unlock(n int) {
-	for _, s := range t.stores[:n] {
-		s.mu.RUnlock()
-	}
-}
-
-// route splits indices by store into sc, range-checking each against Len.
-func (t *Set) route(op string, indices []int64, sc *setScratch) error {
-	n, m := len(indices), len(t.stores)
-	total := t.Len()
-	if cap(sc.shard) < n {
-		sc.shard, sc.slot = make([]int32, n), make([]int32, n)
-	}
-	sc.shard, sc.slot = sc.shard[:n], sc.slot[:n]
-	for len(sc.local) < m {
-		sc.local, sc.pos = append(sc.local, nil), append(sc.pos, nil)
-	}
-	for k := range m {
-		sc.local[k], sc.pos[k] = sc.local[k][:0], sc.pos[k][:0]
-	}
-	last := int64(m - 1)
-	for k, i := range indices {
-		if uint64(i) >= uint64(total) {
-			return errf(ErrIndexOutOfRange, "%s from a set of %d stores: index %d, length %d", op, m, i, total)
-		}
-		var s int64
-		if t.equal > 0 {
-			s = min(i/t.equal, last)
-		} else {
-			s = int64(sort.Search(m, func(j int) bool { return t.starts[j+1] > i }))
-		}
-		sc.shard[k], sc.slot[k] = int32(s), int32(len(sc.local[s]))
-		sc.local[s] = append(sc.local[s], i-t.starts[s])
-		sc.pos[s] = append(sc.pos[s], int32(k))
-	}
-	return nil
-}
-
-// locate routes indices and locates each store's records in its table
-// (Store.locate), with a gatherScratch per store in sc.gs and its chunks
-// in sc.cs.
-func (t *Set) locate(op string, indices []int64, sc *setScratch) error {
-	if err := t.route(op, indices, sc); err != nil {
-		return err
-	}
-	return t.locateRouted(op, sc)
-}
-
-// only returns the one of the m stores every routed index lies in, or -1.
-// (sc.local may hold more lists, left by a larger set.)
-func (sc *setScratch) only(m int) int {
-	found := -1
-	for s := range sc.local[:m] {
-		if len(sc.local[s]) > 0 {
-			if found >= 0 {
-				return -1
-			}
-			found = s
-		}
-	}
-	return found
-}
-
-// locateRouted is locate after route.
-func (t *Set) locateRouted(op string, sc *setScratch) error {
-	m := len(t.stores)
-	for len(sc.gs) < m {
-		sc.gs, sc.cs = append(sc.gs, nil), append(sc.cs, nil)
-	}
-	for s, st := range t.stores {
-		sc.cs[s] = nil
-		if len(sc.local[s]) == 0 {
-			continue
-		}
-		sc.gs[s] = getGatherScratch(len(sc.local[s]))
-		chunks, err := st.locate(op, sc.local[s], sc.gs[s])
-		if err != nil {
-			return err
-		}
-		sc.cs[s] = chunks
-	}
-	return nil
-}
-
-// release returns sc and the store scratches it took to their pools.
-func (sc *setScratch) release() {
-	for s, g := range sc.gs {
-		if g != nil {
-			gatherPool.Put(g)
-			sc.gs[s] = nil
-		}
-	}
-	for s := range sc.cs {
-		sc.cs[s] = nil
-	}
-	clear(sc.all)
-	sc.all = sc.all[:0]
-	setPool.Put(sc)
-}
-
-// entry returns the table entry of the call's k-th record.
-func (sc *setScratch) entry(k int) entry { return sc.gs[sc.shard[k]].locs[sc.slot[k]] }
-
-// cost is the fan-out weight of the located records, total logical bytes
-// (see Store.gatherCost).
-func (t *Set) cost(sc *setScratch, total int64) int64 {
-	cost := total
-	for s, st := range t.stores {
-		if len(sc.local[s]) > 0 && st.dec != nil {
-			cost += st.gatherCost(sc.gs[s].locs, 0)
-		}
-	}
-	return cost
-}
-
-// prepare gives every store's scratch staging for blocks workers and the
-// call's streaming decision.
-func (sc *setScratch) prepare(blocks int, total int64, workers int) {
-	for _, g := range sc.gs {
-		if g != nil {
-			g.prepare(blocks)
-			g.setStream(total, workers)
-		}
-	}
-}
-
-// fill writes the call's k-th record into out through its own store.
-func (t *Set) fill(sc *setScratch, w, k int, out []byte) error {
-	s, j := sc.shard[k], int(sc.slot[k])
-	return t.stores[s].fill(sc.gs[s], w, j, sc.cs[s], sc.local[s][j], out)
-}
-
-// Gather is Store.Gather over the set: record indices[k] (a global index)
-// lands in dst[k*stride:(k+1)*stride]. A batch whose records all lie in one
-// store (a set of one store, a sequential read) is that store's Gather of
-// the local indices.
-func (t *Set) Gather(indices []int64, dst []byte, stride int) (err error) {
-	defer recoverTo(&err, "gather")
-	n := len(indices)
-	if stride < 0 {
-		return errf(ErrInvalidArgument, "gather from a set: stride %d", stride)
-	}
-	if n == 0 {
-		return nil
-	}
-	if stride > 0 && n > len(dst)/stride {
-		return errf(ErrBufferTooSmall, "gather from a set: %d records of %d bytes need %d bytes, dst has %d", n, stride, int64(n)*int64(stride), len(dst))
-	}
-	sc := setPool.Get().(*setScratch)
-	defer sc.release()
-	if err := t.route("gather", indices, sc); err != nil {
-		return err
-	}
-	if s := sc.only(len(t.stores)); s >= 0 {
-		return t.stores[s].Gather(sc.local[s], dst, stride)
-	}
-	old := guardFaults()
-	defer restoreFaults(old)
-	if err := t.lock("gather"); err != nil {
-		return err
-	}
-	defer t.unlock(len(t.stores))
-	if err := t.locateRouted("gather", sc); err != nil {
-		return err
-	}
-	frames, v3, checked, plain := false, false, true, true
-	sc.base = sc.base[:0]
-	for s, st := range t.stores {
-		sc.base = append(sc.base, uint32(len(sc.all)))
-		sc.all = append(sc.all, sc.cs[s]...)
-		if len(sc.local[s]) == 0 {
-			continue
-		}
-		frames = frames || st.mayEncode()
-		v3 = v3 || st.lay.version == versionV3
-		c := st.checkRaws()
-		checked, plain = checked && c, plain && !c
-		for j, e := range sc.gs[s].locs {
-			if int64(e.logic) != int64(stride) {
-				return errf(ErrSizeMismatch, "gather from %s: record %d has %d bytes, stride is %d", st.dir, sc.local[s][j], e.logic, stride)
-			}
-		}
-	}
-	// One list of entries in call order, their chunk numbers moved into
-	// sc.all, the list of every store's chunks, for the copy loops; each
-	// block builds its own part of it.
-	g := getGatherScratch(n)
-	defer gatherPool.Put(g)
-	total := int64(n) * int64(stride)
-	workers := workersFor(t.cost(sc, total), n, fanOutBytes)
-	blocks := gatherBlocks(workers, n)
-	sc.prepare(blocks, total, workers)
-	g.setStream(total, workers)
-	return parallelBlocks(workers, blocks, "gather", func(w int) error {
-		lo, hi := n*w/blocks, n*(w+1)/blocks
-		for k := lo; k < hi; k++ {
-			s := sc.shard[k]
-			e := sc.gs[s].locs[sc.slot[k]]
-			e.chunk += sc.base[s]
-			g.locs[k] = e
-		}
-		if !canPrefetch {
-			g.touchRecords(sc.all)
-		}
-		limit := hi * stride // as in Store.Gather
-		g.prefetchFirst(sc.all, lo, hi)
-		for k := lo; k < hi; k++ {
-			switch {
-			case checked:
-				var sum uint32
-				var bad bool
-				if k, sum, bad = copyChecked(frames, g.locs, sc.all, dst, stride, k, hi, g.stream); bad {
-					s, j := sc.shard[k], sc.slot[k]
-					return t.stores[s].dataError(sc.local[s][j], sc.entry(k), sum)
-				}
-			case plain:
-				k = copyPlain(frames, v3, g.locs, sc.all, dst, stride, k, hi)
-			}
-			if k == hi {
-				break
-			}
-			if k+prefetchAhead < hi {
-				g.prefetch(sc.all, k+prefetchAhead)
-			}
-			off := k * stride
-			if err := t.fill(sc, w, k, dst[off:off+stride:limit]); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
-// Sizes is Store.Sizes over the set.
-func (t *Set) Sizes(indices []int64, sizes []int64) (err error) {
-	defer recoverTo(&err, "sizes")
-	old := guardFaults()
-	defer restoreFaults(old)
-	if err := t.lock("sizes"); err != nil {
-		return err
-	}
-	defer t.unlock(len(t.stores))
-	if len(sizes) < len(indices) {
-		return errf(ErrBufferTooSmall, "sizes from a set: %d slots for %d indices", len(sizes), len(indices))
-	}
-	if len(indices) == 0 {
-		return nil
-	}
-	sc := setPool.Get().(*setScratch)
-	defer sc.release()
-	if err := t.locate("sizes", indices, sc); err != nil {
-		return err
-	}
-	for k := range indices {
-		sizes[k] = int64(sc.entry(k).logic)
-	}
-	return nil
-}
-
-// GatherPacked is Store.GatherPacked over the set.
-func (t *Set) GatherPacked(indices []int64, dst []byte, offsets []int64) (err error) {
-	defer recoverTo(&err, "gather")
-	old := guardFaults()
-	defer restoreFaults(old)
-	if err := t.lock("gather"); err != nil {
-		return err
-	}
-	defer t.unlock(len(t.stores))
-	n := len(indices)
-	if n == 0 && len(offsets) <= 1 {
-		return nil
-	}
-	if err := checkOffsets(n, dst, offsets); err != nil {
-		return err
-	}
-	sc := setPool.Get().(*setScratch)
-	defer sc.release()
-	if err := t.locate("gather", indices, sc); err != nil {
-		return err
-	}
-	for k := range indices {
-		if e, want := sc.entry(k), offsets[k+1]-offsets[k]; int64(e.logic) != want {
-			s, j := sc.shard[k], sc.slot[k]
-			return errf(ErrSizeMismatch, "gather from %s: record %d has %d bytes, its slot has %d", t.stores[s].dir, sc.local[s][j], e.logic, want)
-		}
-	}
-	return t.fillPacked(sc, n, dst, offsets)
-}
-
-// GatherRagged is Store.GatherRagged over the set: the sizes and the bytes
-// come from one view of every store, under their read locks.
-func (t *Set) GatherRagged(indices []int64, sizes []int64, dst []byte) (needed int64, err error) {
-	defer recoverTo(&err, "gather")
-	old := guardFaults()
-	defer restoreFaults(old)
-	if err := t.lock("gather"); err != nil {
-		return 0, err
-	}
-	defer t.unlock(len(t.stores))
-	n := len(indices)
-	if len(sizes) < n {
-		return 0, errf(ErrBufferTooSmall, "gather from a set: %d size slots for %d indices", len(sizes), n)
-	}
-	if n == 0 {
-		return 0, nil
-	}
-	sc := setPool.Get().(*setScratch)
-	defer sc.release()
-	if err := t.locate("gather", indices, sc); err != nil {
-		return 0, err
-	}
-	op, offsets := pooledOffsets(n)
-	defer offsetsPool.Put(op)
-	for k := range indices {
-		sizes[k] = int64(sc.entry(k).logic)
-		offsets[k+1] = offsets[k] + sizes[k]
-	}
-	needed = offsets[n]
-	if needed > int64(len(dst)) {
-		return needed, nil
-	}
-	return needed, t.fillPacked(sc, n, dst, offsets)
-}
-
-// fillPacked fills the located records back to back at offsets, in blocks
-// of about equal bytes, as GatherPacked does for one store.
-func (t *Set) fillPacked(sc *setScratch, n int, dst []byte, offsets []int64) error {
-	total := offsets[n] - offsets[0]
-	workers := workersFor(t.cost(sc, total), n, fanOutBytes)
-	blocks := gatherBlocks(workers, n)
-	sc.prepare(blocks, total, workers)
-	return parallelBlocks(workers, blocks, "gather", func(w int) error {
-		lo := splitPoint(offsets, w, blocks)
-		hi := splitPoint(offsets, w+1, blocks)
-		limit := offsets[hi]
-		for k := lo; k < hi; k++ {
-			if err := t.fill(sc, w, k, dst[offsets[k]:offsets[k+1]:limit]); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
-// checkOffsets is GatherPacked's check of its offsets against n indices and
-// dst.
-func checkOffsets(n int, dst []byte, offsets []int64) error {
-	if len(offsets) != n+1 {
-		return errf(ErrInvalidArgument, "gather from a set: %d offsets for %d indices, want %d", len(offsets), n, n+1)
-	}
-	if offsets[0] < 0 {
-		return errf(ErrInvalidArgument, "gather from a set: offsets[0] is %d", offsets[0])
-	}
-	for k := 0; k < n; k++ {
-		if offsets[k+1] < offsets[k] {
-			return errf(ErrInvalidArgument, "gather from a set: offsets[%d]=%d below offsets[%d]=%d", k+1, offsets[k+1], k, offsets[k])
-		}
-	}
-	if offsets[n] > int64(len(dst)) {
-		return errf(ErrBufferTooSmall, "gather from a set: offsets end at %d, dst has %d bytes", offsets[n], len(dst))
-	}
-	return nil
-}
-
 // String names the set by its first store and its size.
 func (t *Set) String() string {
-	return fmt.Sprintf("set of %d stores from %s, %d records", len(t.stores), t.stores[0].dir, t.Len())
+	first := ""
+	if t.fixed != nil {
+		first = t.fixed[0].dir
+	} else {
+		first = t.shards[0].Dir
+	}
+	return fmt.Sprintf("set of %d stores from %s, %d records", t.count(), first, t.Len())
+}
+
+// storeOf returns the store whose range holds global index i, which is
+// below Len.
+func (t *Set) storeOf(i int64) int {
+	if t.equal > 0 {
+		return int(min(i/t.equal, int64(t.count()-1)))
+	}
+	lo, hi := 0, t.count()-1 // the store is in [lo, hi]
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if t.starts[mid+1] > i {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
 }

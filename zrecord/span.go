@@ -42,12 +42,6 @@ func (s *Store) Spans(indices []int64, chunk, off, length []uint32) (err error) 
 // three the span inside that store.
 func (t *Set) Spans(indices []int64, store, chunk, off, length []uint32) (err error) {
 	defer recoverTo(&err, "spans")
-	old := guardFaults()
-	defer restoreFaults(old)
-	if err := t.lock("spans"); err != nil {
-		return err
-	}
-	defer t.unlock(len(t.stores))
 	if err := spanBuffers("a set", len(indices), chunk, off, length); err != nil {
 		return err
 	}
@@ -57,14 +51,19 @@ func (t *Set) Spans(indices []int64, store, chunk, off, length []uint32) (err er
 	if len(indices) == 0 {
 		return nil
 	}
-	sc := setPool.Get().(*setScratch)
-	defer sc.release()
-	if err := t.locate("spans", indices, sc); err != nil {
+	old := guardFaults()
+	defer restoreFaults(old)
+	c := getSetCall(len(indices))
+	defer c.put()
+	if err := t.route("spans", indices, c); err != nil {
+		return err
+	}
+	if err := t.locateRounds("spans", c, nil); err != nil {
 		return err
 	}
 	for k := range indices {
-		e := sc.entry(k)
-		store[k], chunk[k], off[k], length[k] = uint32(sc.shard[k]), e.chunk, e.off, e.phys
+		e := c.entry(k)
+		store[k], chunk[k], off[k], length[k] = uint32(c.ks[c.grp[k]]), e.chunk, e.off, e.phys
 	}
 	return nil
 }

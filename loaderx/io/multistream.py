@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from loaderx.store import _cache, _native, _remote, shards
 from loaderx.store._cache import CacheOptions
-from loaderx.store.dataset import DenseDataset, RaggedDataset
+from loaderx.store.dataset import DenseDataset, RaggedDataset, check_max_open_shards
 
 if TYPE_CHECKING:
     from loaderx._args import IndexLike, PathLike
@@ -83,11 +83,17 @@ class MSDataset(Mapping):
         columns: the streams to open, in this order; all (sorted by name)
             by default.
         writable: open every stream writable, for :meth:`delete`.
+        max_open_shards: for a sharded multi-stream dataset, the most
+            shards of each stream kept open at once (see
+            :class:`DenseDataset`); None for the default, a limit shared by
+            every stream and sharded dataset of the process. A directory of
+            single stores ignores it.
 
     Raises:
         FileNotFoundError: ``path`` holds no stores.
         KeyError: a requested stream does not exist.
-        ValueError: the streams differ in length (naming each length).
+        ValueError: the streams differ in length (naming each length), or
+            ``max_open_shards`` is below 1 (TypeError: not an int).
     """
 
     def __init__(
@@ -98,7 +104,9 @@ class MSDataset(Mapping):
         writable: bool = False,
         cache: CacheOptions | None = None,
         storage_options: dict[str, Any] | None = None,
+        max_open_shards: int | None = None,
     ) -> None:
+        self._max_open = check_max_open_shards(max_open_shards)
         self._url: str | None = None
         self._remote: tuple[CacheOptions | None, dict[str, Any] | None] = (cache, storage_options)
         if _cache.is_url(path):
@@ -128,7 +136,7 @@ class MSDataset(Mapping):
                 sub = os.path.join(self._path, name)
                 kind = kinds[name] if sharded else _native.schema_read(sub)[0]
                 cls = RaggedDataset if kind == "ragged" else DenseDataset
-                self._streams[name] = cls(sub, writable=writable)
+                self._streams[name] = cls(sub, writable=writable, max_open_shards=self._max_open)
             lengths = {name: len(s) for name, s in self._streams.items()}  # records per stream
             if len(set(lengths.values())) > 1:
                 raise ValueError(
@@ -195,19 +203,19 @@ class MSDataset(Mapping):
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self._url is not None:
-            return (_reopen_remote, (self._url, list(self._streams), *self._remote))
+            return (_reopen_remote, (self._url, list(self._streams), *self._remote, self._max_open))
         writable = any(getattr(s, "writable", False) for s in self._streams.values())
-        return (_reopen, (self._path, list(self._streams), writable))
+        return (_reopen, (self._path, list(self._streams), writable, self._max_open))
 
     # Mapping's equality compares contents; identity is what a dataset means.
     __eq__ = object.__eq__
     __hash__ = object.__hash__
 
 
-def _reopen(path: str, columns: list[str], writable: bool) -> MSDataset:
-    return MSDataset(path, columns, writable=writable)
+def _reopen(path: str, columns: list[str], writable: bool, max_open: int | None = None) -> MSDataset:
+    return MSDataset(path, columns, writable=writable, max_open_shards=max_open)
 
 
 def _reopen_remote(url: str, columns: list[str], cache: CacheOptions | None,
-                   storage: dict[str, Any] | None) -> MSDataset:
-    return MSDataset(url, columns, cache=cache, storage_options=storage)
+                   storage: dict[str, Any] | None, max_open: int | None = None) -> MSDataset:
+    return MSDataset(url, columns, cache=cache, storage_options=storage, max_open_shards=max_open)

@@ -87,6 +87,8 @@ __all__ = [
     "store_open",
     "store_close",
     "store_close_unsynced",
+    "set_open",
+    "set_open_shards",
     "store_len",
     "store_codec",
     "store_append_packed",
@@ -117,7 +119,7 @@ __all__ = [
 ]
 
 #: The version of the C ABI this module is written for (LX_ABI_VERSION).
-ABI_VERSION = 5
+ABI_VERSION = 6
 
 #: Bytes of the per-thread error buffer (struct lx_error: the error number,
 #: then the message).
@@ -624,6 +626,38 @@ def set_open(handles: list[int]) -> int:
     stores); on failure they stay open and the caller still owns them."""
     hs = np.ascontiguousarray(handles, dtype=np.int64)
     return _call(lib.lx_set_open, _from_buffer(_I64_ARRAY, hs), len(hs), _OUT)
+
+
+def set_open_shards(
+    root: str | os.PathLike[str],
+    stream: str,
+    names: Sequence[str],
+    lengths: np.ndarray,
+    schema: tuple[str, str, Sequence[int]],
+    max_open: int = 0,
+) -> int:
+    """One read-only dataset of the shards ``names`` (in order) of the
+    sharded dataset at ``root``, shard ``k`` being the store
+    ``root/names[k]/stream`` (``stream`` ``""``: ``root/names[k]``) of
+    ``lengths[k]`` records (int64), every one of the ``(kind, dtype,
+    shape)`` ``schema``. No shard is opened here: each opens when a read
+    needs it and is checked then against the schema and its length
+    (:class:`CorruptStoreError` naming the shard), and at most ``max_open``
+    stay open at once (0: the library's process-wide default). The handle
+    takes global indices in the read calls, as :func:`set_open`'s does."""
+    r = _cpath(root, "root")
+    st = _cstr(stream, "stream")
+    if isinstance(max_open, bool) or not isinstance(max_open, int):
+        raise TypeError(f"max_open must be an int, not {type(max_open).__name__}")
+    joined = "\0".join(names).encode("utf-8")
+    lens = _i64_view(lengths, "lengths")
+    if len(lens) != len(names):
+        raise ValueError(f"lengths must hold len(names) = {len(names)} values, not {len(lens)}")
+    kind, dtype, shape, ndim = _create_schema_args(schema)
+    return _call(
+        lib.lx_set_open_shards, r, st, _byte_view(joined, "names"), len(joined), len(names), lens, kind, dtype,
+        shape, ndim, max_open, _OUT,
+    )
 
 
 def store_close_unsynced(h: int) -> None:

@@ -117,32 +117,38 @@ def _manifest_schema(path: str, want: str, m: shards.Manifest, stream: str) -> t
     return dtype, info.item_shape
 
 
-def _open_shards(path: str, want: str, resolved: tuple[str, str, shards.Manifest]) -> int:
-    """Open every shard of a sharded dataset (or of one stream of it) and
-    make one set handle of them, each shard checked against the manifest."""
+def _open_shards(resolved: tuple[str, str, shards.Manifest], max_open: int | None) -> int:
+    """One set handle of the shards of a sharded dataset (or of one stream
+    of it), opening none of them: each opens when a read first needs it,
+    and is checked then against the manifest (missing, another schema or
+    length, replaced since: CorruptStoreError naming it), and at most
+    ``max_open`` stay open (None: the library's process-wide default)."""
     root, stream, m = resolved
-    handles: list[int] = []
-    try:
-        for shard, sub in zip(m.shards, m.shard_paths(root, stream), strict=True):
-            if not os.path.isdir(sub):
-                raise CorruptStoreError(f"sharded dataset {root!r}: shard {shard.name!r} is missing ({sub!r})")
-            try:
-                kind, dtype_str, shape = _native.schema_read(sub)
-            except (FileNotFoundError, ValueError) as e:
-                raise CorruptStoreError(
-                    f"sharded dataset {root!r}: shard {shard.name!r} has no readable schema: {e}"
-                ) from None
-            h = _native.store_open(sub, readonly=True)
-            handles.append(h)
-            shards.check_shard(root, m, shard, stream, kind, dtype_str, tuple(shape), int(_native.store_len(h)))
-        if not handles:
-            raise CorruptStoreError(f"sharded dataset {root!r}: its manifest names no shards")
-        h = _native.set_open(handles)
-    except BaseException:
-        for h in handles:
-            _native.store_close(h)
-        raise
-    return h
+    if not m.shards:
+        raise CorruptStoreError(f"sharded dataset {root!r}: its manifest names no shards")
+    info = m.streams[stream]
+    lengths = np.fromiter((s.length for s in m.shards), dtype=np.int64, count=len(m.shards))
+    return _native.set_open_shards(
+        root, stream, [s.name for s in m.shards], lengths, (info.kind, info.dtype, info.item_shape), max_open or 0
+    )
+
+
+def check_max_open_shards(value: Any) -> int | None:
+    """``max_open_shards`` as given, or ValueError (TypeError for a value
+    that is not an int) quoting it."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(
+            f"max_open_shards={value!r}: want a positive int (the most shards kept open at once) or None "
+            "for the default"
+        )
+    if value < 1:
+        raise ValueError(
+            f"max_open_shards={value!r}: want a positive int (the most shards kept open at once) or None "
+            "for the default"
+        )
+    return int(value)
 
 
 def _size_faults(h: int, want: str, stride: int, start: int, schema_file: str, damaged: set[int]) -> list[Fault]:
@@ -279,6 +285,9 @@ class _StoreView(StoreHandle):
     #: the mirror in the local cache of a dataset in object storage, else None
     _tree: _remote.RemoteTree | None = None
 
+    #: the most shards of a sharded dataset kept open at once (None: the default)
+    _max_open: int | None = None
+
     def __init__(
         self,
         path: PathLike,
@@ -286,7 +295,9 @@ class _StoreView(StoreHandle):
         writable: bool = False,
         cache: CacheOptions | None = None,
         storage_options: dict[str, Any] | None = None,
+        max_open_shards: int | None = None,
     ) -> None:
+        max_open = check_max_open_shards(max_open_shards)
         tree = None
         if _cache.is_url(path):
             if writable:
@@ -302,6 +313,7 @@ class _StoreView(StoreHandle):
         else:
             tree = _remote.tree_of(os.fspath(path))  # a path inside a mirror (a stream of a remote MSDataset)
         super().__init__(path)
+        self._max_open = max_open
         self._tree = tree  # the mirror is on disk now; _load makes the handle's guard
         self._writable = bool(writable)
         resolved = shards.resolve(self._path)
@@ -341,7 +353,7 @@ class _StoreView(StoreHandle):
         if resolved is not None:
             dtype, item_shape = _manifest_schema(self._path, self._kind, resolved[2], resolved[1])
             try:
-                handle = _open_shards(self._path, self._kind, resolved)
+                handle = _open_shards(resolved, self._max_open)
             except CorruptStoreError as e:
                 if self._sharded is not None and _replaced_since(resolved):
                     raise CorruptStoreError(
@@ -364,6 +376,14 @@ class _StoreView(StoreHandle):
                 self.close()
                 raise
             _native.store_set_verify(handle, True)
+
+    def _adopt(self, handle: int) -> None:
+        if self._sharded is None:
+            super()._adopt(handle)
+            return
+        # A sharded dataset's codec is that of every shard, which would open
+        # them all: it is learned when first asked for (__getattr__).
+        self._handle = handle
 
     def _mirror_stores(self, h: int) -> list[tuple[str, int, int]]:
         """``(store directory, first index, length)`` of each store behind
@@ -487,10 +507,17 @@ class _StoreView(StoreHandle):
 
     def __getattr__(self, name: str) -> Any:
         # Reached only for attributes not set yet: the schema's, on an
-        # unpickled dataset that has not been used (see StoreHandle).
-        if name in _SCHEMA_ATTRS and self.__dict__.get("_deferred_open"):
-            self._open_deferred()
-            return self.__dict__[name]
+        # unpickled dataset that has not been used (see StoreHandle), and
+        # a sharded dataset's codec, which takes opening every shard.
+        d = self.__dict__
+        if name in _SCHEMA_ATTRS:
+            if d.get("_deferred_open"):
+                self._open_deferred()
+                if name in d:
+                    return d[name]
+            if name == "_codec" and d.get("_sharded") is not None:
+                codec = d["_codec"] = str(_native.store_codec(self._h))
+                return codec
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
@@ -535,10 +562,10 @@ class _StoreView(StoreHandle):
             return f"{name}({where!r}, not opened yet)"
         if self._handle is None:
             return f"{name}({where!r}, closed)"
-        return (
-            f"{name}({where!r}, len={len(self)}, dtype={self._dtype}, "
-            f"item_shape={self._item_shape}, codec={self._codec!r})"
-        )
+        # a sharded dataset's codec would take opening every shard
+        sharded = self._sharded
+        last = f"shards={len(sharded[2].shards)}" if sharded is not None else f"codec={self._codec!r}"
+        return f"{name}({where!r}, len={len(self)}, dtype={self._dtype}, item_shape={self._item_shape}, {last})"
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Only the path: handles do not survive a process boundary, and
@@ -553,28 +580,31 @@ class _StoreView(StoreHandle):
         if self._tree is not None:
             t = self._tree
             return (_reopen_remote, (type(self), t.url, os.path.relpath(self._path, t.local), t.opts, t.storage,
-                                     t.gen_dir))
+                                     t.gen_dir, self._max_open))
         if self._sharded is not None:
-            return (_reopen_sharded, (type(self), self._path, self._sharded))
+            return (_reopen_sharded, (type(self), self._path, self._sharded, self._max_open))
         return (type(self)._deferred, (self._path,))
 
 
-def _reopen_remote(cls: type, url: str, rel: str, opts: CacheOptions, storage: dict[str, Any], gen: str) -> Any:
+def _reopen_remote(cls: type, url: str, rel: str, opts: CacheOptions, storage: dict[str, Any], gen: str,
+                   max_open: int | None = None) -> Any:
     tree, local = _remote.open_tree(url, opts, storage)
     if tree.gen_dir != gen:
         raise CorruptStoreError(
             f"the objects under {url!r} changed after the dataset was opened (and pickled): open it again"
         )
-    return cls(local if rel == "." else os.path.join(local, rel))
+    return cls(local if rel == "." else os.path.join(local, rel), max_open_shards=max_open)
 
 
 def _reopen_writable(cls: type, path: str) -> Any:
     return cls(path, writable=True)
 
 
-def _reopen_sharded(cls: type, path: str, resolved: tuple[str, str, shards.Manifest]) -> Any:
+def _reopen_sharded(cls: type, path: str, resolved: tuple[str, str, shards.Manifest],
+                    max_open: int | None = None) -> Any:
     obj = cls._deferred(path)
     obj._sharded = resolved
+    obj._max_open = max_open
     obj._header_length = resolved[2].length
     return obj
 
@@ -614,6 +644,26 @@ class DenseDataset(_StoreView):
             ``session_token``, ``region``, ``profile``, ``allow_http``,
             ``timeout``, ``retries``); the ``AWS_*`` environment and the AWS
             shared files otherwise.
+        max_open_shards: for a sharded dataset, the most shards kept open
+            at once (a positive int). None, the default, shares the
+            library's process-wide limit with every sharded dataset opened
+            without one: a fifth of ``vm.max_map_count``, 13,106 shards at
+            Linux's default of 65,530 (``zrecord.DefaultMaxOpen``), so a
+            dataset of 10,000 shards stays open whole. An open shard holds
+            one memory mapping per chunk file and table segment and no file
+            descriptor; a lower cap bounds the mappings, at the cost of
+            opening shards again as reads come back to them. A single store
+            ignores it.
+
+    A sharded dataset opens no shard when it is made: a shard opens at the
+    first read that needs it and is checked then against the manifest (its
+    schema and length), and each read costs in proportion to its batch,
+    whatever the number of shards. The least recently used shards are
+    closed when more than the cap would be open, and a shard opened again
+    must be the one first opened: a shard missing, replaced or rewritten
+    while the dataset is open (a commit that replaced the dataset's shards,
+    say) fails the read that needs it with CorruptStoreError naming it,
+    never other records.
 
     A dataset at a URL fetches its headers and tables when it is made;
     its record bytes come page by page as reads need them, each page
@@ -635,7 +685,9 @@ class DenseDataset(_StoreView):
 
     Raises:
         FileNotFoundError: nothing (or no store) at ``path``.
-        ValueError: the store is ragged, or has no schema (a raw Zrecord).
+        ValueError: the store is ragged, or has no schema (a raw Zrecord),
+            or ``max_open_shards`` is below 1.
+        TypeError: ``max_open_shards`` is not an int.
         loaderx.errors.CorruptStoreError: the store or its schema is damaged
             (also raised by a read that finds a record of the wrong size).
     """
@@ -849,10 +901,14 @@ class RaggedDataset(_StoreView):
         writable: open for :meth:`append`, :meth:`delete` and
             :meth:`compact` (one writer per store at a time).
         cache, storage_options: for a URL, as for :class:`DenseDataset`.
+        max_open_shards: for a sharded dataset, the most shards kept open at
+            once, as for :class:`DenseDataset`.
 
     Raises:
         FileNotFoundError: nothing (or no store) at ``path``.
-        ValueError: the store is dense, or has no schema (a raw Zrecord).
+        ValueError: the store is dense, or has no schema (a raw Zrecord),
+            or ``max_open_shards`` is below 1.
+        TypeError: ``max_open_shards`` is not an int.
     """
 
     _kind = "ragged"

@@ -1,0 +1,402 @@
+package zrecord
+
+import (
+	"sync"
+)
+
+// The stores a lazy Set (OpenSet) has open, and which it closes when it
+// needs room: a cache of open stores with a cap, least recently used first
+// out, shared by every lazy set made without WithMaxOpen (their stores
+// count against one process-wide cap, since the limits it protects, the
+// process's mappings and descriptors, are the process's), private to a set
+// made with it.
+//
+// A call pins the stores it reads (acquire) and unpins them when it
+// returns (release); a pinned store is never closed, so eviction cannot
+// pull a store from under a read. The cap is hard: a call that needs more
+// stores opened than there is room for, with every other open store pinned
+// by calls in flight, unpins its own and waits until a call releases some
+// (it holds nothing while it waits, so calls cannot wait on each other in a
+// circle), and a call that reads more stores than the cap does so in rounds
+// (set.go). Opening a store (the caller's Opener, file I/O) and closing an
+// evicted one (unmapping) happen outside the cache's mutex; a position being
+// opened is marked, so two calls never open the same store at once.
+
+// storeCache holds the open stores of the lazy sets that share it.
+type storeCache struct {
+	mu   sync.Mutex
+	cond sync.Cond // signalled (with gen raised) when pins drop, stores open or sets close
+	max  int       // the most stores open (or being opened) at once
+	open int       // stores open or being opened
+	gen  uint64    // raised at every event that may make room
+	wait int       // calls waiting for room
+	// head is the most recently used open store, tail the least.
+	head, tail *openStore
+}
+
+// openStore is one open store of a lazy set, in its cache's list.
+type openStore struct {
+	set        *Set
+	k          int // its position in the set
+	st         *Store
+	pins       int // calls using it now
+	prev, next *openStore
+}
+
+func newStoreCache(max int) *storeCache {
+	c := &storeCache{max: max}
+	c.cond.L = &c.mu
+	return c
+}
+
+// sharedCache is the cache of every lazy set made without WithMaxOpen.
+var sharedCache = sync.OnceValue(func() *storeCache { return newStoreCache(DefaultMaxOpen()) })
+
+// pushFront puts n at the head of the list.
+func (c *storeCache) pushFront(n *openStore) {
+	n.prev, n.next = nil, c.head
+	if c.head != nil {
+		c.head.prev = n
+	}
+	c.head = n
+	if c.tail == nil {
+		c.tail = n
+	}
+}
+
+// unlink takes n out of the list.
+func (c *storeCache) unlink(n *openStore) {
+	if n.prev != nil {
+		n.prev.next = n.next
+	} else {
+		c.head = n.next
+	}
+	if n.next != nil {
+		n.next.prev = n.prev
+	} else {
+		c.tail = n.prev
+	}
+	n.prev, n.next = nil, nil
+}
+
+// touch makes n the most recently used.
+func (c *storeCache) touch(n *openStore) {
+	if c.head != n {
+		c.unlink(n)
+		c.pushFront(n)
+	}
+}
+
+// evict drops n, which no call pins, from the cache and its set, and
+// returns its store for the caller to close once it has let go of mu.
+func (c *storeCache) evict(n *openStore) *Store {
+	c.unlink(n)
+	n.set.slots[n.k].node = nil
+	c.open--
+	c.gen++
+	return n.st
+}
+
+// makeRoom evicts unpinned stores, least recently used first, until need
+// more fit under the cap or none is left to evict, and appends the evicted
+// stores to out.
+func (c *storeCache) makeRoom(need int, out []*Store) []*Store {
+	for n := c.tail; n != nil && c.open+need > c.max; {
+		prev := n.prev
+		if n.pins == 0 {
+			out = append(out, c.evict(n))
+		}
+		n = prev
+	}
+	return out
+}
+
+// signal wakes the calls waiting for room.
+func (c *storeCache) signal() {
+	c.gen++
+	if c.wait > 0 {
+		c.cond.Broadcast()
+	}
+}
+
+// closeStores closes stores a cache let go of. They were read-only and no
+// call uses them, so nothing is lost if closing one fails.
+func closeStores(sts []*Store) {
+	for _, st := range sts {
+		_ = st.Close()
+	}
+}
+
+// setSlot is what a lazy set knows of the store at one position; guarded
+// by the cache's mu.
+type setSlot struct {
+	node    *openStore // the open store, nil when it is not open
+	opening bool       // a call is opening it
+	// seen: the store has been opened once, and ident is what it was then.
+	seen  bool
+	ident storeIdentity
+	codec Codec // the store's codec, once seen
+	// res is the residency map SetResidency gave the position, applied to
+	// the store whenever it opens; nil for none.
+	res *residencyMap
+}
+
+// residencyMap is what SetResidency takes.
+type residencyMap struct {
+	held []byte
+	base []int64
+	page int64
+}
+
+// acquire pins the stores at positions ks (distinct) of a lazy set,
+// opening those that are not open, and writes them to sts. On error
+// nothing stays pinned. The caller releases them with release.
+func (t *Set) acquire(op string, ks []int32, sts []*Store) error {
+	if t.fixed != nil {
+		for j, k := range ks {
+			sts[j] = t.fixed[k]
+		}
+		return nil
+	}
+	c := t.cache
+	var evicted []*Store
+	need := 0
+	c.mu.Lock()
+	for {
+		if t.closed {
+			c.mu.Unlock()
+			closeStores(evicted)
+			return errf(ErrClosed, "%s from %s", op, t)
+		}
+		busy := false
+		for _, k := range ks {
+			if t.slots[k].opening {
+				busy = true
+				break
+			}
+		}
+		need = 0
+		if !busy {
+			for j, k := range ks {
+				if n := t.slots[k].node; n != nil {
+					n.pins++
+					c.touch(n)
+					sts[j] = n.st
+				} else {
+					sts[j] = nil
+					need++
+				}
+			}
+			if need == 0 {
+				c.mu.Unlock()
+				closeStores(evicted)
+				return nil
+			}
+			evicted = c.makeRoom(need, evicted)
+			if c.open+need <= c.max {
+				break
+			}
+			// Every other open store is pinned by calls in flight: let
+			// go of ours and wait for one of them to return.
+			for j, k := range ks {
+				if sts[j] != nil {
+					t.slots[k].node.pins--
+				}
+			}
+		}
+		gen := c.gen
+		if len(evicted) > 0 {
+			c.mu.Unlock()
+			closeStores(evicted)
+			evicted = nil
+			c.mu.Lock()
+			if c.gen != gen {
+				continue
+			}
+		}
+		c.wait++
+		c.cond.Wait()
+		c.wait--
+	}
+	for j, k := range ks {
+		if sts[j] == nil {
+			t.slots[k].opening = true
+		}
+	}
+	c.open += need
+	c.mu.Unlock()
+	closeStores(evicted)
+
+	// Open what is missing, outside the lock.
+	opened := make([]*Store, len(ks))
+	var first error
+	for j, k := range ks {
+		if sts[j] == nil && first == nil {
+			var err error
+			if opened[j], err = t.openStore(int(k)); err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+
+	var drop []*Store
+	fresh := make([]*openStore, len(ks))
+	c.mu.Lock()
+	for j, k := range ks {
+		if sts[j] != nil {
+			continue // pinned above
+		}
+		sl := &t.slots[k]
+		sl.opening = false
+		st := opened[j]
+		if st != nil && !t.closed {
+			if err := t.admit(sl, int(k), st); err != nil {
+				if first == nil {
+					first = err
+				}
+				drop, st = append(drop, st), nil
+			}
+		}
+		if st == nil || t.closed {
+			if st != nil {
+				drop = append(drop, st)
+			}
+			c.open--
+			continue
+		}
+		n := &openStore{set: t, k: int(k), st: st}
+		sl.node = n
+		c.pushFront(n)
+		fresh[j] = n
+	}
+	if first == nil && t.closed {
+		first = errf(ErrClosed, "%s from %s", op, t)
+	}
+	for j, k := range ks {
+		switch {
+		case first == nil && fresh[j] != nil:
+			fresh[j].pins = 1
+			sts[j] = fresh[j].st
+		case first != nil && sts[j] != nil:
+			t.slots[k].node.pins-- // nothing stays pinned; what opened stays in the cache
+			sts[j] = nil
+		}
+	}
+	c.signal()
+	c.mu.Unlock()
+	closeStores(drop)
+	return first
+}
+
+// admit checks a store just opened for position k against what the set
+// knows of the position, and gives it the set's residency map and
+// verification setting. The caller holds the cache's mu; on error the
+// caller closes st.
+func (t *Set) admit(sl *setSlot, k int, st *Store) error {
+	if sl.seen {
+		if why := sl.ident.differs(st.ident); why != "" {
+			return errf(ErrCorrupt, "%s (store %d of a set of %d) changed since the set first opened it: %s; it was replaced or rewritten while the set was open, so its records are not the ones the set was made with: open the set again",
+				st.dir, k, t.count(), why)
+		}
+	}
+	if sl.res != nil {
+		if err := st.SetResidency(sl.res.held, sl.res.base, sl.res.page); err != nil {
+			return err
+		}
+	}
+	switch t.verify {
+	case 1:
+		st.SetVerify(true)
+	case 2:
+		st.SetVerify(false)
+	}
+	if !sl.seen {
+		sl.seen, sl.ident, sl.codec = true, st.ident, st.codec
+	}
+	return nil
+}
+
+// openStore opens the store at position k with the set's opener and checks
+// that it is a read-only store of the length the set was made with.
+// Running out of descriptors or mappings is reported naming the limit
+// (limitError).
+func (t *Set) openStore(k int) (st *Store, err error) {
+	defer recoverTo(&err, "open "+t.shards[k].Dir)
+	sh := t.shards[k]
+	st, err = t.opener(k, sh.Dir)
+	if err != nil {
+		return nil, t.limitError(err, sh.Dir)
+	}
+	if st == nil {
+		return nil, errf(ErrInvalidArgument, "set: the opener returned no store and no error for %s", sh.Dir)
+	}
+	switch {
+	case !st.readOnly:
+		err = errf(ErrInvalidArgument, "set: the opener opened %s writable; a lazy set's stores are opened read-only (WithReadOnly), since the set closes them when it needs room", sh.Dir)
+	case st.Len() != sh.Len:
+		err = errf(ErrCorrupt, "%s (store %d of a set of %d) holds %d records, the set was made with %d", sh.Dir, k, t.count(), st.Len(), sh.Len)
+	}
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return st, nil
+}
+
+// release unpins the stores at positions ks, which acquire pinned. The
+// stores of a set closed meanwhile are closed once no call pins them.
+func (t *Set) release(ks []int32) {
+	if t.fixed != nil {
+		return
+	}
+	c := t.cache
+	var drop []*Store
+	c.mu.Lock()
+	for _, k := range ks {
+		n := t.slots[k].node
+		n.pins--
+		if n.pins == 0 && t.closed {
+			drop = append(drop, c.evict(n))
+		}
+	}
+	c.signal()
+	c.mu.Unlock()
+	closeStores(drop)
+}
+
+// closeLazy closes a lazy set: every store no call pins now, and the others
+// as the calls that pin them return. Calls after it fail with ErrClosed.
+func (t *Set) closeLazy() error {
+	c := t.cache
+	var drop []*Store
+	c.mu.Lock()
+	if t.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	for k := range t.slots {
+		if n := t.slots[k].node; n != nil && n.pins == 0 {
+			drop = append(drop, c.evict(n))
+		}
+	}
+	c.signal()
+	c.mu.Unlock()
+	var first error
+	for _, st := range drop {
+		if err := st.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// openNodes calls fn with each store of the set open now, for a setting
+// that applies to each (SetVerify); the caller holds the cache's mu.
+func (t *Set) openNodes(fn func(*Store)) {
+	for n := t.cache.head; n != nil; n = n.next {
+		if n.set == t {
+			fn(n.st)
+		}
+	}
+}
