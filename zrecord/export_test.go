@@ -154,3 +154,32 @@ func LiteralForms(recs [][]byte) (chosen, huff, plain [][]byte, err error) {
 	}
 	return chosen, huff, plain, nil
 }
+
+// SetOpenNow is how many of the lazy set t's stores are open now, and how
+// many stores its cache holds open or opening (those of every set sharing
+// it).
+func SetOpenNow(t *Set) (mine, cache int) {
+	c := t.cache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for n := c.head; n != nil; n = n.next {
+		if n.set == t {
+			mine++
+		}
+	}
+	return mine, c.open
+}
+
+// SetPinned is how many pins the lazy set t's open stores hold.
+func SetPinned(t *Set) int {
+	c := t.cache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pins := 0
+	for n := c.head; n != nil; n = n.next {
+		if n.set == t {
+			pins += n.pins
+		}
+	}
+	return pins
+}

@@ -250,12 +250,11 @@ func (t *Set) codecOf(k int) (Codec, bool) {
 	if seen {
 		return c, true
 	}
-	ks := []int32{int32(k)}
-	sts := make([]*Store, 1)
-	if err := t.acquire("codec", ks, sts); err != nil {
+	ks, sts, nodes := []int32{int32(k)}, make([]*Store, 1), make([]*openStore, 1)
+	if err := t.acquire("codec", ks, sts, nodes); err != nil {
 		return 0, false
 	}
-	defer t.release(ks)
+	defer t.release(nodes)
 	return sts[0].codec, true
 }
 
@@ -312,15 +311,14 @@ func (t *Set) Stats() (Stats, error) {
 
 // each calls fn with every store in order, each pinned for the call.
 func (t *Set) each(op string, fn func(k int, s *Store) error) error {
-	ks := []int32{0}
-	sts := make([]*Store, 1)
+	ks, sts, nodes := []int32{0}, make([]*Store, 1), make([]*openStore, 1)
 	for k := range t.count() {
 		ks[0] = int32(k)
-		if err := t.acquire(op, ks, sts); err != nil {
+		if err := t.acquire(op, ks, sts, nodes); err != nil {
 			return err
 		}
 		err := fn(k, sts[0])
-		t.release(ks)
+		t.release(nodes)
 		if err != nil {
 			return err
 		}
@@ -334,12 +332,11 @@ func (t *Set) withStore(op string, k int, fn func(s *Store) error) error {
 	if k < 0 || k >= t.count() {
 		return errf(ErrInvalidArgument, "%s: store %d of a set of %d stores", op, k, t.count())
 	}
-	ks := []int32{int32(k)}
-	sts := make([]*Store, 1)
-	if err := t.acquire(op, ks, sts); err != nil {
+	ks, sts, nodes := []int32{int32(k)}, make([]*Store, 1), make([]*openStore, 1)
+	if err := t.acquire(op, ks, sts, nodes); err != nil {
 		return err
 	}
-	defer t.release(ks)
+	defer t.release(nodes)
 	return fn(sts[0])
 }
 

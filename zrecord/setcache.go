@@ -148,25 +148,51 @@ type residencyMap struct {
 	page int64
 }
 
-// acquire pins the stores at positions ks (distinct) of a lazy set,
-// opening those that are not open, and writes them to sts. On error
-// nothing stays pinned. The caller releases them with release.
-func (t *Set) acquire(op string, ks []int32, sts []*Store) error {
+// acquire pins the stores at positions ks (distinct) of the set, opening
+// those that are not open, and writes them to sts and their cache entries
+// to nodes (nil for an eager set, whose stores are always open). On error
+// nothing stays pinned. The caller unpins them with release(nodes).
+func (t *Set) acquire(op string, ks []int32, sts []*Store, nodes []*openStore) error {
 	if t.fixed != nil {
 		for j, k := range ks {
-			sts[j] = t.fixed[k]
+			sts[j], nodes[j] = t.fixed[k], nil
 		}
 		return nil
 	}
+	need, err := t.reserve(op, ks, sts, nodes)
+	if err != nil || need == 0 {
+		return err
+	}
+	// Open what is missing, outside the lock; the positions are marked
+	// as being opened and their room is reserved.
+	opened := make([]*Store, len(ks))
+	var first error
+	for j, k := range ks {
+		if nodes[j] == nil && first == nil {
+			var err error
+			if opened[j], err = t.openStore(int(k)); err != nil {
+				first = err
+			}
+		}
+	}
+	return t.install(op, ks, sts, nodes, opened, first)
+}
+
+// reserve pins the stores of ks that are open (their nodes and stores into
+// nodes and sts; nil for the others), and reserves room in the cache for
+// the others, evicting unpinned stores as needed, and marks them as being
+// opened; it returns how many there are. While a store of ks is being
+// opened by another call, or every other open store is pinned so that
+// there is no room, it holds nothing and waits.
+func (t *Set) reserve(op string, ks []int32, sts []*Store, nodes []*openStore) (need int, err error) {
 	c := t.cache
 	var evicted []*Store
-	need := 0
+	defer func() { closeStores(evicted) }() // after the unlock below
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	for {
 		if t.closed {
-			c.mu.Unlock()
-			closeStores(evicted)
-			return errf(ErrClosed, "%s from %s", op, t)
+			return 0, errf(ErrClosed, "%s from %s", op, t)
 		}
 		busy := false
 		for _, k := range ks {
@@ -175,39 +201,45 @@ func (t *Set) acquire(op string, ks []int32, sts []*Store) error {
 				break
 			}
 		}
-		need = 0
 		if !busy {
+			need = 0
 			for j, k := range ks {
-				if n := t.slots[k].node; n != nil {
+				n := t.slots[k].node
+				if n != nil {
 					n.pins++
 					c.touch(n)
-					sts[j] = n.st
+					sts[j], nodes[j] = n.st, n
 				} else {
-					sts[j] = nil
+					sts[j], nodes[j] = nil, nil
 					need++
 				}
 			}
 			if need == 0 {
-				c.mu.Unlock()
-				closeStores(evicted)
-				return nil
+				return 0, nil
 			}
 			evicted = c.makeRoom(need, evicted)
 			if c.open+need <= c.max {
-				break
+				for j, k := range ks {
+					if nodes[j] == nil {
+						t.slots[k].opening = true
+					}
+				}
+				c.open += need
+				return need, nil
 			}
-			// Every other open store is pinned by calls in flight: let
-			// go of ours and wait for one of them to return.
-			for j, k := range ks {
-				if sts[j] != nil {
-					t.slots[k].node.pins--
+			// Every other open store is pinned by calls in flight: let go
+			// of ours and wait for one of them to return.
+			for j := range ks {
+				if n := nodes[j]; n != nil {
+					n.pins--
+					sts[j], nodes[j] = nil, nil
 				}
 			}
 		}
 		gen := c.gen
 		if len(evicted) > 0 {
 			c.mu.Unlock()
-			closeStores(evicted)
+			closeStores(evicted) // Close recovers its panics: the lock is taken again below
 			evicted = nil
 			c.mu.Lock()
 			if c.gen != gen {
@@ -218,33 +250,25 @@ func (t *Set) acquire(op string, ks []int32, sts []*Store) error {
 		c.cond.Wait()
 		c.wait--
 	}
-	for j, k := range ks {
-		if sts[j] == nil {
-			t.slots[k].opening = true
-		}
-	}
-	c.open += need
-	c.mu.Unlock()
-	closeStores(evicted)
+}
 
-	// Open what is missing, outside the lock.
-	opened := make([]*Store, len(ks))
-	var first error
-	for j, k := range ks {
-		if sts[j] == nil && first == nil {
-			var err error
-			if opened[j], err = t.openStore(int(k)); err != nil && first == nil {
-				first = err
-			}
-		}
-	}
-
+// install puts the stores acquire opened (opened[j] for each position it
+// reserved, nil where the open failed or was not tried) into the cache,
+// clears the positions' marks and gives back the room of those that did
+// not open. With no error (first, or one from admit) it pins them into sts
+// and nodes; with one, nothing of the call stays pinned (what opened stays
+// in the cache) and the error is returned.
+func (t *Set) install(op string, ks []int32, sts []*Store, nodes []*openStore, opened []*Store, first error) error {
+	c := t.cache
 	var drop []*Store
-	fresh := make([]*openStore, len(ks))
+	defer func() { closeStores(drop) }() // after the unlock below
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	defer c.signal()
+	fresh := make([]*openStore, len(ks))
 	for j, k := range ks {
-		if sts[j] != nil {
-			continue // pinned above
+		if nodes[j] != nil {
+			continue // pinned by reserve
 		}
 		sl := &t.slots[k]
 		sl.opening = false
@@ -272,19 +296,16 @@ func (t *Set) acquire(op string, ks []int32, sts []*Store) error {
 	if first == nil && t.closed {
 		first = errf(ErrClosed, "%s from %s", op, t)
 	}
-	for j, k := range ks {
+	for j := range ks {
 		switch {
 		case first == nil && fresh[j] != nil:
 			fresh[j].pins = 1
-			sts[j] = fresh[j].st
-		case first != nil && sts[j] != nil:
-			t.slots[k].node.pins-- // nothing stays pinned; what opened stays in the cache
-			sts[j] = nil
+			sts[j], nodes[j] = fresh[j].st, fresh[j]
+		case first != nil && nodes[j] != nil:
+			drop = append(drop, t.unpin(nodes[j])...)
+			sts[j], nodes[j] = nil, nil
 		}
 	}
-	c.signal()
-	c.mu.Unlock()
-	closeStores(drop)
 	return first
 }
 
@@ -343,25 +364,32 @@ func (t *Set) openStore(k int) (st *Store, err error) {
 	return st, nil
 }
 
-// release unpins the stores at positions ks, which acquire pinned. The
-// stores of a set closed meanwhile are closed once no call pins them.
-func (t *Set) release(ks []int32) {
+// release unpins the stores acquire pinned into nodes (nil entries, of an
+// eager set, are skipped). The stores of a set closed meanwhile are closed
+// once no call pins them.
+func (t *Set) release(nodes []*openStore) {
 	if t.fixed != nil {
 		return
 	}
 	c := t.cache
 	var drop []*Store
+	defer func() { closeStores(drop) }() // after the unlock below
 	c.mu.Lock()
-	for _, k := range ks {
-		n := t.slots[k].node
-		n.pins--
-		if n.pins == 0 && t.closed {
-			drop = append(drop, c.evict(n))
-		}
+	defer c.mu.Unlock()
+	for _, n := range nodes {
+		drop = append(drop, t.unpin(n)...)
 	}
 	c.signal()
-	c.mu.Unlock()
-	closeStores(drop)
+}
+
+// unpin drops one pin of n, and returns its store for the caller to close
+// when it was the last pin of a closed set's store; the caller holds mu.
+func (t *Set) unpin(n *openStore) []*Store {
+	n.pins--
+	if n.pins == 0 && t.closed && t.slots[n.k].node == n {
+		return []*Store{t.cache.evict(n)}
+	}
+	return nil
 }
 
 // closeLazy closes a lazy set: every store no call pins now, and the others
@@ -369,19 +397,20 @@ func (t *Set) release(ks []int32) {
 func (t *Set) closeLazy() error {
 	c := t.cache
 	var drop []*Store
-	c.mu.Lock()
-	if t.closed {
-		c.mu.Unlock()
-		return nil
-	}
-	t.closed = true
-	for k := range t.slots {
-		if n := t.slots[k].node; n != nil && n.pins == 0 {
-			drop = append(drop, c.evict(n))
+	func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if t.closed {
+			return
 		}
-	}
-	c.signal()
-	c.mu.Unlock()
+		t.closed = true
+		for k := range t.slots {
+			if n := t.slots[k].node; n != nil && n.pins == 0 {
+				drop = append(drop, c.evict(n))
+			}
+		}
+		c.signal()
+	}()
 	var first error
 	for _, st := range drop {
 		if err := st.Close(); err != nil && first == nil {

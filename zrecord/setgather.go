@@ -25,10 +25,11 @@ type setCall struct {
 	// gs holds the located entries in grouped order (each store's own
 	// chunk numbers) and the workers' staging for Store.fill.
 	gs     *gatherScratch
-	sts    []*Store   // sts[j]: group j's store, while it is pinned
-	chunks [][]*chunk // chunks[j]: the chunk list its entries refer to
-	all    []*chunk   // every group's chunks, one list, for the copy loops
-	base   []uint32   // base[j]: where group j's chunks start in all
+	sts    []*Store     // sts[j]: group j's store, while it is pinned
+	nodes  []*openStore // nodes[j]: its pin in a lazy set's cache
+	chunks [][]*chunk   // chunks[j]: the chunk list its entries refer to
+	all    []*chunk     // every group's chunks, one list, for the copy loops
+	base   []uint32     // base[j]: where group j's chunks start in all
 	// The hash table that finds an index's group: keys[h] is a store + 1
 	// (0 free), vals[h] its group.
 	keys, vals []int32
@@ -49,6 +50,7 @@ func (c *setCall) put() {
 	gatherPool.Put(c.gs)
 	c.gs = nil
 	clear(c.sts)
+	clear(c.nodes)
 	clear(c.chunks)
 	clear(c.all)
 	c.all = c.all[:0]
@@ -121,7 +123,7 @@ func (t *Set) route(op string, indices []int64, c *setCall) error {
 		c.slot[k], c.perm[q] = q, int32(k)
 		c.local[q] = i - t.starts[c.ks[j]]
 	}
-	c.sts = grow(c.sts, g)
+	c.sts, c.nodes = grow(c.sts, g), grow(c.nodes, g)
 	c.chunks = grow(c.chunks, g)
 	return nil
 }
@@ -200,7 +202,7 @@ func (t *Set) roundSize() int {
 // deadlock; a lazy set's stores are read-only and closed only by the set
 // once no call pins them.
 func (t *Set) lockGroups(op string, c *setCall, lo, hi int) error {
-	if err := t.acquire(op, c.ks[lo:hi], c.sts[lo:hi]); err != nil {
+	if err := t.acquire(op, c.ks[lo:hi], c.sts[lo:hi], c.nodes[lo:hi]); err != nil {
 		return err
 	}
 	for j := lo; j < hi; j++ {
@@ -211,7 +213,7 @@ func (t *Set) lockGroups(op string, c *setCall, lo, hi int) error {
 			for i := lo; i < j; i++ {
 				c.sts[i].mu.RUnlock()
 			}
-			t.release(c.ks[lo:hi])
+			t.release(c.nodes[lo:hi])
 			return err
 		}
 	}
@@ -222,7 +224,7 @@ func (t *Set) unlockGroups(c *setCall, lo, hi int) {
 	for j := lo; j < hi; j++ {
 		c.sts[j].mu.RUnlock()
 	}
-	t.release(c.ks[lo:hi])
+	t.release(c.nodes[lo:hi])
 }
 
 // locateGroups locates the records of groups [lo, hi), whose stores are
@@ -460,10 +462,10 @@ func (t *Set) Gather(indices []int64, dst []byte, stride int) (err error) {
 // that store's, with the local indices (c.local is in call order when
 // there is one group).
 func (t *Set) withGroup(op string, c *setCall, fn func(s *Store) error) error {
-	if err := t.acquire(op, c.ks[:1], c.sts[:1]); err != nil {
+	if err := t.acquire(op, c.ks[:1], c.sts[:1], c.nodes[:1]); err != nil {
 		return err
 	}
-	defer t.release(c.ks[:1])
+	defer t.release(c.nodes[:1])
 	return fn(c.sts[0])
 }
 
