@@ -246,8 +246,8 @@
 // reach past the file's end nor let the file be cut back.) The lists of files
 // are replaced (never changed in place) when a file is added. When a
 // writer needs bytes past a file's span it maps the file again, twice as
-// large, before writing them, and publishes the new mapping with an atomic
-// store; readers load it after the length, so it covers every committed
+// large, before writing them, and publishes the new mapping with atomic
+// stores; readers load it after the length, so it covers every committed
 // byte they may touch. A reader may still hold the shorter mapping, so it
 // stays mapped until Close (or until a Compact or Upgrade, which run
 // alone, drops the file); the retired mappings of a file add up to less

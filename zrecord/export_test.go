@@ -162,10 +162,12 @@ func SetOpenNow(t *Set) (mine, cache int) {
 	c := t.cache
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for n := c.head; n != nil; n = n.next {
+	n := c.hand
+	for range c.nodes {
 		if n.set == t {
 			mine++
 		}
+		n = n.next
 	}
 	return mine, c.open
 }
@@ -176,10 +178,12 @@ func SetPinned(t *Set) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	pins := 0
-	for n := c.head; n != nil; n = n.next {
+	n := c.hand
+	for range c.nodes {
 		if n.set == t {
-			pins += n.pins
+			pins += int(n.pins)
 		}
+		n = n.next
 	}
 	return pins
 }

@@ -26,8 +26,8 @@ import (
 // before writing them, and so before it publishes them (an append's atomic
 // store of the length, a compaction's or an upgrade's exclusive section).
 // cover maps the file again at a larger span and publishes the new slice
-// with an atomic pointer store. Readers load the pointer after the length
-// they read, so every committed byte they may touch lies inside the slice
+// with atomic stores (its base, then its length; see mapping.bytes).
+// Readers load it after the length of the store they read, so every committed byte they may touch lies inside the slice
 // they get. A reader may still hold an older, shorter slice, so a replaced
 // mapping is retired, not unmapped: it stays mapped until the handle
 // releases its files (Close, or the exclusive sections of Compact and
@@ -57,23 +57,36 @@ func spanFor(n, full int64) int64 {
 	return min(span, full)
 }
 
-// mapping is the read-only view of one chunk or table segment file. cur is
-// read by any goroutine without a lock; the other fields belong to writers
-// (appendMu, or mu held exclusively).
+// mapping is the read-only view of one chunk or table segment file. Its
+// current slice, held as a base and a length (so that a reader reaches the
+// bytes with no load between), is read by any goroutine without a lock;
+// the other fields belong to writers (appendMu, or mu held exclusively).
 type mapping struct {
-	cur     atomic.Pointer[[]byte]
-	full    int64    // the file's addressable range: the largest span
-	retired [][]byte // earlier, shorter mappings readers may still hold
+	cur     atomic.Pointer[byte] // the current mapping's first byte; nil when unmapped
+	curLen  atomic.Int64         // its length
+	full    int64                // the file's addressable range: the largest span
+	retired [][]byte             // earlier, shorter mappings readers may still hold
 }
 
 // bytes returns the current mapping, or nil when the file is not mapped
 // (the caller then reads with ReadAt). Committed bytes of the file lie
-// within it.
+// within it. A writer that maps the file again stores the new base before
+// the new length, and the length is loaded first here: a reader that gets
+// the new length gets the new base, and one that gets the old length may
+// pair it with either base, since every mapping of the file starts at its
+// first byte and a new one is longer.
 func (m *mapping) bytes() []byte {
+	n := m.curLen.Load()
 	if p := m.cur.Load(); p != nil {
-		return *p
+		return unsafe.Slice(p, int(n))
 	}
 	return nil
+}
+
+// publish makes b the current mapping (see bytes for the order).
+func (m *mapping) publish(b []byte) {
+	m.cur.Store(unsafe.SliceData(b))
+	m.curLen.Store(int64(len(b)))
 }
 
 // mapFile maps f, whose addressable range is full bytes, at the span for
@@ -85,7 +98,7 @@ func (m *mapping) mapFile(f File, size, full int64) error {
 		return err
 	}
 	if b != nil {
-		m.cur.Store(&b)
+		m.publish(b)
 	}
 	return nil
 }
@@ -101,7 +114,7 @@ func (m *mapping) mapExact(f File, n, full int64) error {
 		return err
 	}
 	if b != nil {
-		m.cur.Store(&b)
+		m.publish(b)
 	}
 	return nil
 }
@@ -111,8 +124,8 @@ func (m *mapping) mapExact(f File, n, full int64) error {
 // mapping is retired, not unmapped. An unmapped file stays unmapped. The
 // caller is a writer and calls cover before publishing bytes below n.
 func (m *mapping) cover(f File, n int64) error {
-	cur := m.cur.Load()
-	if cur == nil || int64(len(*cur)) >= min(n, m.full) {
+	cur := m.bytes()
+	if cur == nil || int64(len(cur)) >= min(n, m.full) {
 		return nil
 	}
 	b, err := mapSpan(f, int(spanFor(n, m.full)))
@@ -122,8 +135,8 @@ func (m *mapping) cover(f File, n int64) error {
 	if b == nil {
 		return nil
 	}
-	m.retired = append(m.retired, *cur)
-	m.cur.Store(&b)
+	m.retired = append(m.retired, cur)
+	m.publish(b)
 	return nil
 }
 
@@ -131,8 +144,10 @@ func (m *mapping) cover(f File, n int64) error {
 // be using them: the caller holds mu exclusively or is closing the handle.
 func (m *mapping) unmap() error {
 	var first error
-	if p := m.cur.Swap(nil); p != nil {
-		first = unmapSpan(*p)
+	if cur := m.bytes(); cur != nil {
+		m.cur.Store(nil)
+		m.curLen.Store(0)
+		first = unmapSpan(cur)
 	}
 	for _, b := range m.retired {
 		if err := unmapSpan(b); err != nil && first == nil {

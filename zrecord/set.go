@@ -53,7 +53,12 @@ type Set struct {
 	shards []Shard
 	opener Opener
 	cache  *storeCache
-	// The fields below are guarded by cache.mu.
+	// The fields below are guarded by cache.mu. open[k] is store k's
+	// entry in the cache: nil when the store is not open, opening while a
+	// call opens it (apart from what else the set knows of it, slots[k], so
+	// that a call finds the entries of the thousands of stores it touches
+	// in one dense list).
+	open   []*openStore
 	slots  []setSlot
 	closed bool
 	verify int8 // 0: as each store opens; 1: on; 2: off (SetVerify)
@@ -150,6 +155,7 @@ func OpenSet(shards []Shard, open Opener, opts ...SetOption) (*Set, error) {
 		opener: open,
 		starts: make([]int64, len(shards)+1),
 		slots:  make([]setSlot, len(shards)),
+		open:   make([]*openStore, len(shards)),
 	}
 	seen := make(map[string]int, len(shards))
 	for k, sh := range shards {
@@ -273,7 +279,10 @@ func (t *Set) SetVerify(on bool) {
 	if on {
 		t.verify = 1
 	}
-	t.openNodes(func(s *Store) { s.SetVerify(on) })
+	t.openNodes(func(n *openStore) {
+		n.view.st.SetVerify(on)
+		n.view.verify.Store(on)
+	})
 }
 
 // Stats sums the stores' figures. Codec is Set.Codec; Version is the lowest
@@ -372,16 +381,18 @@ func (t *Set) SetResidency(k int, held []byte, base []int64, pageSize int64) (er
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	sl := &t.slots[k]
-	if n := sl.node; n != nil {
+	if n := t.open[k]; n != nil && n != opening {
 		// Store.SetResidency is safe beside reads of the store.
+		st := n.view.st
 		if m == nil {
-			err = n.st.SetResidency(nil, nil, 0)
+			err = st.SetResidency(nil, nil, 0)
 		} else {
-			err = n.st.SetResidency(m.held, m.base, m.page)
+			err = st.SetResidency(m.held, m.base, m.page)
 		}
 		if err != nil {
 			return err
 		}
+		n.view.resident.Store(st.resident.Load())
 	}
 	sl.res = m
 	return nil

@@ -2,14 +2,20 @@ package zrecord
 
 import (
 	"sync"
+	"unsafe"
 )
 
 // The stores a lazy Set (OpenSet) has open, and which it closes when it
-// needs room: a cache of open stores with a cap, least recently used first
-// out, shared by every lazy set made without WithMaxOpen (their stores
-// count against one process-wide cap, since the limits it protects, the
-// process's mappings and descriptors, are the process's), private to a set
-// made with it.
+// needs room: a cache of open stores with a cap, shared by every lazy set
+// made without WithMaxOpen (their stores count against one process-wide
+// cap, since the limits it protects, the process's mappings and
+// descriptors, are the process's), private to a set made with it. The
+// store it closes is the least recently used one, as the clock algorithm
+// finds it: the open stores form a ring, a use marks a store, and the hand
+// that looks for one to close passes over marked stores once, unmarking
+// them, and over pinned ones. A use costs one write to the entry the call
+// pins anyway, where moving it to the front of a list would touch its
+// neighbours too, a cache miss each when a batch touches thousands.
 //
 // A call pins the stores it reads (acquire) and unpins them when it
 // returns (release); a pinned store is never closed, so eviction cannot
@@ -18,9 +24,10 @@ import (
 // by calls in flight, unpins its own and waits until a call releases some
 // (it holds nothing while it waits, so calls cannot wait on each other in a
 // circle), and a call that reads more stores than the cap does so in rounds
-// (set.go). Opening a store (the caller's Opener, file I/O) and closing an
-// evicted one (unmapping) happen outside the cache's mutex; a position being
-// opened is marked, so two calls never open the same store at once.
+// (setgather.go). Opening a store (the caller's Opener, file I/O) and
+// closing an evicted one (unmapping) happen outside the cache's mutex; a
+// position being opened is marked, so two calls never open the same store
+// at once.
 
 // storeCache holds the open stores of the lazy sets that share it.
 type storeCache struct {
@@ -30,18 +37,32 @@ type storeCache struct {
 	open int       // stores open or being opened
 	gen  uint64    // raised at every event that may make room
 	wait int       // calls waiting for room
-	// head is the most recently used open store, tail the least.
-	head, tail *openStore
+	// hand is where the clock looks next in the ring of open stores; nil
+	// when none is open. nodes counts the ring.
+	hand  *openStore
+	nodes int
 }
 
-// openStore is one open store of a lazy set, in its cache's list.
+// openStore is one open store of a lazy set, in its cache's ring, with the
+// view of it the set's reads use (setview.go). What a call reads of every
+// store it touches comes first, in the entry's first cache line.
 type openStore struct {
+	pins       int32 // calls using it now
+	used       bool  // used since the hand last passed it
+	view       storeView
 	set        *Set
 	k          int // its position in the set
-	st         *Store
-	pins       int // calls using it now
 	prev, next *openStore
+	_          [openStorePad]byte
 }
+
+// openStorePad pads an openStore to 512 bytes, a size class of the Go
+// allocator whose objects start at multiples of 64 bytes: the entry's
+// first cache line then holds its pins and the head of its view, and the
+// copy of its first chunk starts the next one. The fields before the view
+// take 8 bytes (the view is 8-aligned), those after it four words
+// (TestOpenStoreSize checks the layout).
+const openStorePad = 512 - (8 + unsafe.Sizeof(storeView{}) + 4*unsafe.Sizeof(uintptr(0)))
 
 func newStoreCache(max int) *storeCache {
 	c := &storeCache{max: max}
@@ -52,61 +73,60 @@ func newStoreCache(max int) *storeCache {
 // sharedCache is the cache of every lazy set made without WithMaxOpen.
 var sharedCache = sync.OnceValue(func() *storeCache { return newStoreCache(DefaultMaxOpen()) })
 
-// pushFront puts n at the head of the list.
-func (c *storeCache) pushFront(n *openStore) {
-	n.prev, n.next = nil, c.head
-	if c.head != nil {
-		c.head.prev = n
+// insert puts n into the ring just behind the hand: the last the hand
+// reaches.
+func (c *storeCache) insert(n *openStore) {
+	n.used = true
+	if c.hand == nil {
+		n.prev, n.next = n, n
+		c.hand = n
+	} else {
+		n.prev, n.next = c.hand.prev, c.hand
+		c.hand.prev.next = n
+		c.hand.prev = n
 	}
-	c.head = n
-	if c.tail == nil {
-		c.tail = n
-	}
+	c.nodes++
 }
 
-// unlink takes n out of the list.
+// unlink takes n out of the ring.
 func (c *storeCache) unlink(n *openStore) {
-	if n.prev != nil {
-		n.prev.next = n.next
+	if n.next == n {
+		c.hand = nil
 	} else {
-		c.head = n.next
-	}
-	if n.next != nil {
-		n.next.prev = n.prev
-	} else {
-		c.tail = n.prev
+		n.prev.next, n.next.prev = n.next, n.prev
+		if c.hand == n {
+			c.hand = n.next
+		}
 	}
 	n.prev, n.next = nil, nil
-}
-
-// touch makes n the most recently used.
-func (c *storeCache) touch(n *openStore) {
-	if c.head != n {
-		c.unlink(n)
-		c.pushFront(n)
-	}
+	c.nodes--
 }
 
 // evict drops n, which no call pins, from the cache and its set, and
 // returns its store for the caller to close once it has let go of mu.
 func (c *storeCache) evict(n *openStore) *Store {
 	c.unlink(n)
-	n.set.slots[n.k].node = nil
+	n.set.open[n.k] = nil
 	c.open--
 	c.gen++
-	return n.st
+	return n.view.st
 }
 
-// makeRoom evicts unpinned stores, least recently used first, until need
-// more fit under the cap or none is left to evict, and appends the evicted
-// stores to out.
+// makeRoom evicts unpinned stores, least recently used first (the clock),
+// until need more fit under the cap or none is left to evict, and appends
+// the evicted stores to out.
 func (c *storeCache) makeRoom(need int, out []*Store) []*Store {
-	for n := c.tail; n != nil && c.open+need > c.max; {
-		prev := n.prev
-		if n.pins == 0 {
+	// Two turns of the hand pass every store once marked and once not.
+	for steps := 2 * c.nodes; c.open+need > c.max && c.hand != nil && steps > 0; steps-- {
+		n := c.hand
+		c.hand = n.next
+		switch {
+		case n.pins > 0:
+		case n.used:
+			n.used = false
+		default:
 			out = append(out, c.evict(n))
 		}
-		n = prev
 	}
 	return out
 }
@@ -127,11 +147,13 @@ func closeStores(sts []*Store) {
 	}
 }
 
-// setSlot is what a lazy set knows of the store at one position; guarded
-// by the cache's mu.
+// opening marks, in a lazy set's list of open stores, a store a call is
+// opening.
+var opening = &openStore{}
+
+// setSlot is what a lazy set knows of the store at one position besides
+// whether it is open (Set.open); guarded by the cache's mu.
 type setSlot struct {
-	node    *openStore // the open store, nil when it is not open
-	opening bool       // a call is opening it
 	// seen: the store has been opened once, and ident is what it was then.
 	seen  bool
 	ident storeIdentity
@@ -196,7 +218,7 @@ func (t *Set) reserve(op string, ks []int32, sts []*Store, nodes []*openStore) (
 		}
 		busy := false
 		for _, k := range ks {
-			if t.slots[k].opening {
+			if t.open[k] == opening {
 				busy = true
 				break
 			}
@@ -204,11 +226,11 @@ func (t *Set) reserve(op string, ks []int32, sts []*Store, nodes []*openStore) (
 		if !busy {
 			need = 0
 			for j, k := range ks {
-				n := t.slots[k].node
+				n := t.open[k]
 				if n != nil {
 					n.pins++
-					c.touch(n)
-					sts[j], nodes[j] = n.st, n
+					n.used = true
+					sts[j], nodes[j] = n.view.st, n
 				} else {
 					sts[j], nodes[j] = nil, nil
 					need++
@@ -221,7 +243,7 @@ func (t *Set) reserve(op string, ks []int32, sts []*Store, nodes []*openStore) (
 			if c.open+need <= c.max {
 				for j, k := range ks {
 					if nodes[j] == nil {
-						t.slots[k].opening = true
+						t.open[k] = opening
 					}
 				}
 				c.open += need
@@ -271,7 +293,7 @@ func (t *Set) install(op string, ks []int32, sts []*Store, nodes []*openStore, o
 			continue // pinned by reserve
 		}
 		sl := &t.slots[k]
-		sl.opening = false
+		t.open[k] = nil
 		st := opened[j]
 		if st != nil && !t.closed {
 			if err := t.admit(sl, int(k), st); err != nil {
@@ -288,9 +310,10 @@ func (t *Set) install(op string, ks []int32, sts []*Store, nodes []*openStore, o
 			c.open--
 			continue
 		}
-		n := &openStore{set: t, k: int(k), st: st}
-		sl.node = n
-		c.pushFront(n)
+		n := &openStore{set: t, k: int(k)}
+		n.view.fill(st)
+		t.open[k] = n
+		c.insert(n)
 		fresh[j] = n
 	}
 	if first == nil && t.closed {
@@ -300,7 +323,7 @@ func (t *Set) install(op string, ks []int32, sts []*Store, nodes []*openStore, o
 		switch {
 		case first == nil && fresh[j] != nil:
 			fresh[j].pins = 1
-			sts[j], nodes[j] = fresh[j].st, fresh[j]
+			sts[j], nodes[j] = fresh[j].view.st, fresh[j]
 		case first != nil && nodes[j] != nil:
 			drop = append(drop, t.unpin(nodes[j])...)
 			sts[j], nodes[j] = nil, nil
@@ -386,7 +409,7 @@ func (t *Set) release(nodes []*openStore) {
 // when it was the last pin of a closed set's store; the caller holds mu.
 func (t *Set) unpin(n *openStore) []*Store {
 	n.pins--
-	if n.pins == 0 && t.closed && t.slots[n.k].node == n {
+	if n.pins == 0 && t.closed && t.open[n.k] == n {
 		return []*Store{t.cache.evict(n)}
 	}
 	return nil
@@ -404,8 +427,8 @@ func (t *Set) closeLazy() error {
 			return
 		}
 		t.closed = true
-		for k := range t.slots {
-			if n := t.slots[k].node; n != nil && n.pins == 0 {
+		for _, n := range t.open {
+			if n != nil && n != opening && n.pins == 0 {
 				drop = append(drop, c.evict(n))
 			}
 		}
@@ -422,10 +445,12 @@ func (t *Set) closeLazy() error {
 
 // openNodes calls fn with each store of the set open now, for a setting
 // that applies to each (SetVerify); the caller holds the cache's mu.
-func (t *Set) openNodes(fn func(*Store)) {
-	for n := t.cache.head; n != nil; n = n.next {
+func (t *Set) openNodes(fn func(*openStore)) {
+	n := t.cache.hand
+	for range t.cache.nodes {
 		if n.set == t {
-			fn(n.st)
+			fn(n)
 		}
+		n = n.next
 	}
 }

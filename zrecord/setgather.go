@@ -124,7 +124,9 @@ func (t *Set) route(op string, indices []int64, c *setCall) error {
 		c.local[q] = i - t.starts[c.ks[j]]
 	}
 	c.sts, c.nodes = grow(c.sts, g), grow(c.nodes, g)
-	c.chunks = grow(c.chunks, g)
+	c.chunks, c.base = grow(c.chunks, g), grow(c.base, g)
+	clear(c.all)
+	c.all = c.all[:0]
 	return nil
 }
 
@@ -195,15 +197,19 @@ func (t *Set) roundSize() int {
 	return t.cache.max
 }
 
-// lockGroups pins the stores of groups [lo, hi) and takes their read
-// locks, checking each is open; unlockGroups undoes it. Writers lock one
-// store at a time, so a set whose stores may be writable (ordered) takes
-// the locks in store order (route sorted the groups), which cannot
-// deadlock; a lazy set's stores are read-only and closed only by the set
-// once no call pins them.
+// lockGroups pins the stores of groups [lo, hi) and, in an eager set,
+// takes their read locks, checking each is open; unlockGroups undoes it. A
+// lazy set's stores are read-only and closed only by the set once no call
+// pins them, so their pins are enough. An eager set's may be writable,
+// and writers lock one store at a time: a set of such stores (ordered)
+// takes the locks in store order (route sorted the groups), which cannot
+// deadlock.
 func (t *Set) lockGroups(op string, c *setCall, lo, hi int) error {
 	if err := t.acquire(op, c.ks[lo:hi], c.sts[lo:hi], c.nodes[lo:hi]); err != nil {
 		return err
+	}
+	if t.fixed == nil {
+		return nil
 	}
 	for j := lo; j < hi; j++ {
 		s := c.sts[j]
@@ -213,7 +219,6 @@ func (t *Set) lockGroups(op string, c *setCall, lo, hi int) error {
 			for i := lo; i < j; i++ {
 				c.sts[i].mu.RUnlock()
 			}
-			t.release(c.nodes[lo:hi])
 			return err
 		}
 	}
@@ -221,23 +226,43 @@ func (t *Set) lockGroups(op string, c *setCall, lo, hi int) error {
 }
 
 func (t *Set) unlockGroups(c *setCall, lo, hi int) {
-	for j := lo; j < hi; j++ {
-		c.sts[j].mu.RUnlock()
+	if t.fixed != nil {
+		for j := lo; j < hi; j++ {
+			c.sts[j].mu.RUnlock()
+		}
 	}
 	t.release(c.nodes[lo:hi])
 }
 
 // locateGroups locates the records of groups [lo, hi), whose stores are
-// locked, in their stores' tables (Store.locate), and keeps each store's
-// chunk list.
+// pinned (and locked), in their stores' tables, and keeps the chunk list
+// each store's entries refer to. A lazy set's stores are located through
+// their views (setview.go), first touching every entry of the batch so
+// that the CPU fetches them at once; a store the view does not serve, or
+// whose records it turns down (for the store's own locate to report), is
+// located by Store.locate.
 func (t *Set) locateGroups(op string, c *setCall, lo, hi int) error {
+	if t.fixed == nil {
+		var sum byte
+		for j := lo; j < hi; j++ {
+			sum += c.nodes[j].view.touch(c.local[c.first[j]:c.first[j+1]])
+		}
+		c.gs.touched = sum
+	}
 	for j := lo; j < hi; j++ {
 		a, b := c.first[j], c.first[j+1]
-		chunks, err := c.sts[j].locateInto(op, c.local[a:b], c.gs.locs[a:b], &c.gs.touched)
-		if err != nil {
-			return err
+		c.base[j] = uint32(len(c.all))
+		if n := c.nodes[j]; n != nil && n.view.locate(c.local[a:b], c.gs.locs[a:b], op == "gather") {
+			c.all = n.view.appendChunks(c.all)
+		} else {
+			chunks, err := c.sts[j].locateInto(op, c.local[a:b], c.gs.locs[a:b], &c.gs.touched)
+			if err != nil {
+				return err
+			}
+			c.all = append(c.all, chunks...)
 		}
-		c.chunks[j] = chunks
+		e := len(c.all)
+		c.chunks[j] = c.all[c.base[j]:e:e]
 	}
 	return nil
 }
@@ -346,6 +371,9 @@ func (c *setCall) checkSlots(lo, hi int, offsets []int64) error {
 func (c *setCall) cost(total int64) int64 {
 	cost := total
 	for j, st := range c.sts[:c.groups()] {
+		if n := c.nodes[j]; n != nil && !n.view.hasDec {
+			continue
+		}
 		if st.dec != nil {
 			cost += st.gatherCost(c.gs.locs[c.first[j]:c.first[j+1]], 0)
 		}
@@ -399,15 +427,22 @@ func (t *Set) Gather(indices []int64, dst []byte, stride int) (err error) {
 		return err
 	}
 	frames, v3, checked, plain := false, false, true, true
-	c.all, c.base = c.all[:0], grow(c.base, c.groups())
 	for j, st := range c.sts[:c.groups()] {
-		c.base[j] = uint32(len(c.all))
-		c.all = append(c.all, c.chunks[j]...)
-		frames = frames || st.mayEncode()
-		v3 = v3 || st.lay.version == versionV3
-		ch := st.checkRaws()
+		var ch bool
+		if n := c.nodes[j]; n != nil {
+			frames, v3, ch = frames || n.view.encodes, v3 || n.view.v3, n.view.checkRaws()
+		} else {
+			frames, v3, ch = frames || st.mayEncode(), v3 || st.lay.version == versionV3, st.checkRaws()
+		}
 		checked, plain = checked && ch, plain && !ch
 	}
+	// The copy loops reach each record's bytes through its chunk: load a
+	// word of every chunk first, so that the CPU fetches them all at once.
+	var sum int64
+	for _, ch := range c.all {
+		sum += ch.curLen.Load()
+	}
+	c.gs.touched += byte(sum)
 	// One list of entries in call order, their chunk numbers moved into
 	// c.all, the list of every store's chunks, for the copy loops; each
 	// block builds its own part of it.

@@ -99,16 +99,17 @@ type position struct {
 	off   uint32
 }
 
-// chunk is an open {id}.chunk file.
+// chunk is an open {id}.chunk file. The fields readers use come first, in
+// the chunk's first cache line.
 type chunk struct {
-	id uint32
-	f  File
 	// mapping is the read-only view of f (addressable range chunkSpan),
 	// unmapped when f cannot be mapped.
 	mapping
 	// end bounds what readers may touch: every committed record of the
 	// chunk lies in [0, end).
 	end atomic.Int64
+	id  uint32
+	f   File
 	// size is how far the file is known to extend (writer side).
 	size  int64
 	dirty bool
