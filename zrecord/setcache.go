@@ -32,11 +32,13 @@ import (
 // storeCache holds the open stores of the lazy sets that share it.
 type storeCache struct {
 	mu   sync.Mutex
-	cond sync.Cond // signalled (with gen raised) when pins drop, stores open or sets close
-	max  int       // the most stores open (or being opened) at once
-	open int       // stores open or being opened
-	gen  uint64    // raised at every event that may make room
-	wait int       // calls waiting for room
+	cond sync.Cond // signalled when pins drop, stores open or close, or sets close
+	max  int       // the most stores open (or being opened, or closed) at once
+	open int       // stores open, being opened, or evicted and not closed yet
+	// closing counts the stores evicted and not closed yet: their mappings
+	// are there until they are, so they keep their room until then.
+	closing int
+	wait    int // calls waiting for room
 	// hand is where the clock looks next in the ring of open stores; nil
 	// when none is open. nodes counts the ring.
 	hand  *openStore
@@ -103,21 +105,35 @@ func (c *storeCache) unlink(n *openStore) {
 }
 
 // evict drops n, which no call pins, from the cache and its set, and
-// returns its store for the caller to close once it has let go of mu.
+// returns its store for the caller to close, once it has let go of mu,
+// with closeAndFree: its room stays taken until then.
 func (c *storeCache) evict(n *openStore) *Store {
 	c.unlink(n)
 	n.set.open[n.k] = nil
-	c.open--
-	c.gen++
+	c.closing++
 	return n.view.st
 }
 
+// closeAndFree closes stores the cache let go of (evicted, or opened and
+// turned down) and gives their room back; the caller does not hold mu.
+func (c *storeCache) closeAndFree(sts []*Store) {
+	if len(sts) == 0 {
+		return
+	}
+	closeStores(sts)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.open -= len(sts)
+	c.closing -= len(sts)
+	c.signal()
+}
+
 // makeRoom evicts unpinned stores, least recently used first (the clock),
-// until need more fit under the cap or none is left to evict, and appends
-// the evicted stores to out.
+// until need more fit under the cap once the evicted stores are closed, or
+// none is left to evict, and appends the evicted stores to out.
 func (c *storeCache) makeRoom(need int, out []*Store) []*Store {
 	// Two turns of the hand pass every store once marked and once not.
-	for steps := 2 * c.nodes; c.open+need > c.max && c.hand != nil && steps > 0; steps-- {
+	for steps := 2 * c.nodes; c.open-c.closing+need > c.max && c.hand != nil && steps > 0; steps-- {
 		n := c.hand
 		c.hand = n.next
 		switch {
@@ -131,9 +147,9 @@ func (c *storeCache) makeRoom(need int, out []*Store) []*Store {
 	return out
 }
 
-// signal wakes the calls waiting for room.
+// signal wakes the calls waiting for room (the caller holds mu, which
+// they hold from their look at the room to their wait).
 func (c *storeCache) signal() {
-	c.gen++
 	if c.wait > 0 {
 		c.cond.Broadcast()
 	}
@@ -202,14 +218,16 @@ func (t *Set) acquire(op string, ks []int32, sts []*Store, nodes []*openStore) e
 
 // reserve pins the stores of ks that are open (their nodes and stores into
 // nodes and sts; nil for the others), and reserves room in the cache for
-// the others, evicting unpinned stores as needed, and marks them as being
-// opened; it returns how many there are. While a store of ks is being
-// opened by another call, or every other open store is pinned so that
-// there is no room, it holds nothing and waits.
+// the others, evicting unpinned stores as needed (closing them before it
+// takes their room, so that their mappings are gone first), and marks them
+// as being opened; it returns how many there are. While a store of ks is
+// being opened by another call, or there is no room until stores other
+// calls evicted are closed or until a call unpins some, it holds nothing
+// and waits.
 func (t *Set) reserve(op string, ks []int32, sts []*Store, nodes []*openStore) (need int, err error) {
 	c := t.cache
 	var evicted []*Store
-	defer func() { closeStores(evicted) }() // after the unlock below
+	defer func() { c.closeAndFree(evicted) }() // after the unlock below
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for {
@@ -249,8 +267,10 @@ func (t *Set) reserve(op string, ks []int32, sts []*Store, nodes []*openStore) (
 				c.open += need
 				return need, nil
 			}
-			// Every other open store is pinned by calls in flight: let go
-			// of ours and wait for one of them to return.
+			// The room comes once the stores evicted (by this call or
+			// others) are closed, or, when every other open store is
+			// pinned by calls in flight, once one of them returns: let go
+			// of ours meanwhile.
 			for j := range ks {
 				if n := nodes[j]; n != nil {
 					n.pins--
@@ -258,15 +278,15 @@ func (t *Set) reserve(op string, ks []int32, sts []*Store, nodes []*openStore) (
 				}
 			}
 		}
-		gen := c.gen
 		if len(evicted) > 0 {
 			c.mu.Unlock()
 			closeStores(evicted) // Close recovers its panics: the lock is taken again below
-			evicted = nil
 			c.mu.Lock()
-			if c.gen != gen {
-				continue
-			}
+			c.open -= len(evicted)
+			c.closing -= len(evicted)
+			c.signal()
+			evicted = nil
+			continue
 		}
 		c.wait++
 		c.cond.Wait()
@@ -283,7 +303,7 @@ func (t *Set) reserve(op string, ks []int32, sts []*Store, nodes []*openStore) (
 func (t *Set) install(op string, ks []int32, sts []*Store, nodes []*openStore, opened []*Store, first error) error {
 	c := t.cache
 	var drop []*Store
-	defer func() { closeStores(drop) }() // after the unlock below
+	defer func() { c.closeAndFree(drop) }() // after the unlock below
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	defer c.signal()
@@ -301,13 +321,16 @@ func (t *Set) install(op string, ks []int32, sts []*Store, nodes []*openStore, o
 					first = err
 				}
 				drop, st = append(drop, st), nil
+				c.closing++
 			}
 		}
 		if st == nil || t.closed {
 			if st != nil {
-				drop = append(drop, st)
+				drop = append(drop, st) // its room comes back once it is closed
+				c.closing++
+			} else {
+				c.open--
 			}
-			c.open--
 			continue
 		}
 		n := &openStore{set: t, k: int(k)}
@@ -396,7 +419,7 @@ func (t *Set) release(nodes []*openStore) {
 	}
 	c := t.cache
 	var drop []*Store
-	defer func() { closeStores(drop) }() // after the unlock below
+	defer func() { c.closeAndFree(drop) }() // after the unlock below
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, n := range nodes {
@@ -439,6 +462,13 @@ func (t *Set) closeLazy() error {
 		if err := st.Close(); err != nil && first == nil {
 			first = err
 		}
+	}
+	if len(drop) > 0 {
+		c.mu.Lock()
+		c.open -= len(drop)
+		c.closing -= len(drop)
+		c.signal()
+		c.mu.Unlock()
 	}
 	return first
 }

@@ -60,11 +60,81 @@ _CRC32C = _crc32c_table()
 
 
 def crc32c(data: bytes, crc: int = 0) -> int:
-    """The CRC-32C (Castagnoli) of ``data``, continuing from ``crc``."""
+    """The CRC-32C (Castagnoli) of ``data``, continuing from ``crc``.
+
+    Small inputs go through the table a byte at a time. A large one (a
+    sharded dataset's manifest: about 46 bytes a shard, 4.6 MB at 100,000
+    shards, where the byte loop takes half a second) is cut into blocks
+    whose CRCs NumPy computes side by side, one byte of every block per
+    step, and which are then chained: the register's update is linear, so
+    the CRC of a block appended to a prefix is the prefix's register
+    carried across the block's length in zero bytes (an operator of four
+    lookup tables, _crc32c_shift) combined with the block's own CRC from a
+    zero register. About 20 times faster at that size."""
+    view = memoryview(data).cast("B")
     c = crc ^ 0xFFFFFFFF
-    for b in data:
+    n = len(view)
+    if n >= _CRC_VECTOR_MIN:
+        block = _CRC_BLOCK
+        whole = n // block * block
+        lanes = np.frombuffer(view[:whole], dtype=np.uint8).reshape(-1, block)
+        table = _crc32c_np()
+        reg = np.zeros(lanes.shape[0], dtype=np.uint32)
+        for j in range(block):
+            reg = table[(reg ^ lanes[:, j]) & 0xFF] ^ (reg >> 8)
+        t0, t1, t2, t3 = _crc32c_shift(block)
+        for r in reg.tolist():
+            c = t0[c & 0xFF] ^ t1[(c >> 8) & 0xFF] ^ t2[(c >> 16) & 0xFF] ^ t3[c >> 24] ^ r
+        view = view[whole:]
+    for b in view:
         c = _CRC32C[(c ^ b) & 0xFF] ^ (c >> 8)
     return c ^ 0xFFFFFFFF
+
+
+#: Inputs of at least this many bytes take crc32c's vectorised path, in
+#: blocks of _CRC_BLOCK bytes.
+_CRC_VECTOR_MIN = 1 << 16
+_CRC_BLOCK = 1024
+
+_CRC_NP: Any = None
+_CRC_SHIFT: dict[int, tuple[tuple[int, ...], ...]] = {}
+
+
+def _crc32c_np() -> np.ndarray:
+    global _CRC_NP
+    if _CRC_NP is None:
+        _CRC_NP = np.array(_CRC32C, dtype=np.uint32)
+    return _CRC_NP
+
+
+def _crc32c_shift(length: int) -> tuple[tuple[int, ...], ...]:
+    """Four tables that carry a CRC-32C register across ``length`` zero
+    bytes: the register r becomes t0[r & 255] ^ t1[r >> 8 & 255] ^
+    t2[r >> 16 & 255] ^ t3[r >> 24]. The operator is the one-byte step
+    (linear in r: a 32-by-32 matrix over GF(2), kept as its columns) raised
+    to the length by repeated squaring."""
+    got = _CRC_SHIFT.get(length)
+    if got is not None:
+        return got
+
+    def apply(cols: list[int], r: int) -> int:
+        out = 0
+        for i in range(32):
+            if r >> i & 1:
+                out ^= cols[i]
+        return out
+
+    step = [_CRC32C[(1 << i) & 0xFF] ^ ((1 << i) >> 8) for i in range(32)]  # one zero byte
+    power = [1 << i for i in range(32)]  # the identity
+    e = length
+    while e:
+        if e & 1:
+            power = [apply(step, col) for col in power]
+        step = [apply(step, col) for col in step]
+        e >>= 1
+    tables = tuple(tuple(apply(power, v << (8 * k)) for v in range(256)) for k in range(4))
+    _CRC_SHIFT[length] = tables
+    return tables
 
 
 def header_length(path: str) -> int:
