@@ -112,6 +112,26 @@
 //	lx_store_stats(h, out, out_len, err, errlen)
 //	lx_store_sync(h, err, errlen)
 //
+// Sharded datasets, read-only (zrecord.Set): a set of open stores, or one
+// that opens the shards a manifest names as reads need them, each checked
+// then against the schema and length given (shards.go), at most max_open at
+// once; the read exports above take either handle, with global indices, and
+// lx_store_close closes it:
+//
+//	lx_set_open(stores, n, *handle, err, errlen)
+//	lx_set_open_shards(root, stream, names, names_len, n, lengths, kind,
+//	                   dtype, shape, ndim, max_open, *handle, err, errlen)
+//
+// Where a batch's stored bytes lie, and the checks of a store whose chunk
+// bytes live elsewhere (span.go); store is a store's position in a set, 0
+// for a store handle:
+//
+//	lx_store_spans(h, indices, n, store, chunk, off, length, err, errlen)
+//	lx_store_check_bytes(h, store, indices, n, chunk, base, buf, buf_len,
+//	                     err, errlen)
+//	lx_store_set_residency(h, store, held, held_len, base, base_len,
+//	                       page_size, err, errlen)
+//
 // Dictionary tiers (zrecord.ParseDictTier):
 //
 //	lx_dict_sample_budget(tier, *bytes, err, errlen)

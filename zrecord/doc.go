@@ -275,6 +275,33 @@
 // existed when they were opened and stay correct while a writer appends,
 // but not while it deletes or compacts.
 //
+// # Sets
+//
+// A Set reads several stores as one index space, as a sharded dataset lays
+// out its shards (set.go). NewSet makes an eager set of open stores. OpenSet
+// makes a lazy one from the shards' directories and lengths and an Opener:
+// it opens a store at the first call that needs it, checks that the store
+// is read-only and holds the length it was given, and keeps at most a capped
+// number open, closing the least recently used (clock algorithm) when it
+// needs room; a call pins the stores it reads, so none is closed under it,
+// and an evicted store keeps its room until it is closed. The cap is the
+// process-wide DefaultMaxOpen, shared by every lazy set made without
+// WithMaxOpen (a fifth of vm.max_map_count: 13,106 stores at Linux's
+// default), or WithMaxOpen's for a set of its own. An open read-only store
+// holds its mappings (one per chunk file and table segment) and no file
+// descriptor. A store opened again must show the identity it had the first
+// time (meta.zr's device and inode, the header's fields, the first and last
+// records' checksums), else the call is ErrCorrupt naming it. Running out of
+// descriptors (EMFILE, ENFILE) or of mappings (ENOMEM from mmap) while a
+// store opens is an error naming the limit (RLIMIT_NOFILE, vm.max_map_count)
+// and the cap, the cause kept in the chain. Each call costs in proportion to
+// its batch: only the stores it touches are opened, pinned and read, through
+// a copy of what the reads need of each (setview.go); a batch that touches
+// more stores than the cap is located and checked in rounds of the cap, then
+// copied in rounds, so that every index and size is still checked before a
+// byte is written. A lazy set's residency maps and verification setting are
+// kept per position and given to a store whenever it opens.
+//
 // # Durability
 //
 // This section is the one full description of how the store survives the

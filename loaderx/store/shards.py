@@ -26,11 +26,14 @@ Two phases, as a distributed write needs them:
 One job writes a dataset at a time: a shard whose writer has closed must
 be named by the next commit, whoever makes it, or that commit deletes it.
 
-A reader opens the shards the manifest names and checks each against it
-(:func:`check_shard`): a shard that is missing, of another length, kind,
-dtype or shape is :class:`~loaderx.errors.CorruptStoreError` naming it, and
-so is a manifest that is truncated, edited by hand or malformed. The files
-are plain JSON, so a dataset written on one machine reads on another.
+A reader reads the manifest (a manifest that is truncated, edited by hand
+or malformed is :class:`~loaderx.errors.CorruptStoreError` naming it) and
+opens no shard: the native library opens each at the first read that needs
+it and checks it against the manifest then (a shard that is missing, of
+another length, kind, dtype or shape is CorruptStoreError naming it, as
+:func:`check_shard` words it for ``verify``), keeping a capped number open
+(``max_open_shards``). The files are plain JSON, so a dataset written on one
+machine reads on another.
 """
 
 from __future__ import annotations
