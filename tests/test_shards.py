@@ -484,6 +484,38 @@ def test_a_pickled_sharded_dataset_reads_in_a_spawned_process(pair, tmp_path):
     assert again.shards == ds.shards
 
 
+_TORCH_CHILD = textwrap.dedent(
+    """
+    import sys
+    import numpy as np, torch
+    from loaderx.dataset import DenseDataset
+    from loaderx.store import _native
+    assert torch.multiprocessing.get_start_method() == "fork"
+    ds = DenseDataset(sys.argv[1], max_open_shards=2)  # the library stays unloaded here
+    dl = torch.utils.data.DataLoader(ds, batch_size=7, num_workers=2, shuffle=True,
+                                     generator=torch.Generator().manual_seed(0))
+    rows = torch.cat(list(dl)).numpy().reshape(len(ds), -1)
+    want = np.load(sys.argv[2])
+    got = rows[np.lexsort(rows.T[::-1])]
+    assert np.array_equal(got, want[np.lexsort(want.T[::-1])]), "the workers read other rows"
+    print("parent loaded:", _native.loaded())
+    """
+)
+
+
+def test_torch_workers_fork_over_a_sharded_dataset(pair, tmp_path):
+    pytest.importorskip("torch")
+    # Each forked worker opens the dataset's shards itself, at its first read,
+    # under the cap the dataset was made with.
+    np.save(tmp_path / "want.npy", pair["x"].reshape(N, -1))
+    out = subprocess.run(
+        [sys.executable, "-c", _TORCH_CHILD, str(pair["sharded"] / "x"), str(tmp_path / "want.npy")],
+        env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "parent loaded: False" in out.stdout
+
+
 def test_a_pickled_sharded_dataset_keeps_the_generation_it_was_opened_at(tmp_path):
     # A worker process gets the dataset by pickle: it must read the records
     # the loader sized its sampler by, whatever was committed since.
