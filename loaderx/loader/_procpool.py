@@ -3,7 +3,7 @@ transform is Python code that the GIL would serialise on threads.
 
 It stays one file past 700 lines because the worker's loop and the consumer's
 dispatch speak one message protocol (job, done, error, grow, slot, drop,
-cancel, skip, ready, fatal, stop) about the slots between them; split, each
+cancel, skip, cursor, ready, fatal, stop) about the slots between them; split, each
 half would only make sense next to the other. The shared memory itself (the
 named segments, the slots, a batch flattened into them) is
 :mod:`loaderx.loader._shm`.
@@ -68,6 +68,7 @@ from typing import Any
 import numpy as np
 
 from loaderx.errors import ClosedError, CorruptStoreError, LoaderxError, WorkerError
+from loaderx.loader._cursor import parts_of, seek_cursor
 from loaderx.loader._packing import PackPool, PackStream
 from loaderx.loader._pipeline import ArrayStream, BufferPool, Pipeline, Stream
 from loaderx.loader._ragged import RaggedPool, RaggedStream
@@ -155,7 +156,10 @@ def _worker_main(conn: Any, recipe: bytes) -> None:
             return
         conn.send(("ready",))
         indices = np.empty(pipe.sampler.batch_size, dtype=np.int64)
-        _serve(conn, pipe, indices, maps, known)
+        try:
+            _serve(conn, pipe, indices, maps, known)
+        except ValueError as e:  # a cursor the loader accepted does not fit here
+            conn.send(("fatal", *_exception_message(e)))
     except (EOFError, OSError):
         # The consumer is gone without saying stop: nobody else will unlink.
         # Jobs still in the pipe name slots this worker has not mapped yet.
@@ -218,6 +222,8 @@ def _serve(
             jobs.extend(keep)
         elif kind == "slot":
             replacement[msg[1]] = (msg[2], msg[3])
+        elif kind == "cursor":  # the loader loaded a state: seek as it did, before its new run's jobs
+            seek_cursor(msg[1], parts_of(pipe.streams, pipe.sampler))
         elif kind == "stop":
             return False
         return True
@@ -457,8 +463,17 @@ class ProcessPool:
         self.next_out = 0
         self._claim = 0
         self._end: int | None = None
+        self._cursor: Any = None  # the last cursor the loader sought to (every worker seeks to it)
 
     # -- runs --------------------------------------------------------------
+
+    def set_cursor(self, cursor: Any) -> None:
+        """Have every worker seek to a cursor the loader accepted, before
+        the jobs of the next run (a worker started later seeks to it first)."""
+        self._cursor = cursor
+        for w in self._workers:
+            if w is not None:
+                self._send(w, ("cursor", cursor))
 
     def begin(self, start_step: int, end: int | None) -> None:
         """Start a run at ``start_step``: work of an earlier run is dropped
@@ -574,6 +589,8 @@ class ProcessPool:
             proc.start()
             there.close()
             w = self._workers[k] = _Worker(k, proc, here)
+            if self._cursor is not None:
+                self._send(w, ("cursor", self._cursor))
         return w
 
     def _fill(self) -> None:
