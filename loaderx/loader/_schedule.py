@@ -461,6 +461,8 @@ class Schedule:
         Raises:
             ValueError: an anchor does not fit the schedule (the message says how).
         """
+        if not self.exact:
+            raise ValueError("a cursor's mixture anchors are for exact counts; this mixture's are sampled")
         for u, counts in sorted(anchors, key=lambda a: a[0]):
             counts = list(counts)
             if len(counts) != self.n or sum(counts) != self.g * u:
@@ -472,6 +474,8 @@ class Schedule:
             if u == self.starts[k]:
                 if k > 0:
                     self._seek_offset(k, counts)
+                elif any(counts):
+                    raise ValueError(f"its mixture anchor at step 0 has {counts}: no records come before step 0")
                 continue
             local = [c - o for c, o in zip(counts, self._offset(k))]
             if min(local) < 0:
