@@ -22,14 +22,21 @@ of ``w_i·G·(s+1)``.
 The schedule is periodic: with ``L`` the least common multiple of the
 denominators of the ``u_i``, step ``t`` has the extras of step ``t mod L``
 and every lag is 0 at multiples of ``L``. A step is evaluated from the
-nearest checkpoint (every :data:`CHECKPOINT` steps of the period, kept once
-computed) and, per thread, from the last step evaluated when that is closer:
-a loader walking forward pays one PD² step per step. Worst case, the first
-evaluation of a step ``s`` in a process replays ``min(s mod L, L)`` steps
-(about 6 µs each with four sources, measured here): nothing for weights of small
-denominators (``0.7/0.3``: ``L ≤ 10``), seconds for weights whose common
-denominator is in the millions (token counts). With two sources taking
-extras the schedule has a closed form instead (``floor(u_0·t)``), O(1).
+nearest known step before it (step 0, every multiple of :data:`CHECKPOINT`
+passed so far, and the anchors of a saved cursor) and, per thread, from the
+last steps evaluated when those are closer: a loader walking forward pays
+one PD² step per step. Without a cursor, the first evaluation of a step
+``s`` in a process replays ``min(s mod L, L)`` steps (about 6 µs each with
+four sources, measured here): nothing for weights of small denominators
+(``0.7/0.3``: ``L ≤ 10``), seconds for weights whose common denominator is
+in the millions (token counts). A loader's state therefore records, for an
+exact schedule, the records of each source before the steps it draws next
+(:meth:`Schedule.anchors`); PD²'s next step depends only on those counts,
+so a resumed loader continues from them (:meth:`Schedule.seek`, after
+checking every lag) instead of replaying. With two sources taking extras
+the schedule has a closed form instead (``floor(u_0·t)``), O(1). The
+records before each weights segment are found when first needed, or taken
+from the anchors too.
 
 Sampled counts (``counts="sampled"``): each step's counts are a multinomial
 draw of ``G`` records with probabilities ``w_i``. The running sum a source's

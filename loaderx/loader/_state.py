@@ -9,6 +9,11 @@ elastic: a state loads into any rank of any world with the same global batch
 :class:`loaderx.torch.LoaderIterable` both build and check states here; the
 functions are pure Python, so a process that only saves or checks a state
 never loads the native library.
+
+A loader whose position depends on the steps before it (a concat-packed
+stream, an exact mixture schedule) adds a ``cursor``: see the comment above
+:func:`cursor_digest` for what it holds; this module checks its shape and
+digest, :mod:`loaderx.loader._cursor` the rest, against the data.
 """
 
 from __future__ import annotations

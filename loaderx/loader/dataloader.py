@@ -6,9 +6,12 @@ steps, or for one ``epoch=True`` pass over the records): a dict
 of one dense stream (a store or a NumPy array), or the packed (or padded)
 batch of a ragged store, all streams gathered at the same indices. The
 indices of step ``s`` come from the sampler as a pure function of
-``(seed, s)``, so the loader's whole position is the step number:
+``(seed, s)``, so the loader's position is the step number:
 :meth:`DataLoader.state_dict` saves it and :meth:`DataLoader.load_state_dict`
-seeks back to it.
+seeks back to it. Where a step also depends on the ones before it (a stream
+packed in concat mode starts where the last step's tokens ended; an exact
+mixture's counts follow a schedule), the state adds a cursor at the step
+(:mod:`loaderx.loader._cursor`), so seeking costs the same at any step.
 
 Work runs on threads: each worker claims the next step, draws its indices,
 gathers every stream (the copy runs natively with the GIL released) and runs

@@ -1,6 +1,6 @@
 """Throughput of loaderx against the alternatives, in three layers.
 
-    python3 scripts/bench {sampler|store|loader|packing|maint|shards|convert-shards|remote|all} [options]
+    python3 scripts/bench {sampler|store|loader|packing|maint|shards|convert-shards|remote|resume|all} [options]
 
 sampler  index generation alone: numpy's two random APIs against zsampler.
 store    batch gather from a record store: zrecord (its defaults, raw verified
@@ -30,6 +30,12 @@ remote   one epoch of token rows (--remote-mib, 256 MiB; 32 with --quick) read
          (a fresh cache) and warm (the same cache, a new process), against
          loaderx reading the store from local disk, with the bytes each
          fetched against the dataset's stored size.
+resume   the first batch after load_state_dict at steps 10^3 to 10^6
+         (--resume-steps) of one ragged store and a three-source packed
+         mixture, with the state's cursor and (to --resume-replay-max)
+         without it, and in each of two torch workers. Not part of `all`:
+         taking a state at step 10^6 counts every sampler step before it
+         once (about two minutes here).
 
 The original Zig loaderx (loaderx==1.5.2 on PyPI) takes part in every layer
 when it is installed in a directory of its own (--original DIR, or
@@ -63,7 +69,7 @@ when it is missing). Streaming and LitData need torch.
 Layout: machine.py (the machine block), contenders/ (one adapter per library,
 registered per layer in contenders/__init__.py), data.py (the records and the
 transform), sampler.py, store.py and loader.py (one module per layer),
-maint.py, shards.py, convert_shards.py and remote.py (one module per layer), report.py (tables, targets and
+maint.py, shards.py, convert_shards.py, remote.py and resume.py (one module per layer), report.py (tables, targets and
 checks, plot, JSON) and this CLI; s3client.py compares S3 clients on its own.
 contenders/original.py drives the original through contenders/original_worker.py.
 """
@@ -88,6 +94,7 @@ from machine import machine_info, print_machine
 from maint import bench_maint
 from remote import bench_remote, remote_child
 from report import checks, out, plot, write_json
+from resume import STEPS, bench_resume, resume_child
 from sampler import bench_sampler
 from shards import bench_shards
 from store import DEFAULT_RECORDS, WORKLOAD_KEYS, WORKLOADS, bench_store
@@ -126,7 +133,7 @@ def parser() -> argparse.ArgumentParser:
         prog="python3 scripts/bench",
         description="Benchmark loaderx against other samplers, record stores and data loaders.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("section", nargs="?", default="all", choices=[*LAYERS, "packing", "all"])
+    ap.add_argument("section", nargs="?", default="all", choices=[*LAYERS, "packing", "resume", "all"])
     ap.add_argument("--shape", type=parse_shape, default=None,
                     help="record shape, e.g. 512x512 (default: store runs 512x512 and 64x192, loader 512x512)")
     ap.add_argument("--dtype", default="uint8",
@@ -170,6 +177,10 @@ def parser() -> argparse.ArgumentParser:
                     help="rounds of the remote layer, each with fresh caches (default: --runs, else 1)")
     ap.add_argument("--remote-timeout", type=float, default=900.0,
                     help="seconds one epoch of the remote layer may take before its process is killed")
+    ap.add_argument("--resume-steps", type=lambda x: [int(float(v)) for v in x.split(",") if v.strip()],
+                    default=list(STEPS), help="comma-separated steps that resume measures a resume at")
+    ap.add_argument("--resume-replay-max", type=int, default=10**4,
+                    help="the largest step resume also measures without the cursor (by replay)")
     ap.add_argument("--maint-1gib", action="store_true", help="maint on a 1 GiB store (--maint-mib 1024)")
     ap.add_argument("--maint-runs", type=int, default=None, help="delete + compact runs (default 3, --quick 1)")
     ap.add_argument("--maint-codec", choices=["raw", "zstd", "zstd_dict"], default="zstd")
@@ -200,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "_remote-child":
         remote_child(json.loads(argv[1]))
         return 0
+    if argv and argv[0] == "_resume-child":
+        resume_child(json.loads(argv[1]))
+        return 0
     args = parser().parse_args(argv)
     if args.quick:
         apply_quick(args, argv)
@@ -229,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
                 bench(args, results, work)
         if args.section == "packing":  # a part of the loader layer, run on its own
             bench_packing(args, results, work)
+        if args.section == "resume":
+            bench_resume(args, results, work)
         checks(results)
     finally:
         if not args.keep:
