@@ -410,9 +410,14 @@ def test_process_workers_seek_to_the_cursor(stores):
         dl.load_state_dict({**dl.state_dict(), "step": 20_000})  # replayed here, once
         state = json_safe(dl.state_dict())
         want = [snap(next(dl)["t"]) for _ in range(4)]
+        later = json_safe(dl.state_dict())
     with make(stores, "mixture concat", num_workers=2, workers="process", transform=with_work) as procs:
         procs.load_state_dict(state)
         got = [next(procs) for _ in range(4)]
+        before = work()
+        saved = json_safe(procs.state_dict())
+        # the cursor after step 20,003 came from the worker that made it: nothing counted here
+        assert saved == later and (work() - before == 0).all()
     for k, b in enumerate(got):
         same(snap(b["t"]), want[k], f"step {20_000 + k}")
         # each worker's whole work so far: its seek and a chunk, not the ~12 chunks before the step

@@ -68,7 +68,7 @@ from typing import Any
 import numpy as np
 
 from loaderx.errors import ClosedError, CorruptStoreError, LoaderxError, WorkerError
-from loaderx.loader._cursor import parts_of, seek_cursor
+from loaderx.loader._cursor import Parts, make_cursor, parts_of, seek_cursor
 from loaderx.loader._packing import PackPool, PackStream
 from loaderx.loader._pipeline import ArrayStream, BufferPool, Pipeline, Stream
 from loaderx.loader._ragged import RaggedPool, RaggedStream
@@ -193,6 +193,19 @@ def _note_names(msg: tuple[Any, ...], known: set[str]) -> None:
         known.discard(msg[1])
 
 
+def _cursor_after(step: int, parts: Parts) -> Any:
+    """The cursor at the step after ``step`` (what the loader's state holds
+    once it yielded ``step``), made here, where the token index and the
+    schedule are already there; None when the loader needs none, or when it
+    cannot be made (the consumer then makes it itself, if asked)."""
+    if not parts:
+        return None
+    try:
+        return make_cursor(step + 1, parts)
+    except Exception:
+        return None
+
+
 def _serve(
     conn: Any,
     pipe: Pipeline,
@@ -202,6 +215,7 @@ def _serve(
 ) -> None:
     jobs: collections.deque[tuple[Any, ...]] = collections.deque()
     replacement: dict[int, tuple[str, int]] = {}
+    parts = parts_of(pipe.streams, pipe.sampler)  # what a resume cursor is about, if anything
 
     def handle(msg: tuple[Any, ...]) -> bool:
         """Queue a job or act on another message; False on stop."""
@@ -223,7 +237,7 @@ def _serve(
         elif kind == "slot":
             replacement[msg[1]] = (msg[2], msg[3])
         elif kind == "cursor":  # the loader loaded a state: seek as it did, before its new run's jobs
-            seek_cursor(msg[1], parts_of(pipe.streams, pipe.sampler))
+            seek_cursor(msg[1], parts)
         elif kind == "stop":
             return False
         return True
@@ -260,7 +274,7 @@ def _serve(
         for (_, _, pool), buf in zip(pipe.streams, raw):
             pool.give(buf)
         del raw
-        conn.send(("done", gen, step, slot_id, (skeleton, specs)))
+        conn.send(("done", gen, step, slot_id, (skeleton, specs), _cursor_after(step, parts)))
 
 
 # -- the consumer's side -----------------------------------------------------
@@ -464,6 +478,8 @@ class ProcessPool:
         self._claim = 0
         self._end: int | None = None
         self._cursor: Any = None  # the last cursor the loader sought to (every worker seeks to it)
+        #: (step, the cursor there) after the last step handed out, as its worker made it
+        self.cursor_after: tuple[int, Any] | None = None
 
     # -- runs --------------------------------------------------------------
 
@@ -488,6 +504,7 @@ class ProcessPool:
                 self._free.append(item[0])
         self._results.clear()
         self._redo.clear()
+        self.cursor_after = None
         self.next_out = self._claim = start_step
         self._end = end
 
@@ -542,7 +559,8 @@ class ProcessPool:
                 raise error
             finally:
                 del error
-        slot, (skeleton, specs) = item
+        slot, (skeleton, specs), after = item
+        self.cursor_after = (step + 1, after)
         del item
         value = _unflatten(skeleton, _views(slot.base, specs))
         self._handed.append(slot)
@@ -683,7 +701,7 @@ class ProcessPool:
             self._free.append(slot)
             return
         if kind == "done":
-            self._results[step] = (slot, msg[4])
+            self._results[step] = (slot, msg[4], msg[5])
         elif kind == "error":
             self._free.append(slot)
             blob, tname, text, tb = msg[4:]
@@ -800,6 +818,12 @@ class ProcessPipeline:
     def prime(self) -> None:
         """Dispatch the first steps now, before the first ``next()``."""
         self.pool._fill()
+
+    def cursor_at(self, step: int) -> Any:
+        """The resume cursor at ``step`` when the worker of the step before
+        made it, else None."""
+        got = self.pool.cursor_after
+        return got[1] if got is not None and got[0] == step else None
 
     def next(self) -> Any:
         return self.pool.next()

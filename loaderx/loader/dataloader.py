@@ -960,7 +960,14 @@ class DataLoader:
         return parts_of(self._streams, self.sampler)
 
     def _cursor(self, step: int) -> dict[str, Any] | None:
-        """The cursor at ``step`` (None when the loader needs none)."""
+        """The cursor at ``step`` (None when the loader needs none): from
+        the worker process that made the step before, which has counted up
+        to it, or made here."""
+        pipe = self._pipe
+        if isinstance(pipe, ProcessPipeline):
+            got = pipe.cursor_at(step)
+            if got is not None:
+                return got
         return make_cursor(step, self._parts())
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
