@@ -470,3 +470,21 @@ def test_torch_workers_seek_to_the_cursor(stores, tmp_path):
         np.testing.assert_array_equal(got["values"][k], want[k].values)
         np.testing.assert_array_equal(got["segment_ids"][k], want[k].segment_ids)
         assert got["work"][k][0] <= 2 * _packing.CHUNK_STEPS, got["work"]  # each worker: a chunk, not ~12
+
+
+def test_a_device_loader_saves_the_cursor_of_the_first_step_it_holds_back(stores):
+    jax = pytest.importorskip("jax")
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    from loaderx.jax import DeviceLoader
+
+    with make(stores, "mixture unpacked", num_workers=0) as dl:
+        for _ in range(40):
+            next(dl)
+        want = json_safe(dl.state_dict())
+    sharding = NamedSharding(Mesh(np.array(jax.devices()[:1]), ("data",)), PartitionSpec("data"))
+    with DeviceLoader(make(stores, "mixture unpacked", num_workers=0), sharding, prefetch=3) as dev:
+        for _ in range(40):
+            next(dev)
+        assert dev.loader.step > 40  # batches held back on the devices
+        assert json_safe(dev.state_dict()) == want  # its cursor too is of step 40, so a resume uses it

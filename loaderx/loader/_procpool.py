@@ -94,6 +94,7 @@ from loaderx.store import _native
 START_METHODS = ("spawn", "forkserver")
 
 _GROWTH = 1.25  # headroom when a slot is replaced by a larger one
+_CURSORS_KEPT = 64  # the cursors after the last steps handed out that the consumer keeps
 _POLL = 0.1  # seconds between liveness checks while waiting for a step
 _JOIN_TIMEOUT = 2.0  # seconds close() waits for workers before terminating them
 
@@ -478,8 +479,8 @@ class ProcessPool:
         self._claim = 0
         self._end: int | None = None
         self._cursor: Any = None  # the last cursor the loader sought to (every worker seeks to it)
-        #: (step, the cursor there) after the last step handed out, as its worker made it
-        self.cursor_after: tuple[int, Any] | None = None
+        #: step -> the cursor there, after the last steps handed out, as their workers made them
+        self.cursors: collections.OrderedDict[int, Any] = collections.OrderedDict()
 
     # -- runs --------------------------------------------------------------
 
@@ -504,7 +505,7 @@ class ProcessPool:
                 self._free.append(item[0])
         self._results.clear()
         self._redo.clear()
-        self.cursor_after = None
+        self.cursors.clear()
         self.next_out = self._claim = start_step
         self._end = end
 
@@ -560,7 +561,10 @@ class ProcessPool:
             finally:
                 del error
         slot, (skeleton, specs), after = item
-        self.cursor_after = (step + 1, after)
+        if after is not None:
+            self.cursors[step + 1] = after
+            while len(self.cursors) > _CURSORS_KEPT:
+                self.cursors.popitem(last=False)
         del item
         value = _unflatten(skeleton, _views(slot.base, specs))
         self._handed.append(slot)
@@ -821,9 +825,8 @@ class ProcessPipeline:
 
     def cursor_at(self, step: int) -> Any:
         """The resume cursor at ``step`` when the worker of the step before
-        made it, else None."""
-        got = self.pool.cursor_after
-        return got[1] if got is not None and got[0] == step else None
+        made it (one of the last steps handed out), else None."""
+        return self.pool.cursors.get(step)
 
     def next(self) -> Any:
         return self.pool.next()

@@ -430,7 +430,7 @@ class Schedule:
         got = self._offsets.get(k)
         if got is not None:
             return got
-        j = max(i for i in self._offsets if i < k)
+        j = max(i for i in list(self._offsets) if i < k)  # a copy: other threads may add to it
         off = self._offsets[j]
         for m in range(j + 1, k + 1):
             part = self.parts[m - 1].before(self.starts[m] - self.starts[m - 1])
