@@ -488,3 +488,37 @@ def test_a_device_loader_saves_the_cursor_of_the_first_step_it_holds_back(stores
             next(dev)
         assert dev.loader.step > 40  # batches held back on the devices
         assert json_safe(dev.state_dict()) == want  # its cursor too is of step 40, so a resume uses it
+
+
+def test_a_custom_samplers_cursor_is_of_its_own_rank(stores, small_chunks):
+    """A custom sampler shards itself and its rank packs its own indices, so
+    the cursor is that rank's: another rank of the world (whose state it
+    may load) counts its own from step 0 instead."""
+    from loaderx.sampler import WeightedSampler
+
+    ds = stores[0]["a"]
+    w = np.linspace(1, 3, SIZES["a"])
+
+    def rank(r: int, **kw) -> DataLoader:
+        kw = {"num_workers": 0, **kw}
+        return DataLoader({"t": ds}, sampler=WeightedSampler(w, 4, seed=2, shard=(r, 2)), pack={"t": L}, **kw)
+
+    states, want = {}, {}
+    for r in (0, 1):
+        with rank(r) as dl:
+            for _ in range(600):
+                next(dl)
+            states[r] = json_safe(dl.state_dict())
+            want[r] = snap(next(dl)["t"])
+        assert states[r]["cursor"]["shard"] == [r, 2]
+    assert states[0]["cursor"]["pack"] != states[1]["cursor"]["pack"]
+    for r, saved_by, bounded in ((1, 1, True), (0, 1, False), (1, 0, False)):
+        with rank(r) as dl:
+            before = work()
+            dl.load_state_dict(states[saved_by])
+            same(snap(next(dl)["t"]), want[r], f"rank {r} from rank {saved_by}'s state")
+            assert ((work() - before)[0] <= 2 * 64) == bounded
+    with rank(1, num_workers=1, workers="process") as procs:  # its worker process seeks as the rank does
+        procs.load_state_dict(states[1])
+        same(snap(next(procs)["t"]), want[1], "rank 1 on a worker process")
+        assert json_safe(procs.state_dict())["cursor"]["shard"] == [1, 2]

@@ -21,27 +21,31 @@ from loaderx.loader._state import check_cursor, seal_cursor
 
 
 class Parts:
-    """What a loader's cursor is about: its concat-packed streams by name
-    and the schedule of its exact mixture (None without one)."""
+    """What a loader's cursor is about: its concat-packed streams by name,
+    the schedule of its exact mixture (None without one), and, when the
+    streams pack one rank's own indices (a custom sampler, which shards
+    itself), that rank's ``(rank, world)``."""
 
-    def __init__(self, packs: Mapping[str, PackStream], schedule: Any) -> None:
+    def __init__(self, packs: Mapping[str, PackStream], schedule: Any, shard: tuple[int, int] | None = None) -> None:
         self.packs = dict(packs)
         self.schedule = schedule
+        self.shard = shard
 
     def __bool__(self) -> bool:
         return bool(self.packs) or self.schedule is not None
 
 
-def parts_of(streams: Iterable[tuple[str, Any, Any]], sampler: Any) -> Parts:
+def parts_of(streams: Iterable[tuple[str, Any, Any]], sampler: Any, shard: tuple[int, int] | None = None) -> Parts:
     """The cursor's parts of a loader over ``streams`` (``(name, stream,
-    pool)`` triples) drawing with ``sampler``. A mixture's draw (rank and
-    global) shares one schedule; a custom sampler over a mixture draws
-    without it, so it has none."""
+    pool)`` triples) drawing with ``sampler`` (``shard``: the rank whose
+    own indices the streams pack, for a custom sampler). A mixture's draw
+    (rank and global) shares one schedule; a custom sampler over a mixture
+    draws without it, so it has none."""
     packs = {name: ds for name, ds, _ in streams if isinstance(ds, PackStream) and ds.pack.mode == "concat"}
     schedule = getattr(sampler, "schedule", None)
     if schedule is not None and not schedule.exact:
         schedule = None  # sampled counts reach any step without a replay (their bridge)
-    return Parts(packs, schedule)
+    return Parts(packs, schedule, shard if packs else None)
 
 
 def make_cursor(step: int, parts: Parts) -> dict[str, Any] | None:
@@ -50,6 +54,8 @@ def make_cursor(step: int, parts: Parts) -> dict[str, Any] | None:
     if not parts:
         return None
     body: dict[str, Any] = {"step": step}
+    if parts.shard is not None:  # of this rank's own packing: no use to another rank
+        body["shard"] = list(parts.shard)
     draws = [step]  # the sampler steps the loader draws next
     if parts.packs:
         body["pack"] = {name: ds.cursor(step) for name, ds in parts.packs.items()}
@@ -63,12 +69,21 @@ def seek_cursor(cursor: Any, parts: Parts) -> None:
     """Check a saved cursor against the loader's parts and the data, and
     give each part its position (facts about the draw: the loader may then
     seek to the cursor's step or any later one without counting from 0).
+    The cursor of another rank's own packing (a custom sampler) is of no
+    use here and is left aside: the loader then counts from step 0.
 
     Raises:
         ValueError: the cursor is malformed, changed, of other streams or
             packing, or does not fit the data (the message says how).
     """
     c = check_cursor(cursor)
+    if ("shard" in c) != (parts.shard is not None):
+        raise ValueError(
+            f"state_dict's cursor is of {'one rank' if 'shard' in c else 'the global batch'}, this loader "
+            f"packs {'one rank' if parts.shard is not None else 'the global batch'}'s indices"
+        )
+    if "shard" in c and c["shard"] != list(parts.shard):  # type: ignore[arg-type]
+        return  # another rank's packing (a custom sampler shards itself): this rank counts its own
     packs = c.get("pack", {})
     if sorted(packs) != sorted(parts.packs):
         raise ValueError(

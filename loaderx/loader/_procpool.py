@@ -158,7 +158,7 @@ def _worker_main(conn: Any, recipe: bytes) -> None:
         conn.send(("ready",))
         indices = np.empty(pipe.sampler.batch_size, dtype=np.int64)
         try:
-            _serve(conn, pipe, indices, maps, known)
+            _serve(conn, pipe, indices, maps, known, spec["own_shard"])
         except ValueError as e:  # a cursor the loader accepted does not fit here
             conn.send(("fatal", *_exception_message(e)))
     except (EOFError, OSError):
@@ -213,10 +213,11 @@ def _serve(
     indices: np.ndarray,
     maps: dict[str, tuple[mmap.mmap, np.ndarray]],
     known: set[str],
+    own_shard: tuple[int, int] | None = None,
 ) -> None:
     jobs: collections.deque[tuple[Any, ...]] = collections.deque()
     replacement: dict[int, tuple[str, int]] = {}
-    parts = parts_of(pipe.streams, pipe.sampler)  # what a resume cursor is about, if anything
+    parts = parts_of(pipe.streams, pipe.sampler, own_shard)  # what a resume cursor is about, if anything
 
     def handle(msg: tuple[Any, ...]) -> bool:
         """Queue a job or act on another message; False on stop."""
@@ -429,6 +430,8 @@ class ProcessPool:
         start_method: ``"spawn"`` or ``"forkserver"``.
         slot_bytes: the first size of a slot (a slot grows when a batch
             needs more).
+        own_shard: the ``(rank, world)`` whose own indices the packed
+            streams pack (a custom sampler's), for the resume cursor.
     """
 
     def __init__(
@@ -440,6 +443,7 @@ class ProcessPool:
         prefetch: int,
         start_method: str,
         slot_bytes: int,
+        own_shard: tuple[int, int] | None = None,
     ) -> None:
         self.num_workers = num_workers
         self.prefetch = prefetch
@@ -455,6 +459,7 @@ class ProcessPool:
                 "sampler": sampler,
                 "transform": transform,
                 "batch_size": sampler.batch_size,
+                "own_shard": own_shard,
             }
             check_picklable(getattr(sampler, "sampler", sampler), "the sampler")  # a custom one: the user's object
             if transform is not None:

@@ -147,6 +147,8 @@ def check_state(state: Any, mine: Mapping[str, Any], end: int | None) -> int:
 # came before:
 #
 #     {"step": s,                                  # the loader step it was taken at
+#      "shard": [rank, world],                    # only when a custom sampler packs this
+#                                                 #   rank's own indices (it shards itself)
 #      "pack": {stream: [t, r, n]},               # step s's first token is token r of
 #                                                 #   sampler step t's n tokens (concat)
 #      "mixture": [[u, [c_0, c_1, ...]], ...],    # an exact mixture: the records of each
@@ -190,13 +192,19 @@ def check_cursor(cursor: Any) -> dict[str, Any]:
     """
     if not isinstance(cursor, Mapping):
         raise ValueError(f"state_dict has cursor={cursor!r}, not a dict")
-    unknown = [k for k in cursor if k not in ("step", "pack", "mixture", "check")]
+    unknown = [k for k in cursor if k not in ("step", "shard", "pack", "mixture", "check")]
     if unknown or "step" not in cursor or "check" not in cursor:
         raise ValueError(
             f"state_dict's cursor has keys {sorted(cursor)}; a cursor has 'step', 'check' and 'pack' "
-            "or 'mixture' (or both)"
+            "or 'mixture' (or both), and 'shard' when it is of one rank's packing"
         )
     _count(cursor["step"], "step")
+    if "shard" in cursor:
+        shard = cursor["shard"]
+        if not isinstance(shard, (list, tuple)) or len(shard) != 2:
+            raise ValueError(f"state_dict's cursor has shard={shard!r}, not [rank, world]")
+        for label, v in zip(("rank", "world"), shard):
+            _count(v, f"shard {label}")
     packs = cursor.get("pack", {})
     if not isinstance(packs, Mapping):
         raise ValueError(f"state_dict's cursor has pack={packs!r}, not a dict of stream name -> [t, r, n]")

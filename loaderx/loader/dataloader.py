@@ -586,6 +586,7 @@ class DataLoader:
             prefetch,
             self.options.start_method or "spawn",
             sum(pool.nbytes for _, _, pool in self._streams),
+            self._parts().shard,
         )
 
     def _stay(self, reason: str, warn: str | None = None, depth: int = 0) -> None:
@@ -957,8 +958,10 @@ class DataLoader:
         )
 
     def _parts(self) -> Parts:
-        """What the loader's cursor is about (see :mod:`loaderx.loader._cursor`)."""
-        return parts_of(self._streams, self.sampler)
+        """What the loader's cursor is about (see :mod:`loaderx.loader._cursor`);
+        a custom sampler packs its own rank's indices (see :meth:`_global_draw`)."""
+        own = self._identity()[2] if isinstance(self.sampler, _CustomDraw) else None
+        return parts_of(self._streams, self.sampler, own)
 
     def _cursor(self, step: int) -> dict[str, Any] | None:
         """The cursor at ``step`` (None when the loader needs none): from
