@@ -207,6 +207,30 @@ def test_an_elastic_resume_from_a_cursor_is_exact(stores, mode, small_chunks):
             dl.close()
 
 
+def test_loaders_that_seek_for_free_save_no_cursor(stores):
+    """Nothing of these depends on the steps before: their states are as
+    they were (no cursor), and resume exactly."""
+    ds = stores[0]
+    mixture = {name: {"t": ds[name]} for name in SIZES}
+    cases = [
+        ({"t": ds["a"]}, {}),
+        ({"t": ds["a"]}, {"pack": {"t": Pack(L, mode="first_fit", rows=3)}}),
+        ({"t": ds["a"]}, {"pack": {"t": Pack(L, mode="first_fit", rows=3)}, "epoch": True, "sampler": "sequential"}),
+        (Mixture(mixture, TOKEN_WEIGHTS, counts="sampled"), {}),
+        (Mixture(mixture, TOKEN_WEIGHTS, counts="sampled"), {"pack": {"t": Pack(L, mode="first_fit", rows=3)}}),
+    ]
+    for streams, kw in cases:
+        with DataLoader(streams, batch_size=4, seed=1, num_workers=0, **kw) as dl:
+            for _ in range(20):
+                next(dl)
+            state = json_safe(dl.state_dict())
+            want = snap(next(dl))
+        assert "cursor" not in state, kw
+        with DataLoader(streams, batch_size=4, seed=1, num_workers=0, **kw) as again:
+            again.load_state_dict(state)
+            same(snap(next(again)), want, str(kw))
+
+
 def test_a_changed_step_resumes_exactly_from_the_cursor_or_from_step_0(stores, small_chunks):
     with make(stores, "mixture concat", num_workers=0) as dl:
         run = [snap(next(dl)) for _ in range(900)]
