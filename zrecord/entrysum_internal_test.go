@@ -127,3 +127,36 @@ func TestLoadEntriesStopsOutsideSegment(t *testing.T) {
 		}
 	}
 }
+
+// TestPutEntries checks the batched entry encoder against putEntry, entry
+// by entry, over batches that cross the assembly's slices and start at
+// indices near the ends of the index range; the bytes around the batch stay
+// untouched.
+func TestPutEntries(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 9))
+	for _, n := range []int{0, 1, 2, 7, loadEntriesSlice - 1, loadEntriesSlice, 2*loadEntriesSlice + 3} {
+		for _, first := range []int64{0, 12345, 1<<62 - int64(n)} {
+			ents := make([]entry, n)
+			for k := range ents {
+				ents[k] = entry{off: rng.Uint32(), phys: rng.Uint32(), logic: rng.Uint32(), chunk: rng.Uint32(), sum: rng.Uint32()}
+			}
+			want := make([]byte, 24*n+8)
+			got := make([]byte, 24*n+8)
+			for i := range got {
+				got[i], want[i] = 0xa5, 0xa5
+			}
+			for k, e := range ents {
+				layoutV4.putEntry(want[4+24*k:4+24*k+24], first+int64(k), e)
+			}
+			putEntries(got[4:4+24*n], first, ents)
+			if !slices.Equal(got, want) {
+				t.Fatalf("%d entries from %d: putEntries differs from putEntry", n, first)
+			}
+			clear(got)
+			putEntriesGo(got[4:4+24*n], first, ents)
+			if !slices.Equal(got[4:4+24*n], want[4:4+24*n]) {
+				t.Fatalf("%d entries from %d: putEntriesGo differs from putEntry", n, first)
+			}
+		}
+	}
+}

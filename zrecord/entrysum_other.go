@@ -12,3 +12,7 @@ func entrySumFast(idx int64, b []byte) uint32 { return entrySum(idx, b) }
 func loadEntries(seg []byte, indices []int64, locs []entry) int {
 	return loadEntriesGo(seg, indices, locs)
 }
+
+// putEntries writes the table entries ents of records first, first+1, ...
+// into dst in the current layout, as putEntry writes one.
+func putEntries(dst []byte, first int64, ents []entry) { putEntriesGo(dst, first, ents) }

@@ -334,7 +334,14 @@ func (l layout) putEntry(b []byte, idx int64, e entry) {
 		return
 	}
 	e.put20(b)
-	binary.LittleEndian.PutUint32(b[20:24], entrySum(idx, b))
+	binary.LittleEndian.PutUint32(b[20:24], entrySumFast(idx, b))
+}
+
+// putEntriesGo is putEntries without the CRC instruction.
+func putEntriesGo(dst []byte, first int64, ents []entry) {
+	for k, e := range ents {
+		layoutV4.putEntry(dst[24*k:24*k+24], first+int64(k), e)
+	}
 }
 
 // entryFault describes why the bytes of table entry idx fail their checksum.
