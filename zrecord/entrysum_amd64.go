@@ -1,6 +1,7 @@
 package zrecord
 
 import (
+	"hash/crc32"
 	"unsafe"
 
 	"golang.org/x/sys/cpu"
@@ -80,4 +81,17 @@ func putEntries(dst []byte, first int64, ents []entry) {
 		hi := min(len(ents), lo+loadEntriesSlice)
 		putEntriesSSE42(&dst[24*lo], uint64(first)+uint64(lo), &ents[lo], hi-lo)
 	}
+}
+
+// shortSumSSE42 is shortSum on a CPU with SSE4.2, for n bytes at p.
+//
+//go:noescape
+func shortSumSSE42(p *byte, n int) uint32
+
+// shortSum is dataSum of a record of at most shortSumMax bytes.
+func shortSum(b []byte) uint32 {
+	if !hasCRC32C || len(b) == 0 {
+		return crc32.Checksum(b, castagnoli)
+	}
+	return shortSumSSE42(&b[0], len(b))
 }

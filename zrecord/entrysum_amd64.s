@@ -97,3 +97,31 @@ ploop:
 	JNZ  ploop
 pdone:
 	RET
+
+// func shortSumSSE42(p *byte, n int) uint32
+//
+// The CRC-32C of the n bytes at p, eight at a time and then one at a time:
+// for the few bytes of a small record, the CRC instructions without
+// hash/crc32's dispatch, which costs more than they do.
+TEXT ·shortSumSSE42(SB), NOSPLIT, $0-20
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVL $0xffffffff, DX
+sq8:
+	CMPQ CX, $8
+	JB   sb1
+	CRC32Q 0(SI), DX
+	ADDQ $8, SI
+	SUBQ $8, CX
+	JMP  sq8
+sb1:
+	TESTQ CX, CX
+	JZ   sdone
+	CRC32B 0(SI), DX
+	INCQ SI
+	DECQ CX
+	JMP  sb1
+sdone:
+	NOTL DX
+	MOVL DX, ret+16(FP)
+	RET

@@ -134,7 +134,8 @@ func TestLoadEntriesStopsOutsideSegment(t *testing.T) {
 // untouched.
 func TestPutEntries(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 9))
-	for _, n := range []int{0, 1, 2, 7, loadEntriesSlice - 1, loadEntriesSlice, 2*loadEntriesSlice + 3} {
+	const slice = 4096 // loadEntriesSlice on amd64
+	for _, n := range []int{0, 1, 2, 7, slice - 1, slice, 2*slice + 3} {
 		for _, first := range []int64{0, 12345, 1<<62 - int64(n)} {
 			ents := make([]entry, n)
 			for k := range ents {
@@ -156,6 +157,31 @@ func TestPutEntries(t *testing.T) {
 			putEntriesGo(got[4:4+24*n], first, ents)
 			if !slices.Equal(got[4:4+24*n], want[4:4+24*n]) {
 				t.Fatalf("%d entries from %d: putEntriesGo differs from putEntry", n, first)
+			}
+		}
+	}
+}
+
+// TestShortSum checks the short-input checksum against hash/crc32 at every
+// length up to a little past shortSumMax and every alignment.
+func TestShortSum(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 1))
+	tab := crc32.MakeTable(crc32.Castagnoli)
+	buf := make([]byte, shortSumMax+24)
+	for i := range buf {
+		buf[i] = byte(rng.Uint32())
+	}
+	for n := 0; n <= shortSumMax+8; n++ {
+		for off := 0; off < 8; off++ {
+			b := buf[off : off+n]
+			want := crc32.Checksum(b, tab)
+			if n <= shortSumMax {
+				if got := shortSum(b); got != want {
+					t.Fatalf("%d bytes at %d: shortSum %#08x, want %#08x", n, off, got, want)
+				}
+			}
+			if got := dataSum(b); got != want {
+				t.Fatalf("%d bytes at %d: dataSum %#08x, want %#08x", n, off, got, want)
 			}
 		}
 	}
