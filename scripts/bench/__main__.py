@@ -1,6 +1,6 @@
 """Throughput of loaderx against the alternatives, in three layers.
 
-    python3 scripts/bench {sampler|store|loader|packing|maint|shards|convert-shards|remote|all} [options]
+    python3 scripts/bench {sampler|store|loader|packing|maint|shards|convert-shards|remote|scale|all} [options]
 
 sampler  index generation alone: numpy's two random APIs against zsampler.
 store    batch gather from a record store: zrecord (its defaults, raw verified
@@ -24,6 +24,11 @@ shards   a dataset read as 4 and 16 shards against the same records in one
 convert-shards  conversion MB/s of from_numpy(num_shards=1 and 2) against the
          single-store conversion: 2 GiB token rows and 12 KiB images
          (--convert-mib; 64 MiB with --quick), codecs auto and zstd.
+scale    what grows with the data and the run (not part of all: its largest
+         store is 2^28 records, --scale-max caps it): open and first-batch
+         latency, memory, descriptors and mappings from 10^6 to 2^28 records
+         warm and cold against a NumPy memory map; from_numpy of small
+         records against np.save.
 remote   one epoch of token rows (--remote-mib, 256 MiB; 32 with --quick) read
          from a local SeaweedFS S3 server (tests/s3server.py; skipped without
          its `weed` binary) by loaderx, MosaicML Streaming and LitData, cold
@@ -89,6 +94,9 @@ from maint import bench_maint
 from remote import bench_remote, remote_child
 from report import checks, out, plot, write_json
 from sampler import bench_sampler
+from scale import SIZES as SCALE_SIZES
+from scale import bench_scale
+from scale import child as scale_child
 from shards import bench_shards
 from store import DEFAULT_RECORDS, WORKLOAD_KEYS, WORKLOADS, bench_store
 
@@ -106,7 +114,7 @@ LAYERS: dict[str, Callable[[argparse.Namespace, dict[str, Any], str], None]] = {
 # --quick: a small configuration (flags given explicitly still win)
 QUICK = {"records": 200, "runs": 2, "store_slice": 0.04, "warm_cap": 0.5, "sampler_loop_ms": 10.0,
          "loader_warmup": 0.3, "loader_measure": 1.0, "maint_mib": 32,
-         "convert_mib": 64, "remote_mib": 32}
+         "convert_mib": 64, "remote_mib": 32, "scale_max": 10**7}
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -126,7 +134,7 @@ def parser() -> argparse.ArgumentParser:
         prog="python3 scripts/bench",
         description="Benchmark loaderx against other samplers, record stores and data loaders.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("section", nargs="?", default="all", choices=[*LAYERS, "packing", "all"])
+    ap.add_argument("section", nargs="?", default="all", choices=[*LAYERS, "packing", "scale", "all"])
     ap.add_argument("--shape", type=parse_shape, default=None,
                     help="record shape, e.g. 512x512 (default: store runs 512x512 and 64x192, loader 512x512)")
     ap.add_argument("--dtype", default="uint8",
@@ -170,6 +178,8 @@ def parser() -> argparse.ArgumentParser:
                     help="rounds of the remote layer, each with fresh caches (default: --runs, else 1)")
     ap.add_argument("--remote-timeout", type=float, default=900.0,
                     help="seconds one epoch of the remote layer may take before its process is killed")
+    ap.add_argument("--scale-max", type=int, default=SCALE_SIZES[-1],
+                    help="the largest store the scale layer opens, in records")
     ap.add_argument("--maint-1gib", action="store_true", help="maint on a 1 GiB store (--maint-mib 1024)")
     ap.add_argument("--maint-runs", type=int, default=None, help="delete + compact runs (default 3, --quick 1)")
     ap.add_argument("--maint-codec", choices=["raw", "zstd", "zstd_dict"], default="zstd")
@@ -196,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "_loader-child":
         loader_child(json.loads(argv[1]))
+        return 0
+    if argv and argv[0] == "_scale-child":
+        scale_child(json.loads(argv[1]))
         return 0
     if argv and argv[0] == "_remote-child":
         remote_child(json.loads(argv[1]))
@@ -229,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
                 bench(args, results, work)
         if args.section == "packing":  # a part of the loader layer, run on its own
             bench_packing(args, results, work)
+        if args.section == "scale":  # tens of GiB of stores at its largest: never part of `all`
+            bench_scale(args, results, work)
         checks(results)
     finally:
         if not args.keep:
