@@ -75,9 +75,9 @@ when it is missing). Streaming and LitData need torch.
 Layout: machine.py (the machine block), contenders/ (one adapter per library,
 registered per layer in contenders/__init__.py), data.py (the records and the
 transform), sampler.py, store.py and loader.py (one module per layer),
-maint.py, shards.py, convert_shards.py, remote.py, scale.py and resume.py (one module per layer), report.py
-(tables, targets and
-checks, plot, JSON) and this CLI; s3client.py compares S3 clients on its own.
+maint.py, shards.py, convert_shards.py, remote.py, scale.py and resume.py (one
+module per layer), report.py (tables, targets and checks, plot, JSON) and this
+CLI; s3client.py compares S3 clients on its own.
 contenders/original.py drives the original through contenders/original_worker.py.
 """
 
