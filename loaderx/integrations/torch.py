@@ -28,9 +28,12 @@ its arrays as tensors, as torch's DataLoader converts every batch), a
 ``it.load_state_dict(state)`` before iterating again; the state is the one a
 loaderx ``DataLoader`` with the same settings saves, checked the same way.
 Inside torchdata's ``StatefulDataLoader`` nothing needs counting: each
-iteration is a ``Stateful`` iterator whose state is its worker's next step,
-so ``StatefulDataLoader.state_dict()`` and ``load_state_dict()`` resume
-exactly, without replaying batches.
+iteration is a ``Stateful`` iterator whose state is its worker's next step
+(with the resume cursor there, when the loader has one: see
+:meth:`loaderx.dataloader.DataLoader.state_dict`), so
+``StatefulDataLoader.state_dict()`` and ``load_state_dict()`` resume
+exactly, without replaying batches. Each torch worker seeks to the cursor
+of the state it was given.
 
 Streams may be given as store paths, :class:`loaderx.dataset.DenseDataset`
 or :class:`loaderx.dataset.RaggedDataset` objects, or NumPy arrays. A dataset pickles as its path and opens in the
