@@ -96,7 +96,10 @@ func packed(data unsafe.Pointer, dataLen C.int64_t, offsets *C.int64_t, n C.int6
 			return nil, invalidf("%s offsets[%d] = %d: offsets must be nondecreasing and within the %d-byte data buffer (offsets[%d] = %d)",
 				name, i+1, end, dataLen, i, prev)
 		}
-		recs[i] = buf[prev:end:end]
+		// The capacity runs to the end of the buffer, so that the store
+		// can tell records that lie back to back and write them as one
+		// piece (the store never writes into a record).
+		recs[i] = buf[prev:end]
 		prev = end
 	}
 	return recs, nil

@@ -41,7 +41,7 @@ relative ones resolved, against it)::
     loader.dataloader  io.arrow
     loader.options  io.multistream
     loader._procpool  loader.mixture
-    loader._shm
+    loader._shm  loader._cursor
     loader._pipeline  loader._packing
     loader._ragged
     store.converter  store.dataset  store.zrecord
@@ -72,7 +72,10 @@ on threads and the verdict of ``workers="auto"``: stay on threads or move to
 processes), ``loader._ragged`` (a ragged stream's packed gather into
 recycled buffers, and its padding) and ``loader._packing`` (a ragged stream
 packed into fixed rows, concat or first-fit, with segment ids and positions;
-``loader.packing`` holds its options, ``Pack``, and its batch, ``PackedRows``).
+``loader.packing`` holds its options, ``Pack``, and its batch, ``PackedRows``),
+and ``loader._cursor`` (the resume cursor a state saves, made from and
+sought to by the packed streams and the mixture schedule, for the loader and
+its worker processes alike).
 ``loader.mixture`` mixes named sources by weight for the loader: its streams
 over the sources' joint index space, and its sampler, which takes each
 step's per-source counts from ``loader._schedule`` (the exact Pfair schedule

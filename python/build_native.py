@@ -15,7 +15,13 @@ runs ``go build -buildmode=c-shared`` on ``./capi`` and writes, into OUT_DIR
   into the header. The header is the single source of truth:
   ``loaderx/store/_native.py`` declares exactly what ``cdef.h`` says and reads the
   numbers from the loaded library, and ``tests/test_cdef.py`` checks the
-  two agree.
+  two agree;
+* ``_lx_ffi.py``, those declarations parsed once by cffi into its
+  out-of-line ABI module, stamped with the SHA-256 of ``cdef.h``: a process
+  that loads the library imports it in about a millisecond, where parsing
+  ``cdef.h`` with pycparser costs some 50 ms in every process (every worker
+  and rank). The binding falls back to parsing ``cdef.h`` when the module is
+  missing, stale or refused by the installed cffi.
 
 Environment: ``GO`` names the go command (default ``go`` on PATH);
 ``GOFLAGS`` and the rest of the Go environment are passed through.
@@ -185,6 +191,28 @@ def write_cdef(header_path: str | os.PathLike[str], cdef_path: str | os.PathLike
     Path(cdef_path).write_text(extract_cdef(text), encoding="utf-8")
 
 
+#: the name of the out-of-line cffi module (the file ``{FFI_MODULE}.py``)
+FFI_MODULE = "_lx_ffi"
+
+
+def write_ffi_module(cdef_path: str | os.PathLike[str], module_path: str | os.PathLike[str]) -> None:
+    """Generate the out-of-line cffi ABI module at ``module_path`` from the
+    declarations at ``cdef_path``, with a line ``CDEF_SHA256 = "..."`` that
+    names the declarations it was made from."""
+    import hashlib
+
+    from cffi import FFI
+
+    cdef = Path(cdef_path).read_text(encoding="utf-8")
+    builder = FFI()
+    builder.cdef(cdef)
+    builder.set_source(FFI_MODULE, None)
+    builder.emit_python_code(str(module_path))
+    digest = hashlib.sha256(cdef.encode("utf-8")).hexdigest()
+    with open(module_path, "a", encoding="utf-8") as f:
+        f.write(f"\n# the SHA-256 of the cdef.h these declarations were parsed from\nCDEF_SHA256 = {digest!r}\n")
+
+
 def build(
     out_dir: str | os.PathLike[str] | None = None,
     *,
@@ -193,7 +221,8 @@ def build(
     platform: str = sys.platform,
     ldflags: str | None = None,
 ) -> Path:
-    """Build the shared library, its header and cdef.h into ``out_dir``.
+    """Build the shared library, its header, cdef.h and the cffi module into
+    ``out_dir``.
 
     The files are built in a temporary directory inside ``out_dir`` and then
     moved into place, so a process that has the old library loaded keeps a
@@ -221,7 +250,8 @@ def build(
         if proc.returncode != 0:
             raise RuntimeError(f"go build failed ({proc.returncode}):\n{proc.stdout}")
         write_cdef(os.path.join(tmp, header_name), os.path.join(tmp, "cdef.h"))
-        for name in (header_name, "cdef.h", lib_name):  # the library last
+        write_ffi_module(os.path.join(tmp, "cdef.h"), os.path.join(tmp, FFI_MODULE + ".py"))
+        for name in (header_name, "cdef.h", FFI_MODULE + ".py", lib_name):  # the library last
             os.replace(os.path.join(tmp, name), out / name)
     return out / lib_name
 

@@ -333,6 +333,10 @@ def pack_wheel(target: Target, lib_dir: Path, out_dir: Path) -> Path:
         if not p.is_file():
             raise WheelError(f"{target.platform}: {p} was not built")
         entries.append((f"loaderx/lib/{fname}", p.read_bytes()))
+    # the parsed declarations: optional, since the binding parses cdef.h
+    # without them (only more slowly)
+    if (lib_dir / "_lx_ffi.py").is_file():
+        entries.append(("loaderx/lib/_lx_ffi.py", (lib_dir / "_lx_ffi.py").read_bytes()))
     entries.append((f"{dist_info}/LICENSE", LICENSE.read_bytes()))
     entries.append((f"{dist_info}/METADATA", project_metadata().encode()))
     wheel_meta = (

@@ -80,3 +80,12 @@ class BreaksInTheWorker:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_refuse, ("no rebuilding here",))
+
+
+def with_work(batch: dict[str, Any]) -> dict[str, Any]:
+    """The batch and the work this process's token indexes and mixture
+    schedules did so far (sampler steps summed, PD² steps run)."""
+    from loaderx.loader._packing import TokenIndex
+    from loaderx.loader._schedule import _PD2
+
+    return {**batch, "work": np.array([TokenIndex.counted, _PD2.work], dtype=np.int64)}

@@ -131,6 +131,37 @@ def test_cdef_is_current(native: ModuleType, build_native: ModuleType, header_te
     assert cdef == build_native.extract_cdef(header_text)
 
 
+def test_binding_uses_the_parsed_declarations(native: ModuleType) -> None:
+    """The build's out-of-line cffi module is what the binding loaded (parsing
+    cdef.h instead costs every process some 50 ms), and it was made from
+    this cdef.h."""
+    lib_dir = Path(native.library_path).parent
+    module = (lib_dir / "_lx_ffi.py").read_text(encoding="utf-8")
+    cdef = (lib_dir / "cdef.h").read_text(encoding="utf-8")
+    import hashlib
+
+    assert f"CDEF_SHA256 = {hashlib.sha256(cdef.encode()).hexdigest()!r}" in module
+    assert not isinstance(native.ffi, cffi.FFI), "the binding parsed cdef.h instead of importing _lx_ffi.py"
+
+
+@pytest.mark.parametrize("damage", ["stale", "garbage", "missing"])
+def test_declarations_fall_back_to_cdef(native: ModuleType, tmp_path: Path, damage: str) -> None:
+    """A module made from other declarations, a damaged one, or none: the
+    binding parses cdef.h, and gets the same declarations."""
+    lib_dir = Path(native.library_path).parent
+    cdef = (lib_dir / "cdef.h").read_text(encoding="utf-8")
+    module = (lib_dir / "_lx_ffi.py").read_text(encoding="utf-8")
+    if damage == "stale":
+        (tmp_path / "_lx_ffi.py").write_text(re.sub(r"CDEF_SHA256 = '[0-9a-f]+'", "CDEF_SHA256 = '00'", module))
+    elif damage == "garbage":
+        (tmp_path / "_lx_ffi.py").write_text(module[: len(module) // 2])
+    got = native._parsed_ffi(str(tmp_path), cdef)
+    assert isinstance(got, cffi.FFI)
+    lib = got.dlopen(native.library_path)
+    for name in ("lx_store_gather", "lx_store_open", "lx_abi_version"):
+        assert got.typeof(getattr(lib, name)).cname == native.ffi.typeof(getattr(native.lib, name)).cname
+
+
 def test_binding_calls_only_exported_functions(header_text: str) -> None:
     source = (ROOT / "loaderx" / "store" / "_native.py").read_text(encoding="utf-8")
     used = set(re.findall(r"\blib\.(lx_\w+)", source))

@@ -113,7 +113,7 @@ def test_sdist_carries_every_go_source(sdist_files: set[str]) -> None:
         "loaderx/py.typed",
     ):
         assert need in sdist_files, f"the sdist lacks {need}"
-    py = {p.relative_to(ROOT).as_posix() for p in (ROOT / "loaderx").rglob("*.py")}
+    py = {p.relative_to(ROOT).as_posix() for p in (ROOT / "loaderx").rglob("*.py") if "lib" not in p.relative_to(ROOT / "loaderx").parts[:1]}
     assert py <= sdist_files, f"the sdist lacks {sorted(py - sdist_files)}"
 
 
@@ -122,7 +122,7 @@ def test_sdist_carries_no_built_library(sdist_files: set[str]) -> None:
         n
         for n in sdist_files
         if re.search(r"\.(so|dylib|dll|pyc)$", n)
-        or n.endswith("cdef.h")
+        or n.endswith(("cdef.h", "_lx_ffi.py"))
         or "__pycache__" in n
         or n.startswith(("build/", "dist/"))
     ]
@@ -210,6 +210,7 @@ def test_packed_wheel_layout(tmp_path: Path) -> None:
         "loaderx/py.typed",
         "loaderx/lib/libloaderx.so",
         "loaderx/lib/cdef.h",
+        "loaderx/lib/_lx_ffi.py",
         "loaderx-0.1.0.dist-info/LICENSE",
         "loaderx-0.1.0.dist-info/METADATA",
         "loaderx-0.1.0.dist-info/RECORD",
@@ -218,7 +219,7 @@ def test_packed_wheel_layout(tmp_path: Path) -> None:
     # every module of the package and of its subpackages, and nothing else
     package = ROOT / "loaderx"
     modules = {p.relative_to(ROOT).as_posix() for p in package.rglob("*.py") if p.relative_to(package).parts[0] != "lib"}
-    assert {n for n in names if n.endswith(".py")} == modules
+    assert {n for n in names if n.endswith(".py")} == modules | {"loaderx/lib/_lx_ffi.py"}
     assert {"loaderx/store/converter.py", "loaderx/loader/_procpool.py", "loaderx/io/arrow.py"} <= modules
     assert "Tag: py3-none-manylinux_2_17_x86_64\n" in wheel_meta
     info = bw.elf_info((lib / "libloaderx.so").read_bytes())

@@ -5,6 +5,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // appendScratch is the per-call working memory of Append, reused across calls.
@@ -207,7 +208,7 @@ func (s *Store) compress(records [][]byte, a *appendScratch, workers int, total 
 		if start, end := a.spans[2*k], a.spans[2*k+1]; start < 0 {
 			a.phys[k] = records[k]
 		} else {
-			a.phys[k] = a.arenas[a.owner[k]][start:end:end]
+			a.phys[k] = a.arenas[a.owner[k]][start:end] // capacity to the arena's end: neighbours coalesce (extend)
 		}
 	}
 	return nil
@@ -314,8 +315,14 @@ func (w *batchWriter) writePlaced(ents []entry, phys [][]byte, iov *[][]byte) er
 		*iov = (*iov)[:0]
 		j := k
 		for ; j < len(phys) && ents[j].chunk == c.id; j++ {
-			if len(phys[j]) > 0 {
-				*iov = append(*iov, phys[j])
+			if p := phys[j]; len(p) > 0 {
+				if t := len(*iov) - 1; t >= 0 {
+					if run, ok := extend((*iov)[t], p); ok {
+						(*iov)[t] = run
+						continue
+					}
+				}
+				*iov = append(*iov, p)
 			}
 		}
 		last := ents[j-1]
@@ -325,6 +332,22 @@ func (w *batchWriter) writePlaced(ents []entry, phys [][]byte, iov *[][]byte) er
 		k = j
 	}
 	return nil
+}
+
+// extend returns run grown by the bytes of p when p is the continuation of
+// run in the same array (run's capacity reaches over it), so that records
+// packed back to back in the caller's buffer go out as one piece of a
+// vectored write instead of one piece each: for records of a few bytes the
+// pieces, not the bytes, are the cost (and a write takes at most iovMax).
+func extend(run, p []byte) ([]byte, bool) {
+	n := len(run)
+	if cap(run)-n < len(p) || len(p) == 0 || n == 0 {
+		return run, false
+	}
+	if uintptr(unsafe.Pointer(unsafe.SliceData(run)))+uintptr(n) != uintptr(unsafe.Pointer(unsafe.SliceData(p))) {
+		return run, false
+	}
+	return run[:n+len(p)], true
 }
 
 // writeAt writes bufs into chunk c at off; they end at end.
@@ -354,29 +377,53 @@ func (w *batchWriter) publish(table []byte) (int64, error) {
 	if int64(len(w.entries)) != w.n {
 		return 0, errf(ErrInvalidArgument, "append to %s: %d of a batch of %d records written", s.dir, len(w.entries), w.n)
 	}
-	length, n, pos := w.length, w.n, w.pos
-	chunks := *s.chunks.Load()
+	if err := w.writeTable(w.entries, table, 0, int(w.n)); err != nil {
+		return 0, err
+	}
+	return w.finish()
+}
 
-	// Table entries, one write per segment.
+// writeTable encodes the table entries ents[lo:hi], those of records [lo,
+// hi) of the batch, into their place in table (scratch of at least n
+// entries) and writes them, one write per segment they fall in.
+func (w *batchWriter) writeTable(ents []entry, table []byte, lo, hi int) error {
+	s := w.s
 	l := s.lay
 	es := l.entSize
-	for k := range w.entries {
-		l.putEntry(table[int64(k)*es:int64(k+1)*es], length+int64(k), w.entries[k])
+	if l.checksummed() {
+		putEntries(table[int64(lo)*es:int64(hi)*es], w.length+int64(lo), ents[lo:hi])
+	} else {
+		for k := lo; k < hi; k++ {
+			l.putEntry(table[int64(k)*es:int64(k+1)*es], w.length+int64(k), ents[k])
+		}
 	}
 	segs := *s.segs.Load()
-	for i := length; i < length+n; {
+	for i, end := w.length+int64(lo), w.length+int64(hi); i < end; {
 		g := segs[i>>l.shift]
-		cnt := min(length+n-i, l.segEntries()-(i&l.segMask()))
-		b := table[(i-length)*es : (i-length+cnt)*es]
+		cnt := min(end-i, l.segEntries()-(i&l.segMask()))
+		b := table[(i-w.length)*es : (i-w.length+cnt)*es]
 		if err := g.cover(g.f, l.segOff(i)+cnt*es); err != nil {
-			return 0, wrapf(err, "append: map %s", s.path(l.segName(g.id)))
+			return wrapf(err, "append: map %s", s.path(l.segName(g.id)))
 		}
 		if err := writeFull(g.f, b, l.segOff(i)); err != nil {
-			return 0, wrapf(err, "append: write %s", s.path(l.segName(g.id)))
+			return wrapf(err, "append: write %s", s.path(l.segName(g.id)))
 		}
 		g.dirty = true
 		i += cnt
 	}
+	return nil
+}
+
+// finish publishes a batch whose record bytes and table entries are all
+// written: it cuts off what a failed earlier append left in the chunks the
+// batch moved past, and writes the header; then the batch is visible.
+func (w *batchWriter) finish() (int64, error) {
+	s := w.s
+	if int64(len(w.entries)) != w.n {
+		return 0, errf(ErrInvalidArgument, "append to %s: %d of a batch of %d records written", s.dir, len(w.entries), w.n)
+	}
+	length, n, pos := w.length, w.n, w.pos
+	chunks := *s.chunks.Load()
 
 	// Chunks the batch moved past are sealed at their last record; cut off
 	// anything a failed earlier append left behind in them.

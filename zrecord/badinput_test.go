@@ -136,17 +136,21 @@ func TestOpenDamaged(t *testing.T) {
 		damage  func(t *testing.T, dir string)
 		want    []error
 		mention string
+		// bad is the damaged record of a table entry's damage, which
+		// Open does not see (it does not read the table): the reads of
+		// that record fail, the others succeed; -1 for damage Open finds.
+		bad int64
 	}{
-		{"missing dir", zrecord.Raw, func(t *testing.T, dir string) { os.RemoveAll(dir) }, []error{zrecord.ErrNotStore, fs.ErrNotExist}, ""},
-		{"no meta", zrecord.Raw, func(t *testing.T, dir string) { os.Remove(filepath.Join(dir, "meta.zr")) }, []error{zrecord.ErrNotStore}, "meta.zr"},
-		{"bad magic", zrecord.Raw, func(t *testing.T, dir string) { patch(t, filepath.Join(dir, "meta.zr"), 0, []byte("ZREX")) }, []error{zrecord.ErrNotStore}, "meta.zr"},
-		{"bad version", zrecord.Raw, func(t *testing.T, dir string) { patch(t, filepath.Join(dir, "meta.zr"), 4, []byte{2}) }, []error{zrecord.ErrVersion}, "version 2"},
+		{"missing dir", zrecord.Raw, func(t *testing.T, dir string) { os.RemoveAll(dir) }, []error{zrecord.ErrNotStore, fs.ErrNotExist}, "", -1},
+		{"no meta", zrecord.Raw, func(t *testing.T, dir string) { os.Remove(filepath.Join(dir, "meta.zr")) }, []error{zrecord.ErrNotStore}, "meta.zr", -1},
+		{"bad magic", zrecord.Raw, func(t *testing.T, dir string) { patch(t, filepath.Join(dir, "meta.zr"), 0, []byte("ZREX")) }, []error{zrecord.ErrNotStore}, "meta.zr", -1},
+		{"bad version", zrecord.Raw, func(t *testing.T, dir string) { patch(t, filepath.Join(dir, "meta.zr"), 4, []byte{2}) }, []error{zrecord.ErrVersion}, "version 2", -1},
 		{"bad codec", zrecord.Raw, func(t *testing.T, dir string) {
 			patch(t, filepath.Join(dir, "meta.zr"), 5, []byte{3})
 			resealHeader(t, dir)
-		}, []error{zrecord.ErrCorrupt}, "codec"},
-		{"header bit flip", zrecord.Raw, func(t *testing.T, dir string) { patch(t, filepath.Join(dir, "meta.zr"), 15, []byte{0x0b}) }, []error{zrecord.ErrCorrupt}, "meta.zr: header checksum"},
-		{"short table", zrecord.Raw, func(t *testing.T, dir string) { os.Truncate(filepath.Join(dir, "0.tab"), 24*9+3) }, []error{zrecord.ErrCorrupt}, "0.tab"},
+		}, []error{zrecord.ErrCorrupt}, "codec", -1},
+		{"header bit flip", zrecord.Raw, func(t *testing.T, dir string) { patch(t, filepath.Join(dir, "meta.zr"), 15, []byte{0x0b}) }, []error{zrecord.ErrCorrupt}, "meta.zr: header checksum", -1},
+		{"short table", zrecord.Raw, func(t *testing.T, dir string) { os.Truncate(filepath.Join(dir, "0.tab"), 24*9+3) }, []error{zrecord.ErrCorrupt}, "0.tab", -1},
 		{"short tail chunk", zrecord.Raw, func(t *testing.T, dir string) {
 			names, _ := ztDirNames(dir)
 			last := -1
@@ -157,30 +161,30 @@ func TestOpenDamaged(t *testing.T) {
 				}
 			}
 			os.Truncate(filepath.Join(dir, strconv.Itoa(last)+".chunk"), 10)
-		}, []error{zrecord.ErrCorrupt}, ".chunk"},
+		}, []error{zrecord.ErrCorrupt}, ".chunk", -1},
 		{"entry past chunk end", zrecord.Raw, func(t *testing.T, dir string) {
 			patch(t, filepath.Join(dir, "0.tab"), 0, u32(9000))
 			resealEntry(t, dir, 0)
-		}, []error{zrecord.ErrCorrupt}, "entry 0"},
+		}, []error{zrecord.ErrCorrupt}, "entry 0", 0},
 		{"entry past tail chunk", zrecord.Raw, func(t *testing.T, dir string) {
 			patch(t, filepath.Join(dir, "0.tab"), 24*3+12, u32(77))
 			resealEntry(t, dir, 3)
-		}, []error{zrecord.ErrCorrupt}, "entry 3"},
+		}, []error{zrecord.ErrCorrupt}, "entry 3", 3},
 		{"compressed entry in raw store", zrecord.Raw, func(t *testing.T, dir string) {
 			patch(t, filepath.Join(dir, "0.tab"), 24*2+4, u32(10))
 			resealEntry(t, dir, 2)
-		}, []error{zrecord.ErrCorrupt}, "entry 2"},
-		{"entry bit flip", zrecord.Raw, func(t *testing.T, dir string) { patch(t, filepath.Join(dir, "0.tab"), 24*4+9, []byte{0x0c}) }, []error{zrecord.ErrCorrupt}, "record 4 in "},
+		}, []error{zrecord.ErrCorrupt}, "entry 2", 2},
+		{"entry bit flip", zrecord.Raw, func(t *testing.T, dir string) { patch(t, filepath.Join(dir, "0.tab"), 24*4+9, []byte{0x0c}) }, []error{zrecord.ErrCorrupt}, "record 4 in ", 4},
 		{"entry in the wrong slot", zrecord.Raw, func(t *testing.T, dir string) {
 			b, _ := os.ReadFile(filepath.Join(dir, "0.tab"))
 			patch(t, filepath.Join(dir, "0.tab"), 24*5, b[24*6:24*7])
-		}, []error{zrecord.ErrCorrupt}, "0.tab: table entry checksum"},
-		{"missing dict", zrecord.ZstdDict, func(t *testing.T, dir string) { os.Remove(filepath.Join(dir, "dict.zr")) }, []error{zrecord.ErrMissingDict}, "dict.zr"},
-		{"garbage dict", zrecord.ZstdDict, func(t *testing.T, dir string) { os.WriteFile(filepath.Join(dir, "dict.zr"), []byte("garbage"), 0o644) }, []error{zrecord.ErrCorrupt}, "dict.zr"},
+		}, []error{zrecord.ErrCorrupt}, "0.tab: table entry checksum", 5},
+		{"missing dict", zrecord.ZstdDict, func(t *testing.T, dir string) { os.Remove(filepath.Join(dir, "dict.zr")) }, []error{zrecord.ErrMissingDict}, "dict.zr", -1},
+		{"garbage dict", zrecord.ZstdDict, func(t *testing.T, dir string) { os.WriteFile(filepath.Join(dir, "dict.zr"), []byte("garbage"), 0o644) }, []error{zrecord.ErrCorrupt}, "dict.zr", -1},
 		{"dict bit flip", zrecord.ZstdDict, func(t *testing.T, dir string) {
 			b, _ := os.ReadFile(filepath.Join(dir, "dict.zr"))
 			patch(t, filepath.Join(dir, "dict.zr"), int64(len(b)/2), []byte{b[len(b)/2] ^ 4})
-		}, []error{zrecord.ErrCorrupt}, "dict.zr: dictionary checksum"},
+		}, []error{zrecord.ErrCorrupt}, "dict.zr: dictionary checksum", -1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -196,6 +200,16 @@ func TestOpenDamaged(t *testing.T) {
 					opts = append(opts, zrecord.WithReadOnly())
 				}
 				s, err := zrecord.Open(dir, opts...)
+				if c.bad >= 0 {
+					if err != nil {
+						t.Fatalf("read-only %v: Open: %v (a table entry's damage is for the read to find)", ro, err)
+					}
+					checkEntryDamage(t, s, c.bad, c.want, c.mention)
+					if err := s.Close(); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
 				if err == nil {
 					s.Close()
 					t.Fatalf("read-only %v: Open succeeded", ro)
@@ -209,6 +223,49 @@ func TestOpenDamaged(t *testing.T) {
 				t.Fatal("a failed Open changed the files")
 			}
 		})
+	}
+}
+
+// checkEntryDamage checks a store of 10 records of 3000 bytes whose table
+// entry bad is damaged: every call that uses that entry (Gather, Sizes,
+// Stats, which sums the table, Verify) reports it with want naming mention,
+// and the other records read.
+func checkEntryDamage(t *testing.T, s *zrecord.Store, bad int64, want []error, mention string) {
+	t.Helper()
+	dst := make([]byte, 3000)
+	for i := range int64(10) {
+		err := s.Gather([]int64{i}, dst, 3000)
+		if i != bad {
+			if err != nil {
+				t.Fatalf("Gather of sound record %d: %v", i, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Fatalf("Gather of damaged record %d succeeded", i)
+		}
+		ztIs(t, err, want...)
+		if !strings.Contains(err.Error(), mention) {
+			t.Fatalf("Gather: error %q does not name %q", err, mention)
+		}
+	}
+	sizes := make([]int64, 1)
+	if err := s.Sizes([]int64{bad}, sizes); !errors.Is(err, zrecord.ErrCorrupt) {
+		t.Fatalf("Sizes of damaged record %d: %v, want ErrCorrupt", bad, err)
+	}
+	if _, err := s.Stats(); !errors.Is(err, zrecord.ErrCorrupt) {
+		t.Fatalf("Stats over a damaged table: %v, want ErrCorrupt", err)
+	}
+	rep, err := s.Verify()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, f := range rep.Faults {
+		found = found || f.Index == bad
+	}
+	if !found {
+		t.Fatalf("Verify did not report record %d: %+v", bad, rep.Faults)
 	}
 }
 

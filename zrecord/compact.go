@@ -133,7 +133,7 @@ func (s *Store) compact() error {
 			live = append(live, indexedEntry{i, pe})
 			continue
 		}
-		e, err := s.readEntry(segs, i)
+		e, err := s.readLiveEntry(segs, chunks, i)
 		if err != nil {
 			return fmt.Errorf("zrecord: compact %s: %w", s.dir, err)
 		}

@@ -31,6 +31,10 @@ type crashOp struct {
 	// compressed store is pipelined at (zrecord.SetPipeStepPerThread), so
 	// that a small batch is written in several parts.
 	pipeStep int64
+	// aside: the batch's table is written aside as its parts are written
+	// (zrecord.SetTableAsideEntries(1)), as a batch of many small records'
+	// is.
+	aside bool
 }
 
 func (op crashOp) String() string {
@@ -48,6 +52,9 @@ func (op crashOp) apply(s *zrecord.Store) error {
 	case "append":
 		if op.pipeStep > 0 {
 			defer zrecord.SetPipeStepPerThread(zrecord.SetPipeStepPerThread(op.pipeStep))
+		}
+		if op.aside {
+			defer zrecord.SetTableAsideEntries(zrecord.SetTableAsideEntries(1))
 		}
 		_, err := s.Append(op.recs)
 		return err

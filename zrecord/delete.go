@@ -54,6 +54,7 @@ func (s *Store) Delete(indices []int64) (err error) {
 	// still pending) can itself become the last one, so entries are read
 	// through both.
 	segs := *s.segs.Load()
+	chunks := *s.chunks.Load()
 	var pending map[int64]entry
 	if s.pend != nil {
 		pending = s.overlay.Load().recs
@@ -66,7 +67,7 @@ func (s *Store) Delete(indices []int64) (err error) {
 		if pe, ok := pending[i]; ok {
 			return pe, nil
 		}
-		e, err := s.readEntry(segs, i)
+		e, err := s.readLiveEntry(segs, chunks, i)
 		if err != nil {
 			return entry{}, fmt.Errorf("zrecord: delete from %s: %w", s.dir, err)
 		}

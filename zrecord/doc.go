@@ -82,8 +82,9 @@
 // past tail_chunk, bytes past the end of the chunk file (for a read-only
 // Open or a version-3 store, past tail_offset in the tail chunk), a
 // logic_length above MaxRecordSize, an encoded record in a raw store, or a
-// narrowed size that fits no width (below) is damage, which Open reports
-// for the first such entry.
+// narrowed size that fits no width (below) is damage, which the first call
+// to use that entry reports (Open of a version-1 or 3 store, which has no
+// checksums, reports the first such entry of its table).
 //
 // A record lives in one chunk and never straddles two; offsets are 32-bit,
 // so a chunk holds less than 4 GiB and a record is at most 2 GiB
@@ -146,8 +147,15 @@
 // write, without a journal.
 //
 // On read, the header is checked at Open, with the dictionary; every table
-// entry is checked at Open and again whenever a Gather, GatherPacked,
-// GatherRagged, Sizes, Delete or Compact uses it. A compressed or narrowed
+// entry is checked whenever a Gather, GatherPacked, GatherRagged, Sizes,
+// Spans, Delete or Compact uses it, and Stats checks every entry the first
+// time it sums the table. Open does not read the table of a version-4 or 5
+// store: it reads the header, maps the files and, when writable, recovers
+// what the header and the journals say (the tail chunk, an interrupted
+// Delete or Compact), so its cost and the memory it touches do not grow
+// with the record count. The header's frontier is exact (the header is one
+// checksummed write), and an entry damaged on disk fails its own checksum
+// at the read that uses it, with the same error an Open would give. A compressed or narrowed
 // record's stored bytes are checked before every decode (a zstd decode
 // costs far more than the check; a widening reads half the bytes or
 // fewer), and a widening that would not give exactly the logical size is
@@ -446,9 +454,10 @@
 // indices check all of them, and all sizes, before writing a byte or
 // changing the store, so an error leaves the destination and the store as
 // they were; a Gather that fails while decoding may have filled part of
-// dst. Open validates the header, the dictionary and the whole record
-// table and reports damage as ErrCorrupt (ErrVersion, ErrMissingDict where
-// they apply) instead of returning wrong bytes later. A checksum that does
+// dst. Open validates the header and the dictionary (and the whole table of
+// a version-1 or 3 store) and reports damage as ErrCorrupt (ErrVersion,
+// ErrMissingDict where they apply); a damaged table entry of a current
+// store is ErrCorrupt from the call that uses it, never wrong bytes. A checksum that does
 // not match is ErrCorrupt naming the file, the record index and both
 // values, for example "record 17 in /data/s/0.chunk: stored bytes checksum
 // 0x1234abcd, table says 0x9e3779b9". Verify (or VerifyDir, for a store

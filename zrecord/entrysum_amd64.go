@@ -1,6 +1,7 @@
 package zrecord
 
 import (
+	"hash/crc32"
 	"unsafe"
 
 	"golang.org/x/sys/cpu"
@@ -57,3 +58,40 @@ func loadEntries(seg []byte, indices []int64, locs []entry) int {
 
 // loadEntriesSlice is how many entries one assembly call checks.
 const loadEntriesSlice = 4096
+
+// putEntriesSSE42 is putEntries on a CPU with SSE4.2, for n entries.
+//
+//go:noescape
+func putEntriesSSE42(dst *byte, first uint64, ents *entry, n int)
+
+// putEntries writes the table entries ents of records first, first+1, ...
+// into dst (24 bytes each, len(dst) >= 24*len(ents)) in the current
+// layout, as putEntry writes one: an append of many small records writes
+// as many table bytes as record bytes, and a call per entry costs more than
+// its checksum.
+func putEntries(dst []byte, first int64, ents []entry) {
+	if !hasCRC32C || len(ents) == 0 {
+		putEntriesGo(dst, first, ents)
+		return
+	}
+	_ = dst[24*len(ents)-1]
+	// In slices, as loadEntries: the runtime cannot stop a goroutine
+	// inside assembly.
+	for lo := 0; lo < len(ents); lo += loadEntriesSlice {
+		hi := min(len(ents), lo+loadEntriesSlice)
+		putEntriesSSE42(&dst[24*lo], uint64(first)+uint64(lo), &ents[lo], hi-lo)
+	}
+}
+
+// shortSumSSE42 is shortSum on a CPU with SSE4.2, for n bytes at p.
+//
+//go:noescape
+func shortSumSSE42(p *byte, n int) uint32
+
+// shortSum is dataSum of a record of at most shortSumMax bytes.
+func shortSum(b []byte) uint32 {
+	if !hasCRC32C || len(b) == 0 {
+		return crc32.Checksum(b, castagnoli)
+	}
+	return shortSumSSE42(&b[0], len(b))
+}

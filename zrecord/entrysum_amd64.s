@@ -61,3 +61,67 @@ loop:
 done:
 	MOVQ R11, ret+40(FP)
 	RET
+
+// func putEntriesSSE42(dst *byte, first uint64, ents *entry, n int)
+//
+// Writes the 24-byte table entries of records first .. first+n-1 to dst:
+// for each, the five little-endian uint32 fields of ents[k] (an entry has
+// them in that order) and then the CRC-32C of the index (8 bytes) followed
+// by those 20 bytes, as putEntry writes one. The checksums of successive
+// entries do not depend on one another, so they overlap in the pipeline.
+TEXT ·putEntriesSSE42(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ first+8(FP), AX
+	MOVQ ents+16(FP), SI
+	MOVQ n+24(FP), CX
+	TESTQ CX, CX
+	JLE  pdone
+ploop:
+	MOVQ 0(SI), R8
+	MOVQ 8(SI), R9
+	MOVL 16(SI), R10
+	MOVL $0xffffffff, DX
+	CRC32Q AX, DX
+	CRC32Q R8, DX
+	CRC32Q R9, DX
+	CRC32L R10, DX
+	NOTL DX
+	MOVQ R8, 0(DI)
+	MOVQ R9, 8(DI)
+	MOVL R10, 16(DI)
+	MOVL DX, 20(DI)
+	ADDQ $20, SI
+	ADDQ $24, DI
+	INCQ AX
+	DECQ CX
+	JNZ  ploop
+pdone:
+	RET
+
+// func shortSumSSE42(p *byte, n int) uint32
+//
+// The CRC-32C of the n bytes at p, eight at a time and then one at a time:
+// for the few bytes of a small record, the CRC instructions without
+// hash/crc32's dispatch, which costs more than they do.
+TEXT ·shortSumSSE42(SB), NOSPLIT, $0-20
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVL $0xffffffff, DX
+sq8:
+	CMPQ CX, $8
+	JB   sb1
+	CRC32Q 0(SI), DX
+	ADDQ $8, SI
+	SUBQ $8, CX
+	JMP  sq8
+sb1:
+	TESTQ CX, CX
+	JZ   sdone
+	CRC32B 0(SI), DX
+	INCQ SI
+	DECQ CX
+	JMP  sb1
+sdone:
+	NOTL DX
+	MOVL DX, ret+16(FP)
+	RET

@@ -127,3 +127,62 @@ func TestLoadEntriesStopsOutsideSegment(t *testing.T) {
 		}
 	}
 }
+
+// TestPutEntries checks the batched entry encoder against putEntry, entry
+// by entry, over batches that cross the assembly's slices and start at
+// indices near the ends of the index range; the bytes around the batch stay
+// untouched.
+func TestPutEntries(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 9))
+	const slice = 4096 // loadEntriesSlice on amd64
+	for _, n := range []int{0, 1, 2, 7, slice - 1, slice, 2*slice + 3} {
+		for _, first := range []int64{0, 12345, 1<<62 - int64(n)} {
+			ents := make([]entry, n)
+			for k := range ents {
+				ents[k] = entry{off: rng.Uint32(), phys: rng.Uint32(), logic: rng.Uint32(), chunk: rng.Uint32(), sum: rng.Uint32()}
+			}
+			want := make([]byte, 24*n+8)
+			got := make([]byte, 24*n+8)
+			for i := range got {
+				got[i], want[i] = 0xa5, 0xa5
+			}
+			for k, e := range ents {
+				layoutV4.putEntry(want[4+24*k:4+24*k+24], first+int64(k), e)
+			}
+			putEntries(got[4:4+24*n], first, ents)
+			if !slices.Equal(got, want) {
+				t.Fatalf("%d entries from %d: putEntries differs from putEntry", n, first)
+			}
+			clear(got)
+			putEntriesGo(got[4:4+24*n], first, ents)
+			if !slices.Equal(got[4:4+24*n], want[4:4+24*n]) {
+				t.Fatalf("%d entries from %d: putEntriesGo differs from putEntry", n, first)
+			}
+		}
+	}
+}
+
+// TestShortSum checks the short-input checksum against hash/crc32 at every
+// length up to a little past shortSumMax and every alignment.
+func TestShortSum(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 1))
+	tab := crc32.MakeTable(crc32.Castagnoli)
+	buf := make([]byte, shortSumMax+24)
+	for i := range buf {
+		buf[i] = byte(rng.Uint32())
+	}
+	for n := 0; n <= shortSumMax+8; n++ {
+		for off := 0; off < 8; off++ {
+			b := buf[off : off+n]
+			want := crc32.Checksum(b, tab)
+			if n <= shortSumMax {
+				if got := shortSum(b); got != want {
+					t.Fatalf("%d bytes at %d: shortSum %#08x, want %#08x", n, off, got, want)
+				}
+			}
+			if got := dataSum(b); got != want {
+				t.Fatalf("%d bytes at %d: dataSum %#08x, want %#08x", n, off, got, want)
+			}
+		}
+	}
+}

@@ -2,6 +2,8 @@
 
 package zrecord
 
+import "hash/crc32"
+
 // entrySumFast returns entrySum(idx, b).
 func entrySumFast(idx int64, b []byte) uint32 { return entrySum(idx, b) }
 
@@ -12,3 +14,10 @@ func entrySumFast(idx int64, b []byte) uint32 { return entrySum(idx, b) }
 func loadEntries(seg []byte, indices []int64, locs []entry) int {
 	return loadEntriesGo(seg, indices, locs)
 }
+
+// putEntries writes the table entries ents of records first, first+1, ...
+// into dst in the current layout, as putEntry writes one.
+func putEntries(dst []byte, first int64, ents []entry) { putEntriesGo(dst, first, ents) }
+
+// shortSum is dataSum of a record of at most shortSumMax bytes.
+func shortSum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }

@@ -96,6 +96,16 @@ func SetPipeStepPerThread(n int64) int64 {
 	return pipeStepPerThread.Swap(n)
 }
 
+// SetTableAsideEntries sets the smallest batch whose table entries are
+// written on a goroutine of their own as its parts are written (n ≤ 0
+// restores the default) and returns the previous value.
+func SetTableAsideEntries(n int64) int64 {
+	if n <= 0 {
+		n = 1 << 16
+	}
+	return tableAsideEntries.Swap(n)
+}
+
 // PipelinedAppends is how many appends have been pipelined so far.
 func PipelinedAppends() int64 { return pipelinedAppends.Load() }
 

@@ -334,7 +334,14 @@ func (l layout) putEntry(b []byte, idx int64, e entry) {
 		return
 	}
 	e.put20(b)
-	binary.LittleEndian.PutUint32(b[20:24], entrySum(idx, b))
+	binary.LittleEndian.PutUint32(b[20:24], entrySumFast(idx, b))
+}
+
+// putEntriesGo is putEntries without the CRC instruction.
+func putEntriesGo(dst []byte, first int64, ents []entry) {
+	for k, e := range ents {
+		layoutV4.putEntry(dst[24*k:24*k+24], first+int64(k), e)
+	}
 }
 
 // entryFault describes why the bytes of table entry idx fail their checksum.
@@ -358,7 +365,18 @@ func (l layout) getEntryAt(b []byte, idx int64) (entry, *entryFault) {
 }
 
 // dataSum is the checksum of a record's stored bytes.
-func dataSum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+func dataSum(b []byte) uint32 {
+	if len(b) <= shortSumMax {
+		return shortSum(b)
+	}
+	return crc32.Checksum(b, castagnoli)
+}
+
+// shortSumMax is the longest input dataSum checksums with shortSum, a plain
+// loop of CRC instructions; hash/crc32's dispatch costs more than the
+// instructions for an input this short, and its interleaved loops pay only
+// for longer ones.
+const shortSumMax = 64
 
 // end is the first byte after the record in its chunk.
 func (e entry) end() uint64 { return uint64(e.off) + uint64(e.phys) }

@@ -10,9 +10,13 @@ import (
 // Open opens the store in dir. A writable Open takes the store's lock
 // (ErrLocked if another writable handle holds it), finishes or discards an
 // interrupted Delete or Compact, and cuts off what an interrupted Append left
-// past the frontier. WithReadOnly opens without any of that. Either way the
-// whole record table is validated; a damaged store yields an error naming
-// the file at fault, never a panic.
+// past the frontier. WithReadOnly opens without any of that. Either way
+// Open reads the header (and dictionary) and maps the files, but does not
+// read the record table of a checksummed store (versions 4 and 5): its cost
+// does not grow with the record count, and each table entry is checked
+// against its checksum when a call first uses it. A damaged store yields an
+// error naming the file at fault, at Open or at the read that meets the
+// damage, never a panic or wrong bytes.
 func Open(dir string, opts ...Option) (s *Store, err error) {
 	defer recoverTo(&err, "open "+dir)
 	o := buildOptions(opts)
@@ -158,16 +162,37 @@ func (s *Store) loadFiles() (err error) {
 			(*s.chunks.Load())[s.tail.chunk].end.Store(int64(s.tail.off))
 		}
 	}
-	// Validate before cutting anything off, so that damage is reported
-	// rather than compounded.
-	tailEnd, err := s.validate()
-	if err != nil {
-		return err
+	// A checksummed store is not walked: each table entry carries its own
+	// checksum and is checked by every call that uses it, and the header's
+	// frontier, sealed by the header checksum, is exact, so Open costs the
+	// same at any record count. The older formats have no checksums: a
+	// torn version-1 header may hold a frontier below its last record, so
+	// their whole table is validated here, before anything is cut off, so
+	// that damage is reported rather than compounded.
+	var tailEnd int64
+	if !s.lay.checksummed() {
+		if tailEnd, err = s.validate(); err != nil {
+			return err
+		}
 	}
 	if !s.readOnly && s.lay.version != versionV3 {
 		// A version-3 store is the original's: its files are left as
 		// they are (preallocated, sparse) until Upgrade rewrites it.
 		return s.recoverFrontier(tailEnd)
+	}
+	return nil
+}
+
+// sumTotals makes s.live and s.logical the sums over the live records'
+// entries, walking the table (and checking every entry) the first time it
+// is called on a handle. The caller holds mu shared and appendMu, which
+// keep the table and the length still.
+func (s *Store) sumTotals() error {
+	if s.totalsKnown {
+		return nil
+	}
+	if _, err := s.validate(); err != nil {
+		return err
 	}
 	return nil
 }
@@ -324,7 +349,8 @@ func (s *Store) openSegmentFor(l layout, id uint32, create bool, need int64) (*s
 
 // validate checks every live table entry (its checksum, in a checksummed
 // format, and its place against the chunks) and sums the byte totals. It
-// returns where the last record in the tail chunk ends.
+// returns where the last record in the tail chunk ends. Open calls it for
+// the formats without checksums only; Stats (sumTotals), for the others.
 func (s *Store) validate() (int64, error) {
 	n := s.length.Load()
 	var tailEnd int64
@@ -374,7 +400,7 @@ func (s *Store) validate() (int64, error) {
 		}
 		i += cnt
 	}
-	s.live, s.logical = live, logical
+	s.live, s.logical, s.totalsKnown = live, logical, true
 	return tailEnd, nil
 }
 

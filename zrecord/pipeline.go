@@ -135,6 +135,8 @@ func (s *Store) appendPipelined(records [][]byte, total int64) (first int64, err
 	if err != nil {
 		return 0, err
 	}
+	tw := w.tableAside(batch.table)
+	defer tw.wait()
 	for {
 		a := slots[k%2]
 		if err := w.write(records[bounds[k]:bounds[k+1]], a.phys, a.sums, &a.iov); err != nil {
@@ -142,6 +144,9 @@ func (s *Store) appendPipelined(records [][]byte, total int64) (first int64, err
 		}
 		clear(a.phys) // the slot is reused: drop references to this part
 		free <- struct{}{}
+		if tw != nil {
+			tw.add(bounds[k], bounds[k+1])
+		}
 		if k == parts-1 {
 			break
 		}
@@ -149,7 +154,13 @@ func (s *Store) appendPipelined(records [][]byte, total int64) (first int64, err
 			return 0, pipeErr(errs, k, ok, parts)
 		}
 	}
-	return w.publish(batch.table)
+	if tw == nil {
+		return w.publish(batch.table)
+	}
+	if err := tw.wait(); err != nil {
+		return 0, err
+	}
+	return w.finish()
 }
 
 // pipeErr is the error that ended the compressor: that of part k, or, if
@@ -224,6 +235,8 @@ func (s *Store) appendRawParts(records [][]byte) (int64, error) {
 		return 0, err
 	}
 	w.preallocate(ents)
+	tw := w.tableAside(batch.table)
+	defer tw.wait()
 	for k := range len(bounds) - 1 {
 		lo, hi := bounds[k], bounds[k+1]
 		part := records[lo:hi]
@@ -247,8 +260,18 @@ func (s *Store) appendRawParts(records [][]byte) (int64, error) {
 			w.unreserve(ents)
 			return 0, rawSourceErr(err, lo, hi)
 		}
+		if tw != nil {
+			tw.add(lo, hi)
+		}
 	}
-	return w.publish(batch.table)
+	if tw == nil {
+		return w.publish(batch.table)
+	}
+	if err := tw.wait(); err != nil {
+		w.unreserve(ents)
+		return 0, err
+	}
+	return w.finish()
 }
 
 // preallocate reserves the blocks of each chunk's run of ents, placed

@@ -54,9 +54,15 @@ func TestAppendPipelinedMatchesWhole(t *testing.T) {
 			batch := pipelineBatch(rng)
 			after := genBatch(rng, 4, 8<<10)
 			var dirs []string
-			var pipelined []int64                                     // pipelined appends the batch's Append made
-			for _, step := range []int64{1 << 40, 8 << 10, 3 << 10} { // whole, then two part sizes
-				dir := filepath.Join(t.TempDir(), fmt.Sprintf("step%d", step))
+			var pipelined []int64 // pipelined appends the batch's Append made
+			// whole, then two part sizes, then a part size with the table
+			// written aside (the runs' files must all be the same)
+			for run, step := range []int64{1 << 40, 8 << 10, 3 << 10, 3 << 10} {
+				dir := filepath.Join(t.TempDir(), fmt.Sprintf("run%d", run))
+				aside := int64(0)
+				if run == 3 {
+					aside = 1
+				}
 				s, err := zrecord.Create(dir, createOpts(t, c, 32<<10)...)
 				if err != nil {
 					t.Fatal(err)
@@ -66,6 +72,7 @@ func TestAppendPipelinedMatchesWhole(t *testing.T) {
 					before := zrecord.PipelinedAppends()
 					func() {
 						defer zrecord.SetPipeStepPerThread(zrecord.SetPipeStepPerThread(step))
+						defer zrecord.SetTableAsideEntries(zrecord.SetTableAsideEntries(aside))
 						first, err := s.Append(b)
 						if err != nil {
 							t.Fatalf("step %d: Append of %d records: %v", step, len(b), err)

@@ -38,8 +38,11 @@ type Stats struct {
 	Verified bool
 }
 
-// Stats returns the store's current figures; they are kept up to date in
-// memory, so the call is cheap.
+// Stats returns the store's current figures. LiveBytes and LogicalBytes
+// are sums over the record table, which Open does not read: the first Stats
+// of a handle walks the table once (checking every entry, as a gather
+// would), and the sums are kept up to date in memory from then on, so later
+// calls are cheap.
 func (s *Store) Stats() (st Stats, err error) {
 	defer recoverTo(&err, "stats")
 	s.mu.RLock()
@@ -49,6 +52,9 @@ func (s *Store) Stats() (st Stats, err error) {
 	}
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
+	if err := s.sumTotals(); err != nil {
+		return Stats{}, err
+	}
 	chunks := *s.chunks.Load()
 	var bytes int64
 	for _, c := range chunks[:s.tail.chunk+1] {

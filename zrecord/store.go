@@ -48,13 +48,17 @@ type Store struct {
 	// appendMu serialises the part of Append that places records and
 	// commits them. The fields below it are guarded by appendMu or by mu
 	// held exclusively (which excludes every appendMu holder).
-	appendMu  sync.Mutex
-	meta      File
-	tail      position
-	live      int64 // sum of phys lengths of live records
-	logical   int64 // sum of logic lengths of live records
-	dirDirty  bool  // files were created or removed since the last Sync
-	metaDirty bool
+	appendMu sync.Mutex
+	meta     File
+	tail     position
+	live     int64 // sum of phys lengths of live records, once totalsKnown
+	logical  int64 // sum of logic lengths of live records, once totalsKnown
+	// totalsKnown: live and logical hold the table's sums. Open does not
+	// walk the table, so they are summed at the first Stats (sumTotals)
+	// and kept up to date by every write from then on.
+	totalsKnown bool
+	dirDirty    bool // files were created or removed since the last Sync
+	metaDirty   bool
 	// pend holds the Deletes logged but not yet written into the table;
 	// nil when there are none.
 	pend *pendingDelete
@@ -171,6 +175,21 @@ func (s *Store) readEntry(segs []*segment, i int64) (entry, error) {
 	e, bad := s.lay.getEntryAt(b, i)
 	if bad != nil {
 		return entry{}, s.entryError(i, bad)
+	}
+	return e, nil
+}
+
+// readLiveEntry is readEntry for an entry below the length, checked
+// against the chunks too (checkEntry), as locate checks the entries a read
+// uses: Open does not walk the table, so a write that rewrites entries
+// checks each one it reads.
+func (s *Store) readLiveEntry(segs []*segment, chunks []*chunk, i int64) (entry, error) {
+	e, err := s.readEntry(segs, i)
+	if err != nil {
+		return entry{}, err
+	}
+	if err := s.checkEntry(&e, chunks); err != nil {
+		return entry{}, fmt.Errorf("zrecord: %s: entry %d: %v: %w", s.path(s.lay.segName(uint32(i>>s.lay.shift))), i, err, ErrCorrupt)
 	}
 	return e, nil
 }

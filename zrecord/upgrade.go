@@ -274,7 +274,7 @@ func (s *Store) upgrade() (switched bool, err error) {
 		keep(s.removeFile(oldLay.segName(g.id)))
 	}
 	s.tail = pos
-	s.live, s.logical = live, logical
+	s.live, s.logical, s.totalsKnown = live, logical, true
 	chunks := *s.chunks.Load()
 	for _, c := range chunks[:pos.chunk+1] {
 		end := ends[c.id]

@@ -107,9 +107,8 @@ class DeviceLoader:
 
     def state_dict(self) -> dict[str, Any]:
         """The loader's state as of the batches handed out (JSON-serialisable)."""
-        state = dict(self.loader.state_dict())
-        state["step"] = int(state["step"]) - len(self._queue)
-        return state
+        # the state (and its resume cursor) at the first step not handed out
+        return self.loader._state(self.loader.step - len(self._queue), cursor=True)
 
     def load_state_dict(self, state: Mapping[str, Any] | str) -> None:
         """Continue from ``state`` (a dict from :meth:`state_dict`, or its JSON

@@ -28,9 +28,12 @@ its arrays as tensors, as torch's DataLoader converts every batch), a
 ``it.load_state_dict(state)`` before iterating again; the state is the one a
 loaderx ``DataLoader`` with the same settings saves, checked the same way.
 Inside torchdata's ``StatefulDataLoader`` nothing needs counting: each
-iteration is a ``Stateful`` iterator whose state is its worker's next step,
-so ``StatefulDataLoader.state_dict()`` and ``load_state_dict()`` resume
-exactly, without replaying batches.
+iteration is a ``Stateful`` iterator whose state is its worker's next step
+(with the resume cursor there, when the loader has one: see
+:meth:`loaderx.dataloader.DataLoader.state_dict`), so
+``StatefulDataLoader.state_dict()`` and ``load_state_dict()`` resume
+exactly, without replaying batches. Each torch worker seeks to the cursor
+of the state it was given.
 
 Streams may be given as store paths, :class:`loaderx.dataset.DenseDataset`
 or :class:`loaderx.dataset.RaggedDataset` objects, or NumPy arrays. A dataset pickles as its path and opens in the
@@ -49,7 +52,7 @@ import numpy as np
 import torch.utils.data
 
 from loaderx._args import check_step
-from loaderx.loader._state import check_state, epoch_steps, make_state
+from loaderx.loader._state import CURSOR, check_state, epoch_steps, make_state
 from loaderx.loader.dataloader import DataLoader, LoaderOptions
 from loaderx.loader.mixture import Mixture
 from loaderx.loader.packing import check_pack
@@ -159,6 +162,8 @@ class LoaderIterable(torch.utils.data.IterableDataset):
         self.offsets_dtype = offsets_dtype
         self._check_start(self.options.start_step)
         self.start_step = self.options.start_step
+        #: the cursor of the last state loaded (see load_state_dict), or None
+        self.cursor: dict[str, Any] | None = None
 
     def _lengths(self) -> dict[str, int]:
         mix = self.mixture
@@ -195,32 +200,45 @@ class LoaderIterable(torch.utils.data.IterableDataset):
 
     def state_dict(self, batches_seen: int = 0) -> dict[str, Any]:
         """The state after ``batches_seen`` batches of an iteration that began
-        at :attr:`start_step`: the same JSON-serialisable dict a
-        :class:`~loaderx.dataloader.DataLoader` with these settings saves, so
-        either may load the other's. Reads only the stores' headers. (With no
-        argument it is the state at :attr:`start_step`: what torchdata's
+        at :attr:`start_step`: a JSON-serialisable dict that a
+        :class:`~loaderx.dataloader.DataLoader` with these settings loads,
+        and the reverse. Reads only the stores' headers. (With no argument it
+        is the state at :attr:`start_step`: what torchdata's
         ``StatefulDataLoader`` saves of the dataset; the iterator's state
-        holds the position.)"""
-        return self._state_at(self.start_step + check_step(batches_seen))
+        holds the position.)
 
-    def _state_at(self, step: int) -> dict[str, Any]:
+        The torch workers make the batches, so this process never reads the
+        stores' tables (a process that forks torch's workers must not load
+        the native library): it cannot take a resume cursor at the step, and
+        passes on the cursor of the state it was loaded from, if any (see
+        :meth:`DataLoader.state_dict`). The workers of a resumed iteration
+        seek to that cursor and count forward from it the steps since; a
+        ``StatefulDataLoader``'s state holds each worker's own cursor at its
+        next step instead, as a DataLoader's does.
+        """
+        return self._state_at(self.start_step + check_step(batches_seen), self.cursor)
+
+    def _state_at(self, step: int, cursor: Mapping[str, Any] | None = None) -> dict[str, Any]:
         o = self.options
         return make_state(
             step, sampler=o.sampler, seed=o.seed, shard=o.shard,
             batch_size=o.batch_size, lengths=self._lengths(), end=self._end(), epoch=o.epoch,
             drop_last=o.drop_last, pack={name: p.state() for name, p in self.pack.items()},
-            mixture=None if self.mixture is None else self.mixture.identity(),
+            mixture=None if self.mixture is None else self.mixture.identity(), cursor=cursor,
         )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Start the next iteration at the step of a saved state.
+        """Start the next iteration at the step of a saved state. Its cursor,
+        when it has one at or before the step, is kept for the torch workers
+        to seek to (checked here for its digest, there against the data).
 
         Raises:
             TypeError, ValueError: as
                 :meth:`loaderx.dataloader.DataLoader.load_state_dict`, when the
                 state is from other data or settings (the message says what).
         """
-        self.start_step = check_state(state, self.state_dict(0), self._end())
+        self.start_step = check_state(state, self._state_at(self.start_step), self._end())
+        self.cursor = _usable_cursor(state, self.start_step)
 
     def __repr__(self) -> str:
         o = self.options
@@ -235,18 +253,24 @@ class LoaderIterable(torch.utils.data.IterableDataset):
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
         return _Iteration(self, worker, workers)
 
-    def _batches(self, first: int, worker: int, workers: int) -> Iterator[Any]:
-        """The batches of steps ``first, first + workers, ...``."""
+    def _batches(self, run: _Iteration) -> Iterator[Any]:
+        """The batches of the steps ``first, first + W, ...`` of one
+        iteration (``first``: its next step, ``W``: its workers), the loader
+        it draws from given to it (its cursor seeks there first)."""
         o = self.options
+        first, workers = run.next_step, run.workers
         common = {"batch_size": o.batch_size, "pad": self.pad, "offsets_dtype": self.offsets_dtype}
         if self.pack:
-            yield from self._packed_batches(first, worker, workers, common)
+            yield from self._packed_batches(run, common)
             return
         # every step's indices, as one loader with these settings draws them
         full = DataLoader(
             self.streams, sampler=o.sampler, seed=o.seed, shard=o.shard, steps=o.steps,
             epoch=o.epoch, drop_last=o.drop_last, num_workers=0, workers="thread", **common,
         )
+        if run.cursor is not None:  # a mixture's schedule: from the cursor, not from step 0
+            full.load_state_dict(self._state_at(first, run.cursor))
+        run.loader = full
         end = self._end()
         mine = None
         if end is not None:
@@ -262,25 +286,29 @@ class LoaderIterable(torch.utils.data.IterableDataset):
         with loader:
             yield from loader
 
-    def _packed_batches(self, first: int, worker: int, workers: int, common: dict[str, Any]) -> Iterator[Any]:
-        """The packed batches of steps ``first, first + workers, ...``: one
+    def _packed_batches(self, run: _Iteration, common: dict[str, Any]) -> Iterator[Any]:
+        """The packed batches of steps ``first, first + W, ...``: one
         loader with every setting, seeking to each step when the steps are
         shared among several torch workers."""
         o = self.options
         end = self._end()
+        first, workers = run.next_step, run.workers
         alone = workers == 1
         loader = DataLoader(
             self.streams, sampler=o.sampler, seed=o.seed, shard=o.shard, steps=o.steps, epoch=o.epoch,
             drop_last=o.drop_last, transform=self.transform, start_step=first, pack=self.pack,
             num_workers=o.num_workers if alone else 0, workers="thread", **common,
         )
+        run.loader = loader
         with loader:
+            if run.cursor is not None:
+                loader.load_state_dict(self._state_at(first, run.cursor))
             if alone:
                 yield from loader
                 return
             step = first
             while end is None or step < end:
-                if step != loader.step:
+                if step != loader.step:  # the loader counted the steps between: no cursor needed
                     loader.load_state_dict(self._state_at(step))
                 yield next(loader)
                 step += workers
@@ -291,11 +319,21 @@ class LoaderIterable(torch.utils.data.IterableDataset):
         return len(next(iter(self.streams.values())))
 
 
+def _usable_cursor(state: Mapping[str, Any], step: int) -> dict[str, Any] | None:
+    """A checked state's cursor, when a loader seeking to ``step`` can use
+    it (one taken at a later step cannot help)."""
+    cursor = state.get(CURSOR)
+    if cursor is None or cursor["step"] > step:
+        return None
+    return dict(cursor)
+
+
 class _Iteration:
     """One iteration of a :class:`LoaderIterable` in one torch worker (or the
     main process): the steps ``first, first + W, ...`` of the worker ``w`` of
     ``W``. It is a torchdata ``Stateful`` iterator: ``state_dict()`` is the
-    loader state at this worker's next step, tagged with the worker, and
+    loader state at this worker's next step, tagged with the worker, with
+    the cursor there once the worker's loader is open, and
     ``load_state_dict()`` (which ``StatefulDataLoader`` calls before the
     first batch) moves the worker there, so a resumed run continues exactly
     without replaying batches."""
@@ -305,6 +343,10 @@ class _Iteration:
         self.worker = worker
         self.workers = workers
         self.next_step = owner.start_step + worker
+        #: the cursor the worker's loader seeks to first (a loaded state's)
+        self.cursor = owner.cursor
+        #: the loader the worker's steps are drawn from, once open
+        self.loader: DataLoader | None = None
         self._it: Iterator[Any] | None = None
 
     def __iter__(self) -> _Iteration:
@@ -312,13 +354,16 @@ class _Iteration:
 
     def __next__(self) -> Any:
         if self._it is None:
-            self._it = self.owner._batches(self.next_step, self.worker, self.workers)
+            self._it = self.owner._batches(self)
         item = next(self._it)
         self.next_step += self.workers
         return item
 
     def state_dict(self) -> dict[str, Any]:
-        return {"loader": self.owner._state_at(self.next_step), "worker": [self.worker, self.workers]}
+        cursor = self.cursor
+        if self.loader is not None:
+            cursor = self.loader._cursor(self.next_step)
+        return {"loader": self.owner._state_at(self.next_step, cursor), "worker": [self.worker, self.workers]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if not isinstance(state, Mapping) or set(state) != {"loader", "worker"}:
@@ -330,8 +375,10 @@ class _Iteration:
             )
         owner = self.owner
         self.next_step = check_state(state["loader"], owner._state_at(0), owner._end())
+        self.cursor = _usable_cursor(state["loader"], self.next_step)
         if self._it is not None:
             close = getattr(self._it, "close", None)
             if close is not None:
                 close()
             self._it = None
+            self.loader = None

@@ -19,7 +19,9 @@ costs per step a sum over the global batch's lengths, not a read.
 
 Concat mode needs to know where step ``s`` starts in the stream of tokens
 (the records of the global batches in order); :class:`TokenIndex` keeps the
-cumulative token counts of the sampler's steps, a chunk of steps at a time.
+cumulative token counts of the sampler's steps, a chunk of steps at a time,
+counted forward from step 0 or from a position a saved cursor gives
+(:meth:`PackStream.cursor`, :meth:`PackStream.seek`).
 """
 
 from __future__ import annotations
@@ -104,73 +106,115 @@ class TokenIndex:
     The stream is the records of sampler step 0, then of step 1, and so on
     (the global batches, when the loader is sharded: its ``draw`` is unsharded);
     the tokens before step ``t`` are the sum of the records' lengths over the
-    steps before it. They are summed a chunk of :data:`CHUNK_STEPS` steps at
-    a time (the lengths come from the store's table, the records are not
-    read), when a lookup first reaches that far; the token count at every
-    chunk boundary is kept, and the per-step sums of the last
-    :data:`CACHED_CHUNKS` chunks used. Resuming at step ``s`` therefore
-    costs one pass of sampling and length lookups over the sampler steps
-    before it, once per process, and nothing per step after that.
+    steps before it. The index knows that sum at some steps (step 0, and
+    any taken from a saved cursor by :meth:`seek`) and finds the others by
+    summing forward from the nearest known step before, a chunk of
+    :data:`CHUNK_STEPS` sampler steps at a time (the lengths come from the
+    store's table, the records are not read); every chunk's end becomes a
+    known step, and the per-step sums of the last :data:`CACHED_CHUNKS`
+    chunks used are kept. A loader that resumes from a cursor therefore
+    sums a chunk or two from the cursor's step on, whatever the step, and
+    one without a cursor (a state saved before cursors existed) sums every
+    sampler step before it, once per process.
     """
+
+    #: sampler steps whose lengths every TokenIndex of this process summed
+    #: (tests count the work of a seek with it)
+    counted = 0
 
     def __init__(self, draw: Any, batch_size: int) -> None:
         self.draw = draw
         self.batch_size = batch_size
+        self._steps = [0]  # sampler steps whose tokens before are known, sorted
+        self._tokens = [0]  # the tokens before each
         self._init_cache()
 
     def _init_cache(self) -> None:
-        self._bounds = [0]  # tokens before chunk k
         self._sums: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"draw": self.draw, "batch_size": self.batch_size}
+        return {"draw": self.draw, "batch_size": self.batch_size, "_steps": self._steps, "_tokens": self._tokens}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._init_cache()
 
-    def _chunk(self, k: int, dataset: RaggedDataset) -> np.ndarray:
-        """``CHUNK_STEPS + 1`` tokens before each step of chunk ``k``, counted
-        from the chunk's start."""
-        got = self._sums.get(k)
+    def _chunk(self, p: int, dataset: RaggedDataset) -> np.ndarray:
+        """``CHUNK_STEPS + 1`` tokens before each step of the sampler steps
+        ``[p, p + CHUNK_STEPS]``, counted from step ``p``."""
+        got = self._sums.get(p)
         if got is not None:
-            self._sums.move_to_end(k)
+            self._sums.move_to_end(p)
             return got
         c, bs = CHUNK_STEPS, self.batch_size
         rows = np.empty((c, bs), dtype=np.int64)
-        drawn = [self.draw(k * c + j, rows[j]) for j in range(c)]
+        drawn = [self.draw(p + j, rows[j]) for j in range(c)]
         counts = np.fromiter((d.shape[0] for d in drawn), dtype=np.int64, count=c)
         flat = rows.reshape(-1) if (counts == bs).all() else np.concatenate(drawn)
         lens = dataset.lengths(flat)
+        TokenIndex.counted += c
         cum = np.zeros(c + 1, dtype=np.int64)
         ends = np.cumsum(counts)
         total = np.cumsum(lens)
         cum[1:] = total[ends - 1]
-        self._sums[k] = cum
+        self._sums[p] = cum
         while len(self._sums) > CACHED_CHUNKS:
             self._sums.popitem(last=False)
         return cum
 
-    def locate(self, token: int, dataset: RaggedDataset) -> tuple[int, int]:
-        """``(t, r)``: token ``token`` of the stream is token ``r`` of sampler
-        step ``t``'s records (of ``dataset``), laid end to end."""
+    def _known(self, step: int, tokens: int) -> None:
+        """Keep ``tokens before sampler step step`` (under the lock),
+        refusing a value that contradicts the known ones (the tokens before
+        a step never exceed those before a later step)."""
+        i = bisect.bisect_left(self._steps, step)
+        if i < len(self._steps) and self._steps[i] == step:
+            if self._tokens[i] != tokens:
+                raise ValueError(
+                    f"{self._tokens[i]} tokens come before sampler step {step}, the cursor says {tokens}"
+                )
+            return
+        if not self._tokens[i - 1] <= tokens <= (self._tokens[i] if i < len(self._tokens) else tokens):
+            raise ValueError(
+                f"the cursor puts {tokens} tokens before sampler step {step}, but {self._tokens[i - 1]} come "
+                f"before step {self._steps[i - 1]}"
+                + (f" and {self._tokens[i]} before step {self._steps[i]}" if i < len(self._steps) else "")
+            )
+        self._steps.insert(i, step)
+        self._tokens.insert(i, tokens)
+
+    def seek(self, step: int, tokens: int) -> None:
+        """Take ``tokens`` before sampler step ``step`` from a saved cursor.
+
+        Raises:
+            ValueError: it contradicts what the index knows.
+        """
         with self._lock:
-            bounds = self._bounds
-            while bounds[-1] <= token:
-                k = len(bounds) - 1
-                cum = self._chunk(k, dataset)
+            self._known(step, tokens)
+
+    def locate(self, token: int, dataset: RaggedDataset) -> tuple[int, int, int]:
+        """``(t, r, n)``: token ``token`` of the stream is token ``r`` of
+        sampler step ``t``'s ``n`` tokens (its records, of ``dataset``, laid
+        end to end)."""
+        c = CHUNK_STEPS
+        with self._lock:
+            # the last known step at or before the token's; with steps of no
+            # tokens, several share a count, and the last of them is the one
+            i = bisect.bisect_right(self._tokens, token) - 1
+            p, base = self._steps[i], self._tokens[i]
+            while True:
+                cum = self._chunk(p, dataset)
+                if base + int(cum[-1]) > token:
+                    break
                 if cum[-1] == 0:
                     raise ValueError(
-                        f"sampler steps {k * CHUNK_STEPS} to {(k + 1) * CHUNK_STEPS - 1} drew only records "
-                        "of length 0: there are no tokens to pack"
+                        f"sampler steps {p} to {p + c - 1} drew only records of length 0: there are no tokens to pack"
                     )
-                bounds.append(bounds[-1] + int(cum[-1]))
-            k = bisect.bisect_right(bounds, token) - 1
-            cum = self._chunk(k, dataset)
-        rel = token - bounds[k]
+                p, base = p + c, base + int(cum[-1])
+                self._known(p, base)
+        rel = token - base
         j = int(np.searchsorted(cum, rel, side="right")) - 1
-        return k * CHUNK_STEPS + j, rel - int(cum[j])
+        return p + j, rel - int(cum[j]), int(cum[j + 1] - cum[j])
 
 
 def first_fit(lens: np.ndarray, length: int, rows: int, truncate: bool) -> tuple[np.ndarray, np.ndarray, int]:
@@ -282,6 +326,50 @@ class PackStream(RaggedStream):
         if self.pack.mode == "concat":
             self.index = TokenIndex(draw, global_batch)
 
+    def cursor(self, step: int) -> list[int]:
+        """Where the global step ``step`` starts in the stream of tokens, as
+        a state records it: ``[t, r, n]``, token ``r`` of sampler step
+        ``t``'s ``n`` tokens (concat mode)."""
+        index = self._index()
+        t, r, n = index.locate(step * self.world * self.tokens, self.dataset)
+        return [t, r, n]
+
+    def seek(self, step: int, cursor: Any) -> None:
+        """Take the position of global step ``step`` from a saved cursor's
+        ``[t, r, n]`` (concat mode), after checking it against the data:
+        sampler step ``t`` holds ``n`` tokens here and ``r`` is one of them.
+
+        Raises:
+            ValueError: the cursor does not fit the data (the message says how).
+        """
+        index = self._index()
+        t, r, n = cursor
+        idx = self.draw(t, np.empty(self.global_batch, dtype=np.int64))
+        here = int(self.dataset.lengths(idx).sum())
+        first = step * self.world * self.tokens
+        where = f"stream {self.name!r}: the cursor's [t, r, n] = {list(cursor)}"
+        if here != n:
+            raise ValueError(
+                f"{where} does not fit the data: sampler step {t} holds {here} tokens here, not {n} (a state "
+                "saved over other data?)"
+            )
+        if not 0 <= r < n:
+            raise ValueError(f"{where} does not fit the data: token {r} is not one of sampler step {t}'s {n}")
+        if r > first:
+            raise ValueError(
+                f"{where} puts step {step}'s first token {r} tokens into sampler step {t}, but only "
+                f"{first} tokens come before step {step}"
+            )
+        try:
+            index.seek(t, first - r)
+        except ValueError as e:
+            raise ValueError(f"{where} does not fit what this loader counted: {e}") from None
+
+    def _index(self) -> TokenIndex:
+        if self.index is None:
+            raise RuntimeError(f"stream {self.name!r}: a concat packing stream was not given its sampler")
+        return self.index
+
     def gather_into(self, idx: np.ndarray, slot: list[np.ndarray], step: int = 0) -> PackedRows:  # type: ignore[override]
         """The packed rows of ``step`` in the arrays of ``slot``: in concat
         mode the step's stretch of tokens (``idx`` is not used), in
@@ -329,13 +417,11 @@ class PackStream(RaggedStream):
         return got.values, got.offsets
 
     def _concat(self, step: int, slot: list[np.ndarray]) -> PackedRows:
-        index = self.index
-        if index is None:
-            raise RuntimeError(f"stream {self.name!r}: a concat packing stream was not given its sampler")
+        index = self._index()
         total, length = self.tokens, self.length
         first = (step * self.world + self.rank) * total  # this rank's stretch of the global step
-        t0, r0 = index.locate(first, self.dataset)
-        t1, _ = index.locate(first + total - 1, self.dataset)
+        t0, r0, _ = index.locate(first, self.dataset)
+        t1, _, _ = index.locate(first + total - 1, self.dataset)
         buf = np.empty(index.batch_size, dtype=np.int64)
         drawn = [index.draw(t, buf).copy() for t in range(t0, t1 + 1)]
         every = drawn[0] if len(drawn) == 1 else np.concatenate(drawn)

@@ -3,7 +3,7 @@ transform is Python code that the GIL would serialise on threads.
 
 It stays one file past 700 lines because the worker's loop and the consumer's
 dispatch speak one message protocol (job, done, error, grow, slot, drop,
-cancel, skip, ready, fatal, stop) about the slots between them; split, each
+cancel, skip, cursor, ready, fatal, stop) about the slots between them; split, each
 half would only make sense next to the other. The shared memory itself (the
 named segments, the slots, a batch flattened into them) is
 :mod:`loaderx.loader._shm`.
@@ -68,6 +68,7 @@ from typing import Any
 import numpy as np
 
 from loaderx.errors import ClosedError, CorruptStoreError, LoaderxError, WorkerError
+from loaderx.loader._cursor import Parts, make_cursor, parts_of, seek_cursor
 from loaderx.loader._packing import PackPool, PackStream
 from loaderx.loader._pipeline import ArrayStream, BufferPool, Pipeline, Stream
 from loaderx.loader._ragged import RaggedPool, RaggedStream
@@ -93,6 +94,7 @@ from loaderx.store import _native
 START_METHODS = ("spawn", "forkserver")
 
 _GROWTH = 1.25  # headroom when a slot is replaced by a larger one
+_CURSORS_KEPT = 64  # the cursors after the last steps handed out that the consumer keeps
 _POLL = 0.1  # seconds between liveness checks while waiting for a step
 _JOIN_TIMEOUT = 2.0  # seconds close() waits for workers before terminating them
 
@@ -155,7 +157,10 @@ def _worker_main(conn: Any, recipe: bytes) -> None:
             return
         conn.send(("ready",))
         indices = np.empty(pipe.sampler.batch_size, dtype=np.int64)
-        _serve(conn, pipe, indices, maps, known)
+        try:
+            _serve(conn, pipe, indices, maps, known, spec["own_shard"])
+        except ValueError as e:  # a cursor the loader accepted does not fit here
+            conn.send(("fatal", *_exception_message(e)))
     except (EOFError, OSError):
         # The consumer is gone without saying stop: nobody else will unlink.
         # Jobs still in the pipe name slots this worker has not mapped yet.
@@ -189,15 +194,30 @@ def _note_names(msg: tuple[Any, ...], known: set[str]) -> None:
         known.discard(msg[1])
 
 
+def _cursor_after(step: int, parts: Parts) -> Any:
+    """The cursor at the step after ``step`` (what the loader's state holds
+    once it yielded ``step``), made here, where the token index and the
+    schedule are already there; None when the loader needs none, or when it
+    cannot be made (the consumer then makes it itself, if asked)."""
+    if not parts:
+        return None
+    try:
+        return make_cursor(step + 1, parts)
+    except Exception:
+        return None
+
+
 def _serve(
     conn: Any,
     pipe: Pipeline,
     indices: np.ndarray,
     maps: dict[str, tuple[mmap.mmap, np.ndarray]],
     known: set[str],
+    own_shard: tuple[int, int] | None = None,
 ) -> None:
     jobs: collections.deque[tuple[Any, ...]] = collections.deque()
     replacement: dict[int, tuple[str, int]] = {}
+    parts = parts_of(pipe.streams, pipe.sampler, own_shard)  # what a resume cursor is about, if anything
 
     def handle(msg: tuple[Any, ...]) -> bool:
         """Queue a job or act on another message; False on stop."""
@@ -218,6 +238,8 @@ def _serve(
             jobs.extend(keep)
         elif kind == "slot":
             replacement[msg[1]] = (msg[2], msg[3])
+        elif kind == "cursor":  # the loader loaded a state: seek as it did, before its new run's jobs
+            seek_cursor(msg[1], parts)
         elif kind == "stop":
             return False
         return True
@@ -254,7 +276,7 @@ def _serve(
         for (_, _, pool), buf in zip(pipe.streams, raw):
             pool.give(buf)
         del raw
-        conn.send(("done", gen, step, slot_id, (skeleton, specs)))
+        conn.send(("done", gen, step, slot_id, (skeleton, specs), _cursor_after(step, parts)))
 
 
 # -- the consumer's side -----------------------------------------------------
@@ -408,6 +430,8 @@ class ProcessPool:
         start_method: ``"spawn"`` or ``"forkserver"``.
         slot_bytes: the first size of a slot (a slot grows when a batch
             needs more).
+        own_shard: the ``(rank, world)`` whose own indices the packed
+            streams pack (a custom sampler's), for the resume cursor.
     """
 
     def __init__(
@@ -419,6 +443,7 @@ class ProcessPool:
         prefetch: int,
         start_method: str,
         slot_bytes: int,
+        own_shard: tuple[int, int] | None = None,
     ) -> None:
         self.num_workers = num_workers
         self.prefetch = prefetch
@@ -434,6 +459,7 @@ class ProcessPool:
                 "sampler": sampler,
                 "transform": transform,
                 "batch_size": sampler.batch_size,
+                "own_shard": own_shard,
             }
             check_picklable(getattr(sampler, "sampler", sampler), "the sampler")  # a custom one: the user's object
             if transform is not None:
@@ -457,8 +483,19 @@ class ProcessPool:
         self.next_out = 0
         self._claim = 0
         self._end: int | None = None
+        self._cursor: Any = None  # the last cursor the loader sought to (every worker seeks to it)
+        #: step -> the cursor there, after the last steps handed out, as their workers made them
+        self.cursors: collections.OrderedDict[int, Any] = collections.OrderedDict()
 
     # -- runs --------------------------------------------------------------
+
+    def set_cursor(self, cursor: Any) -> None:
+        """Have every worker seek to a cursor the loader accepted, before
+        the jobs of the next run (a worker started later seeks to it first)."""
+        self._cursor = cursor
+        for w in self._workers:
+            if w is not None:
+                self._send(w, ("cursor", cursor))
 
     def begin(self, start_step: int, end: int | None) -> None:
         """Start a run at ``start_step``: work of an earlier run is dropped
@@ -473,6 +510,7 @@ class ProcessPool:
                 self._free.append(item[0])
         self._results.clear()
         self._redo.clear()
+        self.cursors.clear()
         self.next_out = self._claim = start_step
         self._end = end
 
@@ -527,7 +565,11 @@ class ProcessPool:
                 raise error
             finally:
                 del error
-        slot, (skeleton, specs) = item
+        slot, (skeleton, specs), after = item
+        if after is not None:
+            self.cursors[step + 1] = after
+            while len(self.cursors) > _CURSORS_KEPT:
+                self.cursors.popitem(last=False)
         del item
         value = _unflatten(skeleton, _views(slot.base, specs))
         self._handed.append(slot)
@@ -574,6 +616,8 @@ class ProcessPool:
             proc.start()
             there.close()
             w = self._workers[k] = _Worker(k, proc, here)
+            if self._cursor is not None:
+                self._send(w, ("cursor", self._cursor))
         return w
 
     def _fill(self) -> None:
@@ -666,7 +710,7 @@ class ProcessPool:
             self._free.append(slot)
             return
         if kind == "done":
-            self._results[step] = (slot, msg[4])
+            self._results[step] = (slot, msg[4], msg[5])
         elif kind == "error":
             self._free.append(slot)
             blob, tname, text, tb = msg[4:]
@@ -783,6 +827,11 @@ class ProcessPipeline:
     def prime(self) -> None:
         """Dispatch the first steps now, before the first ``next()``."""
         self.pool._fill()
+
+    def cursor_at(self, step: int) -> Any:
+        """The resume cursor at ``step`` when the worker of the step before
+        made it (one of the last steps handed out), else None."""
+        return self.pool.cursors.get(step)
 
     def next(self) -> Any:
         return self.pool.next()

@@ -22,14 +22,21 @@ of ``w_i·G·(s+1)``.
 The schedule is periodic: with ``L`` the least common multiple of the
 denominators of the ``u_i``, step ``t`` has the extras of step ``t mod L``
 and every lag is 0 at multiples of ``L``. A step is evaluated from the
-nearest checkpoint (every :data:`CHECKPOINT` steps of the period, kept once
-computed) and, per thread, from the last step evaluated when that is closer:
-a loader walking forward pays one PD² step per step. Worst case, the first
-evaluation of a step ``s`` in a process replays ``min(s mod L, L)`` steps
-(about 6 µs each with four sources, measured here): nothing for weights of small
-denominators (``0.7/0.3``: ``L ≤ 10``), seconds for weights whose common
-denominator is in the millions (token counts). With two sources taking
-extras the schedule has a closed form instead (``floor(u_0·t)``), O(1).
+nearest known step before it (step 0, every multiple of :data:`CHECKPOINT`
+passed so far, and the anchors of a saved cursor) and, per thread, from the
+last steps evaluated when those are closer: a loader walking forward pays
+one PD² step per step. Without a cursor, the first evaluation of a step
+``s`` in a process replays ``min(s mod L, L)`` steps (about 6 µs each with
+four sources, measured here): nothing for weights of small denominators
+(``0.7/0.3``: ``L ≤ 10``), seconds for weights whose common denominator is
+in the millions (token counts). A loader's state therefore records, for an
+exact schedule, the records of each source before the steps it draws next
+(:meth:`Schedule.anchors`); PD²'s next step depends only on those counts,
+so a resumed loader continues from them (:meth:`Schedule.seek`, after
+checking every lag) instead of replaying. With two sources taking extras
+the schedule has a closed form instead (``floor(u_0·t)``), O(1). The
+records before each weights segment are found when first needed, or taken
+from the anchors too.
 
 Sampled counts (``counts="sampled"``): each step's counts are a multinomial
 draw of ``G`` records with probabilities ``w_i``. The running sum a source's
@@ -49,6 +56,7 @@ every source, and a source's rows in any slice are consecutive in ``j``.
 
 from __future__ import annotations
 
+import bisect
 import math
 import threading
 from collections.abc import Mapping, Sequence
@@ -137,19 +145,35 @@ def weights_text(schedule: Sequence[tuple[int, Sequence[Fraction]]], names: Sequ
 class _PD2:
     """The Pfair extras of tasks with weights ``u`` (each in (0, 1), summing to
     the integer ``k``): ``state(t)``, the extras each task had in steps
-    ``[0, t)`` for ``0 <= t <= period``."""
+    ``[0, t)`` for ``0 <= t <= period``.
+
+    PD²'s next step depends only on the extras so far (and the step), so
+    any step's extras known for certain (``0`` at step 0, a checkpoint met
+    on the way, or one taken from a saved cursor by :meth:`seek`) is a
+    point the schedule continues from: ``state(t)`` runs PD² from the
+    nearest known point at or before ``t`` (or from where this thread's
+    last few calls stood, when closer), keeping the extras at every
+    multiple of :data:`CHECKPOINT` it passes.
+    """
+
+    #: PD² steps run by every schedule of this process (tests count the work of a seek with it)
+    work = 0
+    #: the positions each thread remembers from its last calls
+    _RECENT = 4
 
     def __init__(self, u: Sequence[Fraction], k: int) -> None:
         self.p = [x.numerator for x in u]
         self.q = [x.denominator for x in u]
         self.k = k
         self.period = math.lcm(*self.q)
-        self._marks: list[tuple[int, ...]] = [(0,) * len(u)]  # state at 0, CHECKPOINT, 2·CHECKPOINT ...
+        self._marks: dict[int, tuple[int, ...]] = {0: (0,) * len(u)}  # known extras by step
+        self._known = [0]  # the steps of _marks, sorted
         self._lock = threading.Lock()
         self._last = threading.local()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"p": self.p, "q": self.q, "k": self.k, "period": self.period, "_marks": self._marks}
+        return {"p": self.p, "q": self.q, "k": self.k, "period": self.period,
+                "_marks": self._marks, "_known": self._known}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -192,28 +216,51 @@ class _PD2:
                 state[i] += 1
                 keys[i] = self._key(i, state[i] + 1)
                 release[i] = (state[i] * q[i]) // p[i]
+        _PD2.work += t1 - t0
         return keys, release
 
+    def _mark(self, t: int, state: tuple[int, ...]) -> None:
+        """Keep the extras at step ``t`` (under the lock)."""
+        if t not in self._marks:
+            self._marks[t] = state
+            bisect.insort(self._known, t)
+
+    def seek(self, t: int, state: tuple[int, ...]) -> None:
+        """Take the extras at step ``t`` (``0 <= t < period``) from a saved
+        cursor, for the schedule to continue from. The caller has checked
+        that every lag is inside (-1, 1).
+
+        Raises:
+            ValueError: other extras at ``t`` are known already.
+        """
+        with self._lock:
+            got = self._marks.get(t)
+            if got is not None and got != state:
+                raise ValueError(
+                    f"the mixture schedule has extras {list(got)} at step {t} of its period, the cursor says "
+                    f"{list(state)}"
+                )
+            self._mark(t, state)
+
     def state(self, t: int) -> tuple[int, ...]:
-        last = getattr(self._last, "v", None)
-        mark = t // CHECKPOINT
+        with self._lock:
+            at = self._known[bisect.bisect_right(self._known, t) - 1]
+            base = self._marks[at]
         nxt = None
-        if last is not None and last[0] <= t and (t - last[0] < t - mark * CHECKPOINT or last[0] == t):
-            t0, base, nxt = last
-        else:
-            with self._lock:
-                marks = self._marks
-                while len(marks) <= mark:
-                    s = list(marks[-1])
-                    start = (len(marks) - 1) * CHECKPOINT
-                    self._advance(s, start, start + CHECKPOINT)
-                    marks.append(tuple(s))
-                base = marks[mark]
-            t0 = mark * CHECKPOINT
+        recent: list[tuple[int, tuple[int, ...], Any]] = getattr(self._last, "v", [])
+        for last in recent:  # a position of this thread between the known point and t is closer
+            if at <= last[0] <= t:
+                at, base, nxt = last
         s = list(base)
-        nxt = self._advance(s, t0, t, nxt)
+        while at < t:
+            stop = min(t, (at // CHECKPOINT + 1) * CHECKPOINT)
+            nxt = self._advance(s, at, stop, nxt)
+            at = stop
+            if at % CHECKPOINT == 0:
+                with self._lock:
+                    self._mark(at, tuple(s))
         out = tuple(s)
-        self._last.v = (t, out, nxt)
+        self._last.v = [(t, out, nxt), *(x for x in recent if x[0] != t)][: self._RECENT]
         return out
 
 
@@ -254,6 +301,41 @@ class ExactCounts:
         for i, x in zip(self.takers, self._extras(t)):
             out[i] += x
         return out
+
+    def seek(self, t: int, counts: Sequence[int]) -> None:
+        """Take the records of each source over steps ``[0, t)`` of the
+        segment from a saved cursor: checked against what the schedule
+        allows (each source its ``floor(w_i·G)`` a step and its extras, every
+        lag ``u_i·t - extras_i`` strictly inside (-1, 1)), then the point the
+        PD² schedule continues from. Without PD² (two sources or fewer take
+        extras) the counts are computed and compared instead.
+
+        Raises:
+            ValueError: the counts are not ones this schedule can reach at ``t``.
+        """
+        extras = [c - b * t for c, b in zip(counts, self.base)]
+        for i, x in enumerate(extras):
+            if i not in self.takers and x != 0:
+                raise ValueError(
+                    f"source {i} has {counts[i]} records before step {t} of its segment; with its "
+                    f"{self.base[i]} a step it must have {self.base[i] * t}"
+                )
+        mine = [extras[i] for i in self.takers]
+        for i, f, x in zip(self.takers, self.frac, mine):
+            if not abs(f * t - x) < 1:
+                raise ValueError(
+                    f"source {i} has {counts[i]} records before step {t} of its segment, not within 1 of "
+                    f"its share ({float((self.base[i] + f) * t):.12g})"
+                )
+        if self._pd2 is None:
+            want = self.before(t)
+            if want != list(counts):
+                raise ValueError(
+                    f"the sources have {want} records before step {t} of their segment, not {list(counts)}"
+                )
+            return
+        cycles, rest = divmod(t, self.period)
+        self._pd2.seek(rest, tuple(x - y * cycles for x, y in zip(mine, self._per_period)))
 
 
 class SampledCounts:
@@ -315,7 +397,13 @@ class SampledCounts:
 
 class Schedule:
     """The counts of every step of a mixture: its weights segments, each an
-    :class:`ExactCounts` or :class:`SampledCounts`, laid end to end."""
+    :class:`ExactCounts` or :class:`SampledCounts`, laid end to end.
+
+    The records of each source before a segment are found when first needed
+    (the segment before's running sums at its end), or taken from a saved
+    cursor (:meth:`seek`); so are the extras of an exact schedule at any
+    step (:meth:`anchors` says which a cursor records).
+    """
 
     def __init__(
         self, segments: Sequence[tuple[int, Sequence[Fraction]]], g: int, counts: str, seed: int
@@ -323,27 +411,112 @@ class Schedule:
         self.starts = [s for s, _ in segments]
         self.n = len(segments[0][1])
         self.g = g
-        if counts == "exact":
+        #: whether the counts are exact (a cursor then records the schedule's position)
+        self.exact = counts == "exact"
+        if self.exact:
             self.parts: list[Any] = [ExactCounts(w, g) for _, w in segments]
         else:
             self.parts = [SampledCounts(w, g, seed, k) for k, (_, w) in enumerate(segments)]
-        # records of each source before each segment
-        self.offsets: list[list[int]] = [[0] * self.n]
-        for k in range(1, len(segments)):
-            length = self.starts[k] - self.starts[k - 1]
-            got = self.parts[k - 1].before(length)
-            self.offsets.append([a + b for a, b in zip(self.offsets[-1], got)])
+        self.weights = [tuple(w) for _, w in segments]
+        # records of each source before segment k, for the segments known so far
+        self._offsets: dict[int, list[int]] = {0: [0] * self.n}
+
+    def segment(self, step: int) -> int:
+        """The weights segment that ``step`` belongs to."""
+        return bisect.bisect_right(self.starts, step) - 1
+
+    def _offset(self, k: int) -> list[int]:
+        """Records of each source before segment ``k``."""
+        got = self._offsets.get(k)
+        if got is not None:
+            return got
+        j = max(i for i in list(self._offsets) if i < k)  # a copy: other threads may add to it
+        off = self._offsets[j]
+        for m in range(j + 1, k + 1):
+            part = self.parts[m - 1].before(self.starts[m] - self.starts[m - 1])
+            off = [a + b for a, b in zip(off, part)]
+            self._offsets.setdefault(m, off)
+        return off
+
+    def before(self, step: int) -> list[int]:
+        """Records of each source before ``step``."""
+        k = self.segment(step)
+        return [a + b for a, b in zip(self._offset(k), self.parts[k].before(step - self.starts[k]))]
 
     def window(self, step: int) -> tuple[list[int], list[int]]:
         """``(records of each source before step, records of each in step)``."""
-        k = 0
-        for i, s in enumerate(self.starts):
-            if s <= step:
-                k = i
+        k = self.segment(step)
         part, t = self.parts[k], step - self.starts[k]
         a, b = part.before(t), part.before(t + 1)
-        off = self.offsets[k]
+        off = self._offset(k)
         return [x + y for x, y in zip(off, a)], [y - x for x, y in zip(a, b)]
+
+    def anchors(self, steps: Sequence[int]) -> list[list[Any]]:
+        """What a cursor records of an exact schedule for a loader that
+        draws ``steps`` next: ``[step, [records of each source before it]]``
+        for each of them and for the start of each one's weights segment
+        (after the first), in step order."""
+        points = set(steps)
+        points |= {self.starts[k] for k in map(self.segment, steps) if k > 0}
+        return [[u, self.before(u)] for u in sorted(points)]
+
+    def seek(self, anchors: Sequence[Sequence[Any]]) -> None:
+        """Take the schedule's position from a saved cursor's anchors (as
+        :meth:`anchors` makes them, checked for shape): each must be counts
+        this schedule can reach at its step, and agree with what is known.
+
+        Raises:
+            ValueError: an anchor does not fit the schedule (the message says how).
+        """
+        if not self.exact:
+            raise ValueError("a cursor's mixture anchors are for exact counts; this mixture's are sampled")
+        for u, counts in sorted(anchors, key=lambda a: a[0]):
+            counts = list(counts)
+            if len(counts) != self.n or sum(counts) != self.g * u:
+                raise ValueError(
+                    f"its mixture anchor at step {u} has {counts}: {self.n} counts summing to "
+                    f"{self.g} x {u} = {self.g * u} are needed"
+                )
+            k = self.segment(u)
+            if u == self.starts[k]:
+                if k > 0:
+                    self._seek_offset(k, counts)
+                elif any(counts):
+                    raise ValueError(f"its mixture anchor at step 0 has {counts}: no records come before step 0")
+                continue
+            local = [c - o for c, o in zip(counts, self._offset(k))]
+            if min(local) < 0:
+                raise ValueError(
+                    f"its mixture anchor at step {u} has {counts}, fewer than the {self._offset(k)} records "
+                    f"before the weights change at step {self.starts[k]}"
+                )
+            try:
+                self.parts[k].seek(u - self.starts[k], local)
+            except ValueError as e:
+                raise ValueError(f"its mixture anchor at step {u} does not fit the schedule: {e}") from None
+
+    def _seek_offset(self, k: int, counts: list[int]) -> None:
+        """Take the records of each source before segment ``k`` from a
+        cursor: within 1 of its share of every segment before, and equal to
+        what is known."""
+        got = self._offsets.get(k)
+        if got is not None:
+            if got != counts:
+                raise ValueError(
+                    f"its mixture anchor at step {self.starts[k]} has {counts}, but the sources have {got} "
+                    "records there"
+                )
+            return
+        for i, c in enumerate(counts):
+            target = sum(
+                self.weights[j][i] * self.g * (self.starts[j + 1] - self.starts[j]) for j in range(k)
+            )
+            if not abs(c - target) < k:
+                raise ValueError(
+                    f"its mixture anchor at step {self.starts[k]} gives source {i} {c} records, more than "
+                    f"{k} from its share {float(target):.6g}"
+                )
+        self._offsets[k] = counts
 
 
 _SPREADS: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}

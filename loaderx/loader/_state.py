@@ -9,10 +9,17 @@ elastic: a state loads into any rank of any world with the same global batch
 :class:`loaderx.torch.LoaderIterable` both build and check states here; the
 functions are pure Python, so a process that only saves or checks a state
 never loads the native library.
+
+A loader whose position depends on the steps before it (a concat-packed
+stream, an exact mixture schedule) adds a ``cursor``: see the comment above
+:func:`cursor_digest` for what it holds; this module checks its shape and
+digest, :mod:`loaderx.loader._cursor` the rest, against the data.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,6 +30,8 @@ from loaderx.loader._schedule import compare_mixture
 KEYS = ("step", "seed", "sampler", "batch_size", "shard")
 #: keys that identify the data; states saved before they existed load without them
 DATA_KEYS = ("streams", "pass", "pack", "mixture")
+#: the key of the resume cursor, in the states of loaders that have one
+CURSOR = "cursor"
 
 
 def epoch_steps(n: int, global_batch: int, drop_last: bool) -> int:
@@ -59,10 +68,12 @@ def make_state(
     drop_last: bool,
     pack: Mapping[str, Any] | None = None,
     mixture: Mapping[str, Any] | None = None,
+    cursor: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The JSON-serialisable state of a loader whose next step is ``step``
     (``pack``: the packing of each packed stream, recorded when there is one;
-    ``mixture``: the identity of a loader's :class:`loaderx.mixture.Mixture`)."""
+    ``mixture``: the identity of a loader's :class:`loaderx.mixture.Mixture`;
+    ``cursor``: its resume cursor, see :func:`seal_cursor`)."""
     name, seed, shard = sampler_identity(sampler, seed, shard)
     state = {
         "step": step,
@@ -77,6 +88,8 @@ def make_state(
         state["pack"] = {k: list(v) for k, v in pack.items()}
     if mixture is not None:
         state["mixture"] = dict(mixture)
+    if cursor is not None:
+        state[CURSOR] = dict(cursor)
     return state
 
 
@@ -93,7 +106,7 @@ def check_state(state: Any, mine: Mapping[str, Any], end: int | None) -> int:
     if not isinstance(state, Mapping):
         raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
     missing = [k for k in KEYS if k not in state]
-    extra = [k for k in state if k not in KEYS and k not in DATA_KEYS]
+    extra = [k for k in state if k not in KEYS and k not in DATA_KEYS and k != CURSOR]
     if missing or extra:
         raise ValueError(f"state_dict keys do not match: missing {missing}, unexpected {extra}")
     theirs = dict(state)
@@ -120,7 +133,102 @@ def check_state(state: Any, mine: Mapping[str, Any], end: int | None) -> int:
     step = check_step(state["step"])
     if end is not None and step > end:
         raise ValueError(f"state_dict has step={step}, past the end of this {end}-step loader")
+    if CURSOR in state:
+        check_cursor(state[CURSOR])
     return step
+
+
+# -- the resume cursor -----------------------------------------------------------
+#
+# A loader's next step is all its state needs, but two of its parts depend on
+# every step before it: where a concat-packed step starts in the stream of
+# tokens, and an exact mixture schedule's extras. The cursor records both at
+# one step, so that a loader seeks there without summing or replaying what
+# came before:
+#
+#     {"step": s,                                  # the loader step it was taken at
+#      "shard": [rank, world],                    # only when a custom sampler packs this
+#                                                 #   rank's own indices (it shards itself)
+#      "pack": {stream: [t, r, n]},               # step s's first token is token r of
+#                                                 #   sampler step t's n tokens (concat)
+#      "mixture": [[u, [c_0, c_1, ...]], ...],    # an exact mixture: the records of each
+#                                                 #   source before sampler step u
+#      "check": digest of the above}
+#
+# Everything in it is global (of the global batch, not of a rank), so it
+# serves every rank of every world with the same global batch. It is a set
+# of facts about the draw: a loader may seek to any step at or after its
+# step (a state whose step was changed by hand still resumes exactly; one
+# before it is reached by summing from step 0). Its digest refuses a cursor
+# changed by hand; the loader checks the rest against the data it reads
+# (loaderx.loader._cursor).
+
+
+def cursor_digest(body: Mapping[str, Any]) -> str:
+    """The digest a cursor carries of its other entries (a JSON round trip keeps it)."""
+    text = json.dumps({k: v for k, v in body.items() if k != "check"}, sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def seal_cursor(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A cursor from its entries, with their digest."""
+    out = dict(body)
+    out["check"] = cursor_digest(out)
+    return out
+
+
+def _count(value: Any, what: str) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"state_dict's cursor has {what}={value!r}; it must be a non-negative int")
+    return value
+
+
+def check_cursor(cursor: Any) -> dict[str, Any]:
+    """A saved cursor's entries, after checking their shapes and the digest.
+
+    Raises:
+        ValueError: it is malformed, or was changed since it was saved (the
+            message says which entry).
+    """
+    if not isinstance(cursor, Mapping):
+        raise ValueError(f"state_dict has cursor={cursor!r}, not a dict")
+    unknown = [k for k in cursor if k not in ("step", "shard", "pack", "mixture", "check")]
+    if unknown or "step" not in cursor or "check" not in cursor:
+        raise ValueError(
+            f"state_dict's cursor has keys {sorted(cursor)}; a cursor has 'step', 'check' and 'pack' "
+            "or 'mixture' (or both), and 'shard' when it is of one rank's packing"
+        )
+    _count(cursor["step"], "step")
+    if "shard" in cursor:
+        shard = cursor["shard"]
+        if not isinstance(shard, (list, tuple)) or len(shard) != 2:
+            raise ValueError(f"state_dict's cursor has shard={shard!r}, not [rank, world]")
+        for label, v in zip(("rank", "world"), shard):
+            _count(v, f"shard {label}")
+    packs = cursor.get("pack", {})
+    if not isinstance(packs, Mapping):
+        raise ValueError(f"state_dict's cursor has pack={packs!r}, not a dict of stream name -> [t, r, n]")
+    for name, entry in packs.items():
+        if not isinstance(entry, (list, tuple)) or len(entry) != 3:
+            raise ValueError(f"state_dict's cursor has pack[{name!r}]={entry!r}, not [t, r, n]")
+        for label, v in zip("trn", entry):
+            _count(v, f"pack[{name!r}] {label}")
+    anchors = cursor.get("mixture", [])
+    if not isinstance(anchors, (list, tuple)):
+        raise ValueError(f"state_dict's cursor has mixture={anchors!r}, not a list of [step, counts]")
+    for entry in anchors:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 2 or not isinstance(entry[1], (list, tuple)):
+            raise ValueError(f"state_dict's cursor has a mixture anchor {entry!r}, not [step, [counts]]")
+        _count(entry[0], "a mixture anchor's step")
+        for v in entry[1]:
+            _count(v, f"a count of the mixture anchor at step {entry[0]}")
+    if cursor["check"] != cursor_digest(cursor):
+        raise ValueError(
+            f"state_dict's cursor does not match its check {cursor['check']!r}: it was changed since the "
+            "loader saved it. Drop the 'cursor' entry to resume from the step alone (the loader then "
+            "counts from step 0)"
+        )
+    return dict(cursor)
 
 
 def _global_pack(pack: Any, shard: Any) -> Any:

@@ -138,11 +138,17 @@ class MixtureDraw:
     global indices of ``step`` (``batch_size`` of them). Pure in the step;
     pickles for worker processes."""
 
-    def __init__(self, mixture: Mixture, batch_size: int, seed: int, shard: tuple[int, int]) -> None:
+    def __init__(
+        self, mixture: Mixture, batch_size: int, seed: int, shard: tuple[int, int], schedule: Schedule | None = None
+    ) -> None:
         self.batch_size = batch_size
         self.rank, self.world = shard
         self.global_batch = batch_size * self.world
-        self.schedule = Schedule(mixture.segments, self.global_batch, mixture.counts, seed)
+        #: the per-step counts; the draws of one global batch (each rank's and
+        #: the unsharded one packing uses) may share it, and what it learns
+        self.schedule = schedule or Schedule(mixture.segments, self.global_batch, mixture.counts, seed)
+        if self.schedule.g != self.global_batch:
+            raise ValueError(f"a schedule of global batch {self.schedule.g} for a draw of {self.global_batch}")
         self.offsets = mixture.offsets
         self.draws = [
             _SourceDraw(mixture.sampler, n, _source_seed(seed, name)) for name, n in zip(mixture.names, mixture.sizes)
@@ -505,9 +511,12 @@ class Mixture:
         out[self.source_key] = SourceStream(self.offsets)
         return out
 
-    def draw(self, batch_size: int, seed: int, shard: tuple[int, int]) -> MixtureDraw:
-        """The sampler of a loader over this mixture."""
-        return MixtureDraw(self, batch_size, seed, shard)
+    def draw(
+        self, batch_size: int, seed: int, shard: tuple[int, int], schedule: Schedule | None = None
+    ) -> MixtureDraw:
+        """The sampler of a loader over this mixture (``schedule``: that of
+        another draw of the same global batch and seed, to share)."""
+        return MixtureDraw(self, batch_size, seed, shard, schedule)
 
 
 def _check_like(name: str, got: Mapping[str, tuple[str, Any]], first: str, ref: Mapping[str, tuple[str, Any]]) -> None:

@@ -56,6 +56,8 @@ macOS, ``loaderx.dll`` on Windows) unless the environment variable
 from __future__ import annotations
 
 import dis
+import hashlib
+import importlib.util
 import json
 import os
 import struct
@@ -145,6 +147,28 @@ def _library_filename() -> str:
     return "libloaderx.so"
 
 
+def _parsed_ffi(lib_dir: str, cdef: str) -> FFI:
+    """An FFI that knows the declarations ``cdef``: the out-of-line module
+    the build made of them (``_lx_ffi.py`` beside the library, see
+    python/build_native.py), imported in about a millisecond, when it exists
+    and was made from exactly ``cdef``; else ``cdef`` parsed here, which
+    costs pycparser some 50 ms in every process."""
+    module_path = os.path.join(lib_dir, "_lx_ffi.py")
+    if os.path.isfile(module_path):
+        try:
+            spec = importlib.util.spec_from_file_location("_lx_ffi", module_path)
+            if spec is not None and spec.loader is not None:
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                if getattr(module, "CDEF_SHA256", None) == hashlib.sha256(cdef.encode("utf-8")).hexdigest():
+                    return module.ffi
+        except Exception:  # stale, damaged or refused by this cffi: parse instead
+            pass
+    ffi = FFI()
+    ffi.cdef(cdef)
+    return ffi
+
+
 def _load() -> tuple[FFI, Any, str]:
     """Find, declare and open the library, and check its ABI version."""
     path = os.environ.get("LOADERX_LIB") or os.path.join(
@@ -159,8 +183,7 @@ def _load() -> tuple[FFI, Any, str]:
             cdef = f.read()
     except OSError as e:
         raise ImportError(f"loaderx declarations not found at {cdef_path} ({e.strerror}): {_BUILD_HINT}") from None
-    ffi = FFI()
-    ffi.cdef(cdef)
+    ffi = _parsed_ffi(os.path.dirname(path), cdef)
     try:
         lib = ffi.dlopen(path)
     except OSError as e:

@@ -1,6 +1,7 @@
 """Throughput of loaderx against the alternatives, in three layers.
 
-    python3 scripts/bench {sampler|store|loader|packing|maint|shards|convert-shards|remote|all} [options]
+    python3 scripts/bench {sampler|store|loader|packing|maint|shards|convert-shards|remote|scale|resume|all}
+                          [options]
 
 sampler  index generation alone: numpy's two random APIs against zsampler.
 store    batch gather from a record store: zrecord (its defaults, raw verified
@@ -24,12 +25,23 @@ shards   a dataset read as 4 and 16 shards against the same records in one
 convert-shards  conversion MB/s of from_numpy(num_shards=1 and 2) against the
          single-store conversion: 2 GiB token rows and 12 KiB images
          (--convert-mib; 64 MiB with --quick), codecs auto and zstd.
+scale    what grows with the data and the run (not part of all: its largest
+         store is 2^28 records, --scale-max caps it): open and first-batch
+         latency, memory, descriptors and mappings from 10^6 to 2^28 records
+         warm and cold against a NumPy memory map; from_numpy of small
+         records against np.save.
 remote   one epoch of token rows (--remote-mib, 256 MiB; 32 with --quick) read
          from a local SeaweedFS S3 server (tests/s3server.py; skipped without
          its `weed` binary) by loaderx, MosaicML Streaming and LitData, cold
          (a fresh cache) and warm (the same cache, a new process), against
          loaderx reading the store from local disk, with the bytes each
          fetched against the dataset's stored size.
+resume   the first batch after load_state_dict at steps 10^3 to 10^6
+         (--resume-steps) of one ragged store and a three-source packed
+         mixture, with the state's cursor and (to --resume-replay-max)
+         without it, and in each of two torch workers. Not part of `all`:
+         taking a state at step 10^6 counts every sampler step before it
+         once (about a minute here).
 
 The original Zig loaderx (loaderx==1.5.2 on PyPI) takes part in every layer
 when it is installed in a directory of its own (--original DIR, or
@@ -63,8 +75,9 @@ when it is missing). Streaming and LitData need torch.
 Layout: machine.py (the machine block), contenders/ (one adapter per library,
 registered per layer in contenders/__init__.py), data.py (the records and the
 transform), sampler.py, store.py and loader.py (one module per layer),
-maint.py, shards.py, convert_shards.py and remote.py (one module per layer), report.py (tables, targets and
-checks, plot, JSON) and this CLI; s3client.py compares S3 clients on its own.
+maint.py, shards.py, convert_shards.py, remote.py, scale.py and resume.py (one
+module per layer), report.py (tables, targets and checks, plot, JSON) and this
+CLI; s3client.py compares S3 clients on its own.
 contenders/original.py drives the original through contenders/original_worker.py.
 """
 
@@ -88,7 +101,11 @@ from machine import machine_info, print_machine
 from maint import bench_maint
 from remote import bench_remote, remote_child
 from report import checks, out, plot, write_json
+from resume import STEPS, bench_resume, resume_child
 from sampler import bench_sampler
+from scale import SIZES as SCALE_SIZES
+from scale import bench_scale
+from scale import child as scale_child
 from shards import bench_shards
 from store import DEFAULT_RECORDS, WORKLOAD_KEYS, WORKLOADS, bench_store
 
@@ -106,7 +123,7 @@ LAYERS: dict[str, Callable[[argparse.Namespace, dict[str, Any], str], None]] = {
 # --quick: a small configuration (flags given explicitly still win)
 QUICK = {"records": 200, "runs": 2, "store_slice": 0.04, "warm_cap": 0.5, "sampler_loop_ms": 10.0,
          "loader_warmup": 0.3, "loader_measure": 1.0, "maint_mib": 32,
-         "convert_mib": 64, "remote_mib": 32}
+         "convert_mib": 64, "remote_mib": 32, "scale_max": 10**7}
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -126,7 +143,7 @@ def parser() -> argparse.ArgumentParser:
         prog="python3 scripts/bench",
         description="Benchmark loaderx against other samplers, record stores and data loaders.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("section", nargs="?", default="all", choices=[*LAYERS, "packing", "all"])
+    ap.add_argument("section", nargs="?", default="all", choices=[*LAYERS, "packing", "scale", "resume", "all"])
     ap.add_argument("--shape", type=parse_shape, default=None,
                     help="record shape, e.g. 512x512 (default: store runs 512x512 and 64x192, loader 512x512)")
     ap.add_argument("--dtype", default="uint8",
@@ -170,6 +187,12 @@ def parser() -> argparse.ArgumentParser:
                     help="rounds of the remote layer, each with fresh caches (default: --runs, else 1)")
     ap.add_argument("--remote-timeout", type=float, default=900.0,
                     help="seconds one epoch of the remote layer may take before its process is killed")
+    ap.add_argument("--scale-max", type=int, default=SCALE_SIZES[-1],
+                    help="the largest store the scale layer opens, in records")
+    ap.add_argument("--resume-steps", type=lambda x: [int(float(v)) for v in x.split(",") if v.strip()],
+                    default=list(STEPS), help="comma-separated steps that resume measures a resume at")
+    ap.add_argument("--resume-replay-max", type=int, default=10**4,
+                    help="the largest step resume also measures without the cursor (by replay)")
     ap.add_argument("--maint-1gib", action="store_true", help="maint on a 1 GiB store (--maint-mib 1024)")
     ap.add_argument("--maint-runs", type=int, default=None, help="delete + compact runs (default 3, --quick 1)")
     ap.add_argument("--maint-codec", choices=["raw", "zstd", "zstd_dict"], default="zstd")
@@ -197,8 +220,14 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "_loader-child":
         loader_child(json.loads(argv[1]))
         return 0
+    if argv and argv[0] == "_scale-child":
+        scale_child(json.loads(argv[1]))
+        return 0
     if argv and argv[0] == "_remote-child":
         remote_child(json.loads(argv[1]))
+        return 0
+    if argv and argv[0] == "_resume-child":
+        resume_child(json.loads(argv[1]))
         return 0
     args = parser().parse_args(argv)
     if args.quick:
@@ -229,6 +258,10 @@ def main(argv: list[str] | None = None) -> int:
                 bench(args, results, work)
         if args.section == "packing":  # a part of the loader layer, run on its own
             bench_packing(args, results, work)
+        if args.section == "scale":  # tens of GiB of stores at its largest: never part of `all`
+            bench_scale(args, results, work)
+        if args.section == "resume":
+            bench_resume(args, results, work)
         checks(results)
     finally:
         if not args.keep:

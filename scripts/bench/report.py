@@ -101,7 +101,7 @@ LARGE_RECORD = 128 * KiB
 class Target:
     """One ratio the project claims, and why it is set where it is."""
 
-    layer: str                 # "sampler", "store", "loader", "maint", "shards" or "remote"
+    layer: str                 # "sampler", "store", "loader", "maint", "shards", "remote" or "resume"
     subject: str               # the contender measured
     versus: str                # the reference: a contender, "ceiling" (the memcpy row) or "torch"
     target: float | None       # threshold; None: reported, no target
@@ -266,6 +266,14 @@ TARGETS += [
                   "same server"),
     Target("remote", "loaderx s3 cold", "stored size", 1.05, metric="fetched",
            reason="a cold epoch fetches each stored byte once, plus the table and header"),
+]
+
+
+TARGETS += [
+    Target("resume", kind, "first step", 0.5, metric="first_over_last",
+           reason="the state's cursor seeks straight to the step: the first batch after a resume at the "
+                  "largest step costs about what it costs at the smallest (here: at most twice)")
+    for kind in ("store", "mixture")
 ]
 
 
@@ -451,6 +459,18 @@ def _remote_checks(results: dict[str, Any], add: Callable[..., None]) -> None:
         add(t, f"{t.subject} vs {versus}, samples/s", v, fmt_ratio(v), f"≥ {t.target:g}x")
 
 
+def _resume_checks(results: dict[str, Any], add: Callable[..., None]) -> None:
+    r = results.get("resume")
+    if not r:
+        return
+    steps = r["steps"]
+    for t in TARGETS:
+        v = r["first_over_last"].get(t.subject) if t.layer == "resume" else None
+        if v is not None:
+            add(t, f"resume of the {t.subject}: first batch at step {steps[0]:,} / at step {steps[-1]:,}",
+                v, fmt_ratio(v), f"≥ {t.target:g}x")
+
+
 def checks(results: dict[str, Any]) -> None:
     """Print the Checks table (every TARGETS row this run measured) and store it in results."""
     lines: list[list[str]] = []
@@ -464,6 +484,7 @@ def checks(results: dict[str, Any]) -> None:
     _maint_checks(results, add)
     _shards_checks(results, add)
     _remote_checks(results, add)
+    _resume_checks(results, add)
     if lines:
         out("## Checks")
         out()

@@ -103,6 +103,7 @@ type FS struct {
 	full    bool  // an ENOSPC was returned
 	last    Op    // the operation that faulted (injected or ENOSPC)
 	hasLast bool
+	faults  []Op // every operation that faulted, in order
 	log     []Op
 	keepLog bool
 	hideFd  bool // Fd reports zrecord.NoFd
@@ -153,6 +154,7 @@ func (f *FS) Reset() {
 	f.count, f.armAt, f.fired, f.crashed = 0, 0, false, false
 	f.space, f.short, f.full = -1, false, false
 	f.hasLast = false
+	f.faults = nil
 	f.log = nil
 }
 
@@ -321,6 +323,14 @@ func (f *FS) LastFault() (Op, bool) {
 	return f.last, f.hasLast
 }
 
+// Faults returns every operation that faulted since New or Reset, in
+// order: with several goroutines writing, each may meet a fault of its own.
+func (f *FS) Faults() []Op {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]Op(nil), f.faults...)
+}
+
 // OpenFiles is the number of files opened through f and not yet closed.
 func (f *FS) OpenFiles() int {
 	f.mu.Lock()
@@ -362,6 +372,7 @@ func (f *FS) step(op Op) (torn bool, err error) {
 	if f.armAt > 0 && f.count == f.armAt {
 		f.fired = true
 		f.last, f.hasLast = op, true
+		f.faults = append(f.faults, op)
 		switch f.mode {
 		case Crash:
 			f.crashed = true
@@ -603,6 +614,7 @@ func (h *file) WriteAt(p []byte, off int64) (int, error) {
 	}
 	f.full = true
 	f.last, f.hasLast = Op{Kind: "write", Path: h.name, Off: off, N: len(p)}, true
+	f.faults = append(f.faults, f.last)
 	if fit > 0 {
 		f.noteWrite(h, pendingOp{off: off, data: append([]byte(nil), p[:fit]...)})
 	}
