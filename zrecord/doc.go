@@ -298,8 +298,8 @@
 // default), or WithMaxOpen's for a set of its own. An open read-only store
 // holds its mappings (one per chunk file and table segment) and no file
 // descriptor. A store opened again must show the identity it had the first
-// time (meta.zr's device and inode, the header's fields, the first and last
-// records' checksums), else the call is ErrCorrupt naming it. Running out of
+// time (meta.zr's device and inode, the header's fields), else the call is
+// ErrCorrupt naming it. Running out of
 // descriptors (EMFILE, ENFILE) or of mappings (ENOMEM from mmap) while a
 // store opens is an error naming the limit (RLIMIT_NOFILE, vm.max_map_count)
 // and the cap, the cause kept in the chain. Each call costs in proportion to

@@ -83,9 +83,7 @@ func load(dir string, o options, meta File) (st *Store, err error) {
 	if err := s.loadFiles(); err != nil {
 		return nil, err
 	}
-	if err := s.noteIdentity(); err != nil {
-		return nil, err
-	}
+	s.noteIdentity()
 	if s.readOnly && o.releaseFiles {
 		s.releaseFiles()
 	}

@@ -14,49 +14,29 @@ import (
 // closing it.
 
 // storeIdentity is what a handle saw of its store when it opened it: the
-// meta.zr file it read (device and inode, where the system has them), the
-// header's fields, and the data checksums of the first and last records.
-// A store that was replaced (a new directory or a new meta.zr at the
-// path) or rewritten (other records, another length) while a Set had it
-// closed shows another identity when the Set opens it again, whose records
-// then cannot be the ones the Set's callers were sized by.
+// meta.zr file it read (device and inode, where the system has them) and
+// the header's fields. A store that was replaced while a Set had it closed
+// (a new store at the path: Create and its replacement make a new meta.zr)
+// or changed (another length, frontier, codec or dictionary) shows another
+// identity when the Set opens it again, and its records then cannot be the
+// ones the Set's callers were sized by. Open reads no table entry for it: a
+// checksummed store's Open touches none of its table (see loadFiles).
 type storeIdentity struct {
-	dev, ino    uint64
-	hasFile     bool // dev and ino are known
-	version     uint8
-	codec       Codec
-	tail        position
-	length      int64
-	dictSum     uint32
-	first, last uint32 // data checksums of records 0 and length-1; 0 when empty
+	dev, ino uint64
+	hasFile  bool // dev and ino are known
+	version  uint8
+	codec    Codec
+	tail     position
+	length   int64
+	dictSum  uint32
 }
 
 // noteIdentity completes s.ident (the file's part is taken when meta.zr is
-// read) with the header and the first and last records' checksums.
-func (s *Store) noteIdentity() error {
+// read) with the header's fields.
+func (s *Store) noteIdentity() {
 	id := &s.ident
 	id.version, id.codec, id.tail, id.dictSum = s.lay.version, s.codec, s.tail, s.dictSum
 	id.length = s.length.Load()
-	if id.length == 0 {
-		return nil
-	}
-	segs := *s.segs.Load()
-	ov := s.overlay.Load()
-	sum := func(i int64) (uint32, error) {
-		if ov != nil {
-			if e, ok := ov.recs[i]; ok {
-				return e.sum, nil
-			}
-		}
-		e, err := s.readEntry(segs, i)
-		return e.sum, err
-	}
-	var err error
-	if id.first, err = sum(0); err != nil {
-		return err
-	}
-	id.last, err = sum(id.length - 1)
-	return err
 }
 
 // differs says how b, the identity of a store opened again, differs from
@@ -70,9 +50,6 @@ func (a storeIdentity) differs(b storeIdentity) string {
 	case a.version != b.version || a.codec != b.codec || a.tail != b.tail || a.dictSum != b.dictSum:
 		return fmt.Sprintf("its header changed (version %d, codec %s, frontier %d:%d; first opened with version %d, codec %s, frontier %d:%d)",
 			b.version, b.codec, b.tail.chunk, b.tail.off, a.version, a.codec, a.tail.chunk, a.tail.off)
-	case a.first != b.first || a.last != b.last:
-		return fmt.Sprintf("its first or last record changed (checksums %#08x, %#08x; first opened with %#08x, %#08x)",
-			b.first, b.last, a.first, a.last)
 	}
 	return ""
 }

@@ -34,9 +34,9 @@ import "fmt"
 // published). A store of an eager set that shrinks later fails the gathers
 // that reach past its end with ErrIndexOutOfRange; a lazy set checks each
 // store's length whenever it opens it, and compares what it finds with what
-// it found the first time (meta.zr's file, the header, the first and last
-// records' checksums), so a shard replaced or rewritten while the set is
-// open is ErrCorrupt naming it, never other records.
+// it found the first time (meta.zr's file, the header), so a shard replaced
+// or rewritten while the set is open is ErrCorrupt naming it, never other
+// records.
 type Set struct {
 	starts []int64 // starts[k] is the first global index of store k; starts[len] is Len
 	// equal is the common length when every store but the last has it,
