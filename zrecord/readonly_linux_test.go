@@ -88,8 +88,20 @@ func TestReadOnlyHandlesReleaseTheirFiles(t *testing.T) {
 						t.Fatalf("store %d record %d differs", k, i)
 					}
 				}
-				if _, err := s.Stats(); err != nil {
+				// Every read path of a handle without its files.
+				if st, err := s.Stats(); err != nil || st.Length != n {
+					t.Fatalf("Stats = %+v, %v", st, err)
+				}
+				sizes := make([]int64, n)
+				if need, err := s.GatherRagged(idx, sizes, dst); err != nil || need != n*size {
+					t.Fatalf("GatherRagged = %d, %v", need, err)
+				}
+				c, o, l := make([]uint32, n), make([]uint32, n), make([]uint32, n)
+				if err := s.Spans(idx, c, o, l); err != nil {
 					t.Fatal(err)
+				}
+				if r, err := s.Verify(); err != nil || !r.OK() || r.Checked != n {
+					t.Fatalf("Verify = %+v, %v", r, err)
 				}
 			}
 			for _, s := range open {
