@@ -23,8 +23,9 @@ import (
 //
 // Measured on the 2-core development machine (a shared AMD EPYC virtual
 // machine), LOADERX_BENCH_ROUNDS=3, the medians of the per-round ratios of
-// a set's throughput to the store's, for 16, 1,000 and 10,000 shards: 4 KiB
-// records 0.99, 0.91, 0.87; 512-byte records 0.82, 0.55, 0.41. Small
+// a set's throughput to the store's, for 16, 1,000 and 10,000 shards, over
+// two runs: 4 KiB records 0.96-0.99, 0.85-0.91, 0.82-0.87; 512-byte
+// records 0.82-0.83, 0.51-0.55, 0.38-0.41. Small
 // records across 10,000 shards are bound by memory: a loop that only loads
 // what such a batch must (a table entry and a record from each of 20,000
 // small mappings, and a line of each store's cache entry) ran at 0.4 times
