@@ -26,10 +26,12 @@ convert-shards  conversion MB/s of from_numpy(num_shards=1 and 2) against the
          single-store conversion: 2 GiB token rows and 12 KiB images
          (--convert-mib; 64 MiB with --quick), codecs auto and zstd.
 scale    what grows with the data and the run (not part of all: its largest
-         store is 2^28 records, --scale-max caps it): open and first-batch
-         latency, memory, descriptors and mappings from 10^6 to 2^28 records
-         warm and cold against a NumPy memory map; from_numpy of small
-         records against np.save.
+         store is 2^28 records, --scale-max caps it, --scale-max-shards the
+         shard count): open and first-batch latency, memory, descriptors
+         and mappings from 10^6 to 2^28 records warm and cold against a
+         NumPy memory map; from_numpy of small records against np.save;
+         sharded datasets of 16 to 100,000 shards under ulimit -n 1024
+         against one store; and the resume section below.
 remote   one epoch of token rows (--remote-mib, 256 MiB; 32 with --quick) read
          from a local SeaweedFS S3 server (tests/s3server.py; skipped without
          its `weed` binary) by loaderx, MosaicML Streaming and LitData, cold
@@ -106,6 +108,8 @@ from sampler import bench_sampler
 from scale import SIZES as SCALE_SIZES
 from scale import bench_scale
 from scale import child as scale_child
+from scale_shards import SHARDS as SCALE_SHARDS
+from scale_shards import shards_child
 from shards import bench_shards
 from store import DEFAULT_RECORDS, WORKLOAD_KEYS, WORKLOADS, bench_store
 
@@ -123,7 +127,7 @@ LAYERS: dict[str, Callable[[argparse.Namespace, dict[str, Any], str], None]] = {
 # --quick: a small configuration (flags given explicitly still win)
 QUICK = {"records": 200, "runs": 2, "store_slice": 0.04, "warm_cap": 0.5, "sampler_loop_ms": 10.0,
          "loader_warmup": 0.3, "loader_measure": 1.0, "maint_mib": 32,
-         "convert_mib": 64, "remote_mib": 32, "scale_max": 10**7}
+         "convert_mib": 64, "remote_mib": 32, "scale_max": 10**7, "scale_max_shards": 1_000}
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -193,6 +197,8 @@ def parser() -> argparse.ArgumentParser:
                     default=list(STEPS), help="comma-separated steps that resume measures a resume at")
     ap.add_argument("--resume-replay-max", type=int, default=10**4,
                     help="the largest step resume also measures without the cursor (by replay)")
+    ap.add_argument("--scale-max-shards", type=int, default=SCALE_SHARDS[-1],
+                    help="the most shards a dataset of the scale layer has")
     ap.add_argument("--maint-1gib", action="store_true", help="maint on a 1 GiB store (--maint-mib 1024)")
     ap.add_argument("--maint-runs", type=int, default=None, help="delete + compact runs (default 3, --quick 1)")
     ap.add_argument("--maint-codec", choices=["raw", "zstd", "zstd_dict"], default="zstd")
@@ -219,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "_loader-child":
         loader_child(json.loads(argv[1]))
+        return 0
+    if argv and argv[0] == "_shards-child":
+        shards_child(json.loads(argv[1]))
         return 0
     if argv and argv[0] == "_scale-child":
         scale_child(json.loads(argv[1]))

@@ -20,8 +20,10 @@ memory-mapped .npy file, timed with ``np.save`` of the array (the bytes a
 user would write instead, and less: no table, no checksums) in the same
 run; records per second and the ratio.
 
-Shards and resume are measured in their own sections below, from the same
-run (see :mod:`scale_shards` and :mod:`resume`).
+Shards (:mod:`scale_shards`): sharded datasets of 16 to 100,000 shards,
+opened and read under ``ulimit -n 1024``. Resume (:mod:`resume`): the first
+batch after ``load_state_dict`` at steps 10^3 to 10^6. Both run as parts of
+this layer, in the same run.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from typing import Any
 
 import numpy as np
 from report import fmt_ratio, human_bytes, log, median, out, table
+from resume import bench_resume
+from scale_shards import bench_scale_shards
 
 #: record counts of the open and convert sections
 SIZES = (10**6, 10**7, 10**8, 1 << 28)
@@ -253,4 +257,6 @@ def bench_scale(args: argparse.Namespace, results: dict[str, Any], tmp: str) -> 
               [[f"{r['records']:,}", r["codec"], f"{r['loaderx_rec_s'] / 1e6:.1f} M records/s",
                 f"{r['npsave_rec_s'] / 1e6:.1f} M records/s", fmt_ratio(r["vs_npsave"])] for r in conv_rows]))
     out()
-    results["scale"] = {"open": open_rows, "convert": conv_rows}
+    results.setdefault("scale", {}).update(open=open_rows, convert=conv_rows)
+    bench_scale_shards(args, results, tmp, _drop_caches)
+    bench_resume(args, results, tmp)
