@@ -98,6 +98,7 @@ func (s *Store) loadFiles() (err error) {
 	}
 	size := fi.Size()
 	s.ident.dev, s.ident.ino, s.ident.hasFile = fileIdentity(fi)
+	s.ident.mtime = fi.ModTime().UnixNano()
 	hb := make([]byte, min(size, headerSize))
 	if err := readFull(s.meta, hb, 0); err != nil {
 		return wrapf(err, "read %s", metaPath)

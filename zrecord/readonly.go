@@ -24,11 +24,16 @@ import (
 type storeIdentity struct {
 	dev, ino uint64
 	hasFile  bool // dev and ino are known
-	version  uint8
-	codec    Codec
-	tail     position
-	length   int64
-	dictSum  uint32
+	// mtime is meta.zr's modification time (ns): a file system may give a
+	// new file the inode number of one just removed, so a store removed and
+	// written again at the same path can have its predecessor's dev, inode
+	// and header; its header was written at another time.
+	mtime   int64
+	version uint8
+	codec   Codec
+	tail    position
+	length  int64
+	dictSum uint32
 }
 
 // noteIdentity completes s.ident (the file's part is taken when meta.zr is
@@ -45,6 +50,8 @@ func (a storeIdentity) differs(b storeIdentity) string {
 	switch {
 	case a.hasFile && b.hasFile && (a.dev != b.dev || a.ino != b.ino):
 		return fmt.Sprintf("its %s is another file (inode %d, first opened as inode %d)", metaName, b.ino, a.ino)
+	case a.mtime != b.mtime:
+		return fmt.Sprintf("its %s was written again (modified at %d ns, first opened when modified at %d ns)", metaName, b.mtime, a.mtime)
 	case a.length != b.length:
 		return fmt.Sprintf("it holds %d records, %d when first opened", b.length, a.length)
 	case a.version != b.version || a.codec != b.codec || a.tail != b.tail || a.dictSum != b.dictSum:
