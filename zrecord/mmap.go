@@ -66,6 +66,9 @@ type mapping struct {
 	curLen  atomic.Int64         // its length
 	full    int64                // the file's addressable range: the largest span
 	retired [][]byte             // earlier, shorter mappings readers may still hold
+	// random: the file is read at random (a table segment), so its
+	// mappings are advised so (see adviseRandom).
+	random bool
 }
 
 // bytes returns the current mapping, or nil when the file is not mapped
@@ -85,6 +88,9 @@ func (m *mapping) bytes() []byte {
 
 // publish makes b the current mapping (see bytes for the order).
 func (m *mapping) publish(b []byte) {
+	if m.random {
+		adviseRandom(b)
+	}
 	m.cur.Store(unsafe.SliceData(b))
 	m.curLen.Store(int64(len(b)))
 }
@@ -156,6 +162,18 @@ func (m *mapping) unmap() error {
 	}
 	m.retired = nil
 	return first
+}
+
+// willNeed asks the kernel to read bytes [off, off+n) of the mapping in
+// ahead of a pass over them (the table walks of Stats and Verify): a table
+// segment's mapping is advised random, which turns the kernel's read-ahead
+// off for it.
+func (m *mapping) willNeed(off, n int64) {
+	b := m.bytes()
+	if off >= int64(len(b)) || n <= 0 {
+		return
+	}
+	adviseWillNeed(b[off:min(int64(len(b)), off+n)])
 }
 
 // span returns the length of the current mapping (0 when unmapped).

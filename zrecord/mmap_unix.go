@@ -25,3 +25,21 @@ func unmapSpan(b []byte) error {
 	}
 	return unix.Munmap(b)
 }
+
+// adviseRandom tells the kernel that b, a table segment's mapping, is read
+// at random: a read of one entry then faults in the page it needs rather
+// than the read-ahead window around it (128 KiB by default). A random batch
+// reads one entry per record, so a cold first batch reads a page per
+// record, not a window, and maps in no more. The advice is best effort.
+func adviseRandom(b []byte) {
+	if len(b) > 0 {
+		_ = unix.Madvise(b, unix.MADV_RANDOM)
+	}
+}
+
+// adviseWillNeed asks the kernel to read b in ahead, best effort.
+func adviseWillNeed(b []byte) {
+	if len(b) > 0 {
+		_ = unix.Madvise(b, unix.MADV_WILLNEED)
+	}
+}

@@ -329,6 +329,7 @@ func (s *Store) openSegmentFor(l layout, id uint32, create bool, need int64) (*s
 		return nil, 0, wrapf(err, "open %s", p)
 	}
 	g := &segment{id: id, f: f}
+	g.random = true
 	size, err := fileSize(f)
 	if err != nil {
 		f.Close()
@@ -367,6 +368,7 @@ func (s *Store) validate() (int64, error) {
 		cnt := min(n-i, l.segEntries()-lo, block)
 		var b []byte
 		if d := g.bytes(); d != nil {
+			g.willNeed(lo*l.entSize, 2*block*l.entSize) // this block and the next, which is read in while this one is checked
 			b = d[lo*l.entSize : (lo+cnt)*l.entSize]
 		} else {
 			if buf == nil {
