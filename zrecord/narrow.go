@@ -121,6 +121,14 @@ func narrowWidth(span uint64) int {
 // narrowRecord appends r narrowed to dst when that is smaller than r and r
 // is a whole number of elements; else it returns dst unchanged and false.
 func narrowRecord(dst, r []byte, el Element) ([]byte, bool) {
+	if el.Size == 4 && len(r) >= 4 && len(r) <= smallNarrow32 && len(r)%4 == 0 {
+		return narrowSmall32(dst, r, el.Signed)
+	}
+	return narrowAny(dst, r, el)
+}
+
+// narrowAny is narrowRecord for any element type and record size.
+func narrowAny(dst, r []byte, el Element) ([]byte, bool) {
 	es := el.Size
 	if len(r) == 0 || len(r)%es != 0 {
 		return dst, false
@@ -140,6 +148,60 @@ func narrowRecord(dst, r []byte, el Element) ([]byte, bool) {
 	out[0] = byte(w)
 	putElem(out[1:], es, lo)
 	packValues(out[narrowHeader(es):], r, es, w, lo)
+	return dst, true
+}
+
+// smallNarrow32 is the largest record of 32-bit elements narrowSmall32
+// takes: for a record of a few values, the calls of the general path
+// (recordSpan, rangeBlock, packValues, each switching on the element type)
+// cost more than the values.
+const smallNarrow32 = 64
+
+// narrowSmall32 is narrowRecord for a record of 1 to 16 32-bit elements,
+// in one function: the same bytes, and the same choice to leave the
+// record raw.
+func narrowSmall32(dst, r []byte, signed bool) ([]byte, bool) {
+	n := len(r) / 4
+	first := binary.LittleEndian.Uint32(r)
+	lo, hi := first, first
+	if signed {
+		a, b := int32(first), int32(first)
+		for i := 4; i+4 <= len(r); i += 4 {
+			v := int32(binary.LittleEndian.Uint32(r[i:]))
+			a, b = min(a, v), max(b, v)
+		}
+		lo, hi = uint32(a), uint32(b)
+	} else {
+		for i := 4; i+4 <= len(r); i += 4 {
+			v := binary.LittleEndian.Uint32(r[i:])
+			lo, hi = min(lo, v), max(hi, v)
+		}
+	}
+	span := hi - lo // modulo 2^32, as recordSpan takes it
+	if uint64(span) > maxNarrowSpan(4) {
+		return dst, false
+	}
+	w := narrowWidth(uint64(span))
+	size := narrowedSize(4, w, n)
+	if w >= 4 || size >= len(r) {
+		return dst, false
+	}
+	start := len(dst)
+	dst = slices.Grow(dst, size)[:start+size]
+	out := dst[start:]
+	out[0] = byte(w)
+	binary.LittleEndian.PutUint32(out[1:], lo)
+	vals := out[narrowHeader(4):]
+	switch w {
+	case 1:
+		for i := range n {
+			vals[i] = byte(binary.LittleEndian.Uint32(r[4*i:]) - lo)
+		}
+	case 2:
+		for i := range n {
+			binary.LittleEndian.PutUint16(vals[2*i:], uint16(binary.LittleEndian.Uint32(r[4*i:])-lo))
+		}
+	}
 	return dst, true
 }
 

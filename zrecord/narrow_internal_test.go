@@ -1,6 +1,7 @@
 package zrecord
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"math/rand/v2"
@@ -174,4 +175,35 @@ func FuzzWidenRecord(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestNarrowSmall32 checks the small-record path of 32-bit elements against
+// the general one: the same bytes and the same choice, for records of 1 to
+// 16 values whose spans fall on each side of every width's limit, signed and
+// not.
+func TestNarrowSmall32(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 4))
+	spans := []uint32{0, 1, 0xff, 0x100, 0xffff, 0x10000, 0xffffffff}
+	for trial := range 20000 {
+		n := 1 + trial%16
+		base := rng.Uint32()
+		span := spans[rng.IntN(len(spans))]
+		r := make([]byte, 4*n)
+		for i := range n {
+			v := base + uint32(rng.Uint64N(uint64(span)+1))
+			if i == 0 {
+				v = base
+			}
+			binary.LittleEndian.PutUint32(r[4*i:], v)
+		}
+		for _, signed := range []bool{false, true} {
+			el := Element{Size: 4, Signed: signed}
+			prefix := []byte{9, 9}
+			got, gotOK := narrowSmall32(append([]byte(nil), prefix...), r, signed)
+			want, wantOK := narrowAny(append([]byte(nil), prefix...), r, el)
+			if gotOK != wantOK || !bytes.Equal(got, want) {
+				t.Fatalf("%d values %x signed %v: small path %v %x, general %v %x", n, r, signed, gotOK, got, wantOK, want)
+			}
+		}
+	}
 }
