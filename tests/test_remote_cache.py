@@ -408,7 +408,7 @@ def _pages_of(idx: np.ndarray, chunk_only: bool = False) -> int:
 
 def test_limit_holds_with_random_batches(s3server, tmp_path: Path, small) -> None:
     url, prefix, _, arr = small
-    chunk, table, _ = _chunk_and_small(s3server, prefix)
+    chunk, _, _ = _chunk_and_small(s3server, prefix)
     limit = 4 * PAGE
     ds = _open(url, _cache(tmp_path, limit=limit), s3server)
     assert ds.cache_stats()["cache_limit_bytes"] == limit

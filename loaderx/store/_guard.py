@@ -10,7 +10,9 @@ entries name, and runs the read again; it checks the pages of a read that
 met damaged bytes again and fetches those that fail; it fetches ahead for
 the loader; it lets go of this process's idle pins when the cache needs
 room; and it checks every page and record for ``verify()``. See
-``store._cache`` for the design.
+``store._cache`` for the design. It stays one file past 700 lines: the pins,
+the pages of the batches in flight and the fast-path count it keeps are what
+every one of those steps must agree on to be right.
 """
 
 from __future__ import annotations
@@ -116,6 +118,9 @@ class Guard:
         self.inflight: dict[object, np.ndarray] = {}
         self.closed = False
         self._total: int | None = None
+        #: reads that met bytes failing their checks, whose pages were then
+        #: checked from the mirror (and fetched again where they failed)
+        self.repairs = 0
         try:
             if lazy:
                 _native.set_require_residency(h)
@@ -350,6 +355,7 @@ class Guard:
             try:
                 self._hold(need.pages, lambda p, n=need: self._table_check(*n.where(p), p))
                 if attempt:
+                    self.repairs += 1
                     self._repair_table(need, self._raise)
                 return fn()
             except CorruptStoreError as e:
@@ -386,6 +392,7 @@ class Guard:
         try:
             self._hold(need.pages, lambda p: self._table_check(*need.where(p), p))
             if repair:
+                self.repairs += 1
                 self._repair_table(need, self._raise)
             if chunks:
                 cneed = self._chunk_need(idx)
@@ -717,4 +724,5 @@ class Guard:
             present += self.pages.bytes_present(int(self.layout.first[a]), int(self.layout.first[b]))
         return {"fetched_bytes": self.tree.fetched_bytes, "fetches": self.tree.fetches, "cached_bytes": present,
                 "pinned_bytes": held, "cache_used_bytes": self.tree.cache.used(),
-                "cache_limit_bytes": self.tree.cache.limit(), "evicted_bytes": self.tree.cache.evicted_bytes}
+                "cache_limit_bytes": self.tree.cache.limit(), "evicted_bytes": self.tree.cache.evicted_bytes,
+                "repairs": self.repairs}

@@ -408,11 +408,14 @@ class _StoreView(StoreHandle):
     def cache_stats(self) -> dict[str, int]:
         """For a dataset in object storage: ``fetched_bytes`` and
         ``fetches`` (what this process has fetched for the dataset's URL),
-        ``cached_bytes`` (this dataset's chunk bytes in the cache),
+        ``cached_bytes`` (this dataset's pages in the cache),
         ``pinned_bytes`` (what this process holds pinned), ``cache_used_bytes``
-        and ``cache_limit_bytes`` (the whole cache directory) and
-        ``evicted_bytes`` (what this process evicted from it). ValueError for
-        a local dataset."""
+        and ``cache_limit_bytes`` (the whole cache directory),
+        ``evicted_bytes`` (what this process evicted from it) and ``repairs``
+        (reads that met cached bytes failing their checks, whose pages were
+        checked again and fetched again where they failed). The bytes count
+        record pages and record-table pages alike. ValueError for a local
+        dataset."""
         _ = self._h
         if self._guard is None:
             raise ValueError(f"{self!r} is a local dataset; cache_stats() is for datasets in object storage")
