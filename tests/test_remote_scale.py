@@ -275,6 +275,17 @@ def test_bytes_from_the_server_that_fail_are_never_used(s3server, tmp_path: Path
     assert faults and all(f"{url}/0.{kind}" in f.file for f in faults), faults
     tree._get = real
     np.testing.assert_array_equal(ds[[1234, 7]], arr[[1234, 7]])
+    # a cached page found damaged, whose fresh bytes fail too: the read fails
+    # naming the object, after one repair, and never returns the damage
+    _flip(Path(tree.local) / f"0.{kind}", 1234 * 24 + 3 if kind == "tab" else 1234 * 1000 + 3)
+    tree._get = altered
+    repairs = ds.cache_stats()["repairs"]
+    with pytest.raises(CorruptStoreError) as e:
+        ds[1234]
+    assert f"{url}/0.{kind}" in str(e.value) and str(tree.local) not in str(e.value), e.value
+    assert ds.cache_stats()["repairs"] == repairs + 1
+    tree._get = real
+    np.testing.assert_array_equal(ds[1234], arr[1234])
 
 
 # -- many threads in several fresh processes ------------------------------------------

@@ -57,15 +57,15 @@ class _TableNeed:
     def __init__(self, pages: np.ndarray, owner: np.ndarray, seg: np.ndarray,
                  cut: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> None:
         self.pages, self.owner, self.seg, self.cut = pages, owner, seg, cut
-        self._where: dict[int, tuple[int, int]] | None = None
+        self._unique: tuple[np.ndarray, np.ndarray] | None = None
 
     def where(self, p: int) -> tuple[int, int]:
-        """The store and segment of page ``p``."""
-        if self._where is None:
-            u, first = np.unique(self.pages, return_index=True)
-            self._where = dict(zip(u.tolist(), zip(self.owner[first].tolist(), self.seg[first].tolist(),
-                                                   strict=True), strict=True))
-        return self._where[p]
+        """The store and segment of page ``p``, one of ``pages``."""
+        if self._unique is None:
+            self._unique = np.unique(self.pages, return_index=True)
+        u, first = self._unique
+        j = int(first[np.searchsorted(u, p)])
+        return int(self.owner[j]), int(self.seg[j])
 
 
 class _ChunkNeed:
@@ -367,13 +367,16 @@ class Guard:
                 self.tree.cache.make_room(0)
         raise AssertionError("unreachable")
 
+    def _name(self, text: str) -> str:
+        """``text`` with the mirror's paths written as the objects' URLs."""
+        return self.tree.name_objects(text)
+
     def _named(self, e: CorruptStoreError) -> CorruptStoreError:
         """``e`` with the mirror's paths written as the objects' URLs."""
-        return type(e)(str(e).replace(self.tree.local + os.sep, self.tree.url + "/").replace(self.tree.local,
-                                                                                        self.tree.url))
+        return type(e)(self._name(str(e)))
 
-    @staticmethod
-    def _raise(url: str, what: str) -> None:
+    def _raise(self, url: str, what: str) -> None:
+        what = self._name(what)
         raise CorruptStoreError(what if url in what else f"{url}: {what}")
 
     @contextlib.contextmanager
@@ -640,7 +643,7 @@ class Guard:
         """verify()'s check of the records at ``idx``, of one store."""
 
         def fault(url: str, what: str) -> None:
-            faults.append((url, what))
+            faults.append((url, self._name(what)))
 
         token = object()
         try:
@@ -655,7 +658,11 @@ class Guard:
             self._repair_table(need, fault, {p for p, _ in failed})
             if failed or len(faults) > before:
                 return  # the entries of these records are not the store's: nothing more to check of them
-            spans = _native.store_spans(self.h, idx)
+            try:
+                spans = _native.store_spans(self.h, idx)
+            except CorruptStoreError as e:  # entries that passed their checks, yet not the store's
+                fault(self._url(int(need.pages[0])), str(e))
+                return
             ln = spans[3].astype(np.int64)
             cut = np.searchsorted(np.cumsum(ln), np.arange(_VERIFY_BYTES, int(ln.sum()), _VERIFY_BYTES))
             for part in np.split(np.arange(idx.size), np.unique(cut)):

@@ -123,6 +123,11 @@ class RemoteTree:
     def object_url(self, rel: str) -> str:
         return f"s3://{self.bucket}/{self._key(rel)}"
 
+    def name_objects(self, text: str) -> str:
+        """``text`` (a message from the store layer) with the mirror's paths
+        written as the URLs of the objects they mirror."""
+        return text.replace(self.local + os.sep, self.url + "/").replace(self.local, self.url)
+
     def _key(self, rel: str) -> str:
         return f"{self.prefix}/{rel}" if self.prefix else rel
 
@@ -322,7 +327,7 @@ class RemoteTree:
                         what = "record bytes" if self.layout.kind[j] == CHUNK else "table entries"
                         raise CorruptStoreError(
                             f"{self.object_url(rel)}: bytes [{lo}, {hi}) fail the checks of their {what} "
-                            f"({e}); the object was altered after the dataset was written"
+                            f"({self.name_objects(str(e))}); the object was altered after the dataset was written"
                         ) from None
                 if not was:
                     # counted before it is marked, so that a process dying
