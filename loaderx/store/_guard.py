@@ -355,7 +355,7 @@ class Guard:
             try:
                 self._hold(need.pages, lambda p, n=need: self._table_check(*n.where(p), p))
                 if attempt:
-                    self.repairs += 1
+                    self._count_repair()
                     self._repair_table(need, self._raise)
                 return fn()
             except CorruptStoreError as e:
@@ -366,6 +366,10 @@ class Guard:
                     del self.inflight[token]
                 self.tree.cache.make_room(0)
         raise AssertionError("unreachable")
+
+    def _count_repair(self) -> None:
+        with self.mu:
+            self.repairs += 1
 
     def _name(self, text: str) -> str:
         """``text`` with the mirror's paths written as the objects' URLs."""
@@ -395,7 +399,7 @@ class Guard:
         try:
             self._hold(need.pages, lambda p: self._table_check(*need.where(p), p))
             if repair:
-                self.repairs += 1
+                self._count_repair()
                 self._repair_table(need, self._raise)
             if chunks:
                 cneed = self._chunk_need(idx)
