@@ -18,7 +18,8 @@ there:
   ``CacheOptions.page_size`` for chunk files and ``table_page_size`` for
   table segments, so the pages come from the listing's object sizes alone.
   The pages of every such file of a dataset version are numbered into one
-  space, file after file in the order of their paths (``_Layout``). A record
+  space, file after file in the order of (directory, kind, number), so a
+  store's files are adjacent (``_Layout``). A record
   needs the table pages its 24-byte entry overlaps (entry ``i`` is bytes
   ``[24 * (i mod 2^27), +24)`` of segment ``i >> 27``: one page, two at a
   page boundary), found from its index by arithmetic, and then every chunk
@@ -31,7 +32,9 @@ there:
   batch that made the fetch and lies wholly in it (``lx_store_check_bytes``),
   before the page is written into the mirror and marked present: bytes from
   the server that are not the store's are CorruptStoreError naming the
-  object, and never become readable. Then every call checks what it uses:
+  object, and are not written (an entry or a record that a page boundary
+  cuts is checked whole by the read that uses it). Then every call checks
+  what it uses:
   each table entry against its CRC whenever it is read, and every record
   against its CRC, raw ones included, whatever ``set_verify`` says (a store
   with a residency map always verifies). A read that meets bytes that fail
