@@ -82,9 +82,10 @@
 //	9  LX_EXISTS        creating a store where one already exists
 //	10 LX_CANCELED      the caller asked the call to stop (lx_store_create's
 //	                    cancel flag) and nothing was created
-//	11 LX_NOT_RESIDENT  a read needs a record outside the pages its store's
-//	                    residency map holds (lx_store_set_residency); nothing
-//	                    was written
+//	11 LX_NOT_RESIDENT  a call needs a table entry or a record outside the
+//	                    pages its store's residency map holds, or a store
+//	                    given no map yet (lx_store_set_residency,
+//	                    lx_set_require_residency); nothing was written
 //
 // The last two parameters of every export, err and errlen, are the
 // caller's error buffer, laid out as struct lx_error: the operating-system
@@ -122,15 +123,28 @@
 //	lx_set_open_shards(root, stream, names, names_len, n, lengths, kind,
 //	                   dtype, shape, ndim, max_open, *handle, err, errlen)
 //
-// Where a batch's stored bytes lie, and the checks of a store whose chunk
-// bytes live elsewhere (span.go); store is a store's position in a set, 0
-// for a store handle:
+// Where a batch's stored bytes lie, and the checks and residency maps of a
+// store whose files live elsewhere (span.go); store is a store's position in
+// a set, 0 for a store handle:
 //
 //	lx_store_spans(h, indices, n, store, chunk, off, length, err, errlen)
 //	lx_store_check_bytes(h, store, indices, n, chunk, base, buf, buf_len,
 //	                     err, errlen)
-//	lx_store_set_residency(h, store, held, held_len, base, base_len,
-//	                       page_size, err, errlen)
+//	lx_store_check_table(h, store, seg, base, buf, buf_len, err, errlen)
+//	lx_store_set_residency(h, store, held, held_len, chunk_base,
+//	                       chunk_base_len, chunk_page, table_base,
+//	                       table_base_len, table_page, err, errlen)
+//	lx_set_require_residency(h, err, errlen)
+//
+// A residency map (zrecord.Residency) numbers the pages of every chunk file
+// and table segment of a store, fixed byte ranges of chunk_page and
+// table_page bytes, into one array of held bytes: a call refuses with
+// LX_NOT_RESIDENT before it reads a table entry whose page is not held, a
+// gather before it reads a record any of whose pages is not held, and a
+// store with a map checks every record it reads against its checksum. A set
+// that requires maps (lx_set_require_residency) refuses a store without one
+// before it opens it, so a reader gives each shard its map at the shard's
+// first read.
 //
 // Dictionary tiers (zrecord.ParseDictTier):
 //

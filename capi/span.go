@@ -1,9 +1,10 @@
 package main
 
-// The exports a reader of a store whose chunk bytes live elsewhere (the
+// The exports a reader of a store whose files live elsewhere (the
 // object-storage cache of loaderx's store layer) needs besides the gathers:
-// where a batch's stored bytes are, and a check of bytes fetched from
-// elsewhere against the table.
+// where a batch's stored bytes are, checks of record and table bytes
+// fetched from elsewhere, and the residency maps that keep every read
+// inside the pages the reader holds.
 
 /*
 #include <stdint.h>
@@ -22,6 +23,14 @@ func uint32s(p *C.uint32_t, n C.int64_t, name string) ([]uint32, error) {
 		return nil, err
 	}
 	return unsafe.Slice((*uint32)(unsafe.Pointer(p)), int(n)), nil
+}
+
+// nonNil is s, or an empty slice for a nil one.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }
 
 // lx_store_spans writes, for each of the n records named by indices, where
@@ -111,35 +120,105 @@ func lx_store_check_bytes(h C.int64_t, store C.uint32_t, indices *C.int64_t, n C
 }
 
 // lx_store_set_residency gives the store at position store of handle h (0
-// for a store handle) a residency map: held_len bytes at held, one per page,
-// nonzero where the page may be read, base_len chunk bases at base, and the
-// page size (zrecord.Store.SetResidency). Every later read of that store
-// through any handle fails with LX_NOT_RESIDENT, before writing a byte, when
-// it needs a record outside the held pages. A set of lx_set_open_shards
-// keeps the map for the position and gives it to the store whenever it
-// opens it. The memory stays the caller's and must stay valid until the map
-// is removed, by a call with held and base NULL (and lengths 0), or the
-// store is closed.
+// for a store handle) a residency map (zrecord.Residency): held_len bytes
+// at held, one per page, nonzero where the page may be read; chunk_base_len
+// chunk bases at chunk_base (page p of chunk file c is held[chunk_base[c] +
+// p], the files cut into pages of chunk_page bytes); and table_base_len
+// segment bases at table_base (page p of table segment s is
+// held[table_base[s] + p], pages of table_page bytes), or table_base NULL
+// (and table_base_len 0) for a table whose files are whole. Every later
+// call that reads the store's table entries, through any handle, fails
+// with LX_NOT_RESIDENT before it reads an entry whose table page is not
+// held, a gather before it reads a record any of whose chunk pages is not
+// held, and lx_store_stats and lx_store_verify unless every page they read
+// is held; and every record the store reads is checked against its
+// checksum, raw ones too, whatever lx_store_set_verify says. A set of
+// lx_set_open_shards keeps the map for the position and gives it to the
+// store whenever it opens it. The memory stays the caller's and must stay
+// valid until the map is removed, by a call with held and chunk_base NULL
+// (and lengths 0), or the store is closed.
 //
 //export lx_store_set_residency
-func lx_store_set_residency(h C.int64_t, store C.uint32_t, held unsafe.Pointer, heldLen C.int64_t, base *C.int64_t,
-	baseLen C.int64_t, pageSize C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
+func lx_store_set_residency(h C.int64_t, store C.uint32_t, held unsafe.Pointer, heldLen C.int64_t,
+	chunkBase *C.int64_t, chunkBaseLen C.int64_t, chunkPage C.int64_t, tableBase *C.int64_t, tableBaseLen C.int64_t,
+	tablePage C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
 	return call("lx_store_set_residency", errBuf, errLen, func() error {
 		hb, err := byteView(held, heldLen, "held")
 		if err != nil {
 			return err
 		}
-		bb, err := int64s(base, baseLen, "base")
+		cb, err := int64s(chunkBase, chunkBaseLen, "chunk_base")
 		if err != nil {
 			return err
 		}
-		if held == nil && base == nil {
-			hb, bb, pageSize = nil, nil, 0
-		} else if hb == nil || bb == nil {
-			return invalidf("a residency map needs both held and base")
+		tb, err := int64s(tableBase, tableBaseLen, "table_base")
+		if err != nil {
+			return err
+		}
+		var m *zrecord.Residency
+		switch {
+		case held == nil && chunkBase == nil:
+			if tableBase != nil {
+				return invalidf("a residency map removed (held and chunk_base NULL) takes no table_base")
+			}
+		case held == nil || chunkBase == nil:
+			return invalidf("a residency map needs both held and chunk_base")
+		default:
+			// A pointer with length 0 is an empty array, not a missing one.
+			m = &zrecord.Residency{Held: nonNil(hb), ChunkBase: nonNil(cb), ChunkPage: int64(chunkPage),
+				TablePage: int64(tablePage)}
+			if tableBase != nil {
+				m.TableBase = nonNil(tb)
+			}
 		}
 		return atStore(h, store,
-			func(s *zrecord.Store) error { return s.SetResidency(hb, bb, int64(pageSize)) },
-			func(t *zrecord.Set, k int) error { return t.SetResidency(k, hb, bb, int64(pageSize)) })
+			func(s *zrecord.Store) error { return s.SetResidency(m) },
+			func(t *zrecord.Set, k int) error { return t.SetResidency(k, m) })
+	})
+}
+
+// lx_set_require_residency makes every store of the set handle h refuse
+// its calls with LX_NOT_RESIDENT until lx_store_set_residency gives its
+// position a map (zrecord.Set.RequireResidency): a lazily opened store is
+// refused before it is opened, so its files need not be there yet. It
+// cannot be undone; a store handle is LX_INVALID.
+//
+//export lx_set_require_residency
+func lx_set_require_residency(h C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
+	return call("lx_set_require_residency", errBuf, errLen, func() error {
+		handles.RLock()
+		_, isStore := handles.stores[int64(h)]
+		t, isSet := handles.sets[int64(h)]
+		last := handles.last
+		handles.RUnlock()
+		switch {
+		case isSet:
+			t.RequireResidency()
+			return nil
+		case isStore:
+			return invalidf("lx_set_require_residency: handle %d is a store, not a set", int64(h))
+		}
+		return badHandle(int64(h), last)
+	})
+}
+
+// lx_store_check_table checks table bytes fetched from elsewhere: buf holds
+// bytes [base, base+buf_len) of table segment seg of the store at position
+// store of handle h (0 for a store handle), and every entry wholly inside
+// that range and below the store's length is checked against its own
+// checksum and the chunk files (zrecord.Store.CheckTable). A failing entry
+// is LX_CORRUPT naming the segment file and the record.
+//
+//export lx_store_check_table
+func lx_store_check_table(h C.int64_t, store C.uint32_t, seg C.uint32_t, base C.int64_t, buf unsafe.Pointer,
+	bufLen C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
+	return call("lx_store_check_table", errBuf, errLen, func() error {
+		b, err := byteView(buf, bufLen, "buf")
+		if err != nil {
+			return err
+		}
+		return atStore(h, store,
+			func(s *zrecord.Store) error { return s.CheckTable(uint32(seg), int64(base), b) },
+			func(t *zrecord.Set, k int) error { return t.CheckTable(k, uint32(seg), int64(base), b) })
 	})
 }

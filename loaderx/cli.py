@@ -37,7 +37,8 @@ COMMAND ...``. Every command prints readable text, or one JSON document with
 ``info``, ``verify`` and ``head`` take an ``s3://bucket/prefix`` URL as well
 as a path; they read through the local cache (``--cache-dir``,
 ``--cache-limit``; default ``$LOADERX_CACHE_DIR`` or ``~/.cache/loaderx``),
-and ``verify`` checks every page of record bytes the server holds.
+``info`` fetches the record tables (its byte sums cover every entry), and
+``verify`` checks every table page and every record the server holds.
 
 Exit codes (:data:`EXIT_CODES`): 0 success; 1 ``verify`` found damage; 2 a
 usage error, or a command this build cannot run; 3 the input is at fault (no
@@ -632,7 +633,8 @@ def cmd_cache_info(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
     entries = _cache.describe(opts.root)
     total = sum(e["bytes"] for e in entries)
     doc = {"dir": opts.root, "bytes": total, "datasets": entries}
-    lines = [f"{opts.root}: {_human(total)} of record pages in {len(entries)} cached dataset version(s)"]
+    lines = [f"{opts.root}: {_human(total)} of pages (record bytes and record tables) in {len(entries)} "
+             "cached dataset version(s)"]
     for e in entries:
         state = "open" if e["open"] else "idle"
         lines.append(f"  {e['url']}  {_human(e['bytes'])}  ({state}, {e['generation']})")
@@ -702,8 +704,8 @@ def build_parser() -> argparse.ArgumentParser:
     s3.add_argument("--region", default=None, help="the bucket's region (default: AWS_REGION, the profile)")
     s3.add_argument("--cache-dir", default=None, help="the local cache of s3:// datasets "
                     "(default: LOADERX_CACHE_DIR, else ~/.cache/loaderx)")
-    s3.add_argument("--cache-limit", default=None, help="bytes of record pages the cache keeps, such as 50GiB "
-                    "(default: LOADERX_CACHE_LIMIT, else half the free space)")
+    s3.add_argument("--cache-limit", default=None, help="bytes of pages (record bytes and record tables) the "
+                    "cache keeps, such as 50GiB (default: LOADERX_CACHE_LIMIT, else half the free space)")
 
     p = sub.add_parser("info", parents=[common, s3],
                        help="describe a store: kind, dtype, shape, size, codec, ratio (a path or s3:// URL)")

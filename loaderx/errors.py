@@ -84,9 +84,10 @@ class RemoteError(LoaderxError, OSError):
 
 class NotResidentError(LoaderxError):
     """A read of a dataset in object storage needed a page of record bytes
-    that its process does not hold in the local cache. The cache raises it
-    to itself, fetches the page and reads again; it reaches a caller only
-    through a store handle used beside its dataset."""
+    or of a record table that its process does not hold in the local cache
+    (or a shard it has not mirrored yet). The cache raises it to itself,
+    fetches the page and reads again; it reaches a caller only through a
+    store handle used beside its dataset."""
 
 
 class WorkersWarning(UserWarning):

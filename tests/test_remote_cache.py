@@ -46,6 +46,8 @@ from test_remote import _opts, _s3  # noqa: E402 - after the skips, as those hel
 ROOT = Path(__file__).resolve().parent.parent
 #: bytes of a page in most tests: a 1 KiB record store has 64 records a page
 PAGE = 64 << 10
+#: bytes of a table page (24 bytes a record): 682 records' entries a page
+TPAGE = 16 << 10
 #: a dense record here: 256 int32, 1 KiB raw
 WIDTH = 256
 #: seconds a child process or a guarded block may take before it counts as a hang
@@ -99,15 +101,17 @@ def _objects(srv, prefix: str) -> dict[str, int]:
     return out
 
 
-def _chunk_and_small(srv, prefix: str) -> tuple[int, int]:
-    """Bytes in chunk objects and in every other object under ``prefix``."""
+def _chunk_and_small(srv, prefix: str) -> tuple[int, int, int]:
+    """Bytes in chunk objects, in table segments and in every other object
+    under ``prefix`` (the cache keeps the first two in pages)."""
     objs = _objects(srv, prefix)
     chunk = sum(v for k, v in objs.items() if k.endswith(".chunk"))
-    return chunk, sum(objs.values()) - chunk
+    table = sum(v for k, v in objs.items() if k.endswith(".tab"))
+    return chunk, table, sum(objs.values()) - chunk - table
 
 
 def _cache(tmp_path: Path, name: str = "cache", **over: Any) -> loaderx.CacheOptions:
-    return loaderx.CacheOptions(dir=str(tmp_path / name), **{"page_size": PAGE, **over})
+    return loaderx.CacheOptions(dir=str(tmp_path / name), **{"page_size": PAGE, "table_page_size": TPAGE, **over})
 
 
 def _open(url: str, cache: loaderx.CacheOptions, srv, kind: type = loaderx.DenseDataset, **storage: Any):
@@ -149,7 +153,7 @@ def _result(proc: subprocess.Popen[str], timeout: float = BOUND) -> dict[str, An
 
 def _job(srv, url: str, local: Path, cache: loaderx.CacheOptions, mode: str, **more: Any) -> dict[str, Any]:
     return {"url": url, "local": str(local), "dir": cache.dir, "limit": cache.limit, "page_size": cache.page_size,
-            "storage": _opts(srv), "mode": mode, **more}
+            "table_page_size": cache.table_page_size, "storage": _opts(srv), "mode": mode, **more}
 
 
 def _child_main(job: dict[str, Any]) -> None:
@@ -157,7 +161,8 @@ def _child_main(job: dict[str, Any]) -> None:
     with a ``barrier`` wait until that many processes have), then ``warm`` it, or ``read`` every record in random batches comparing each
     with the local copy; print the cache's stats (and the stats right after
     opening) as the last line of JSON."""
-    cache = loaderx.CacheOptions(dir=job["dir"], limit=job["limit"], page_size=job["page_size"])
+    cache = loaderx.CacheOptions(dir=job["dir"], limit=job["limit"], page_size=job["page_size"],
+                                 table_page_size=job["table_page_size"])
     ds = loaderx.DenseDataset(job["url"], cache=cache, storage_options=job["storage"])
     at_open = ds.cache_stats()
     if job.get("barrier"):  # start reading when every process of the test has opened
@@ -347,23 +352,24 @@ def test_pages_fetch_what_is_read(s3server, tmp_path: Path, codec: str) -> None:
     local = tmp_path / "local"
     loaderx.from_numpy(local, arr, codec, progress=False)
     url, prefix = _publish(s3server, local)
-    chunk, small_bytes = _chunk_and_small(s3server, prefix)
-    assert chunk > 16 * PAGE  # many pages, or the checks below prove nothing
+    chunk, table, small_bytes = _chunk_and_small(s3server, prefix)
+    assert chunk > 16 * PAGE and table > 2 * TPAGE  # many pages, or the checks below prove nothing
     ds = _open(url, _cache(tmp_path), s3server)
     at_open = ds.cache_stats()
-    # opening downloads the small files whole and no chunk byte
+    # opening downloads the small files whole, and no table or chunk byte
     assert at_open["fetched_bytes"] == small_bytes and at_open["cached_bytes"] == 0
     assert np.array_equal(ds[1234], arr[1234])
     one = ds.cache_stats()
     got = one["fetched_bytes"] - at_open["fetched_bytes"]
-    # a page ends on a record boundary: at most page_size plus one stored record
-    assert 0 < got <= PAGE + WIDTH * 4 + 64, one
-    assert one["fetches"] - at_open["fetches"] == 1
+    # the table page of its entry, and the chunk pages its bytes overlap (one, or two at a boundary)
+    assert 0 < got <= TPAGE + 2 * PAGE, one
+    assert 2 <= one["fetches"] - at_open["fetches"] <= 3
     assert got * 10 < chunk and one["cached_bytes"] == got
     assert np.array_equal(ds[:], arr)
     full = ds.cache_stats()
-    assert chunk <= full["fetched_bytes"] - small_bytes <= 1.05 * chunk, full
-    assert full["cached_bytes"] == chunk and full["cache_used_bytes"] == chunk
+    # pages are fixed byte ranges of their files: a full read fetches each file once, exactly
+    assert full["fetched_bytes"] - small_bytes == chunk + table, full
+    assert full["cached_bytes"] == chunk + table and full["cache_used_bytes"] == chunk + table
     assert np.array_equal(ds[::-1], arr[::-1])
     assert np.array_equal(ds[np.random.default_rng(0).permutation(len(arr))[:500]],
                           arr[np.random.default_rng(0).permutation(len(arr))[:500]])
@@ -377,29 +383,32 @@ def test_pages_fetch_what_is_read(s3server, tmp_path: Path, codec: str) -> None:
 
 def test_new_process_reuses_the_cache(s3server, tmp_path: Path, small) -> None:
     url, prefix, local, _ = small
-    chunk, small_bytes = _chunk_and_small(s3server, prefix)
+    chunk, table, small_bytes = _chunk_and_small(s3server, prefix)
     cache = _cache(tmp_path)
     first = _result(_child(_job(s3server, url, local, cache, "warm")))
     assert first["at_open"]["fetched_bytes"] == small_bytes
-    assert first["stats"]["fetched_bytes"] == small_bytes + chunk
-    assert first["stats"]["cached_bytes"] == chunk
+    assert first["stats"]["fetched_bytes"] == small_bytes + chunk + table
+    assert first["stats"]["cached_bytes"] == chunk + table
     # the first process has exited: a new one finds every page and file on disk
     second = _result(_child(_job(s3server, url, local, cache, "read", seed=3)))
     assert second["stats"]["fetched_bytes"] == 0 and second["stats"]["fetches"] == 0, second
-    assert second["stats"]["cached_bytes"] == chunk
+    assert second["stats"]["cached_bytes"] == chunk + table
 
 
 # -- 4. limit and eviction ---------------------------------------------------------
 
 
-def _pages_of(idx: np.ndarray) -> int:
-    """Bytes of the pages records ``idx`` of a 1 KiB raw store need."""
-    return int(np.unique(idx * WIDTH * 4 // PAGE).size) * PAGE
+def _pages_of(idx: np.ndarray, chunk_only: bool = False) -> int:
+    """Bytes of the pages records ``idx`` of a 1 KiB raw store need: its
+    chunk pages and the table pages of its entries."""
+    chunk = int(np.unique(idx * WIDTH * 4 // PAGE).size) * PAGE
+    ends = np.concatenate([idx * 24, idx * 24 + 23]) // TPAGE
+    return chunk if chunk_only else chunk + int(np.unique(ends).size) * TPAGE
 
 
 def test_limit_holds_with_random_batches(s3server, tmp_path: Path, small) -> None:
     url, prefix, _, arr = small
-    chunk, _ = _chunk_and_small(s3server, prefix)
+    chunk, _, _ = _chunk_and_small(s3server, prefix)
     limit = 4 * PAGE
     ds = _open(url, _cache(tmp_path, limit=limit), s3server)
     assert ds.cache_stats()["cache_limit_bytes"] == limit
@@ -425,10 +434,10 @@ def test_limit_below_one_batch_completes(s3server, tmp_path: Path, small) -> Non
     with _within(BOUND):
         for _ in range(6):
             idx = rng.permutation(len(arr))[:200]  # every one of the 16 pages
-            assert _pages_of(idx) == 16 * PAGE
+            assert _pages_of(idx, chunk_only=True) == 16 * PAGE
             assert np.array_equal(ds.gather(idx), arr[idx])
         assert np.array_equal(ds[:], arr)
-    assert ds.cache_stats()["cache_used_bytes"] <= PAGE // 2 + 16 * PAGE
+    assert ds.cache_stats()["cache_used_bytes"] <= PAGE // 2 + _pages_of(np.arange(len(arr)))
 
 
 # -- 5. sharing between processes ----------------------------------------------------
@@ -449,7 +458,7 @@ def test_two_processes_share_a_small_cache(s3server, tmp_path: Path, small) -> N
 
 def test_pinned_pages_survive_another_process(s3server, tmp_path: Path, small) -> None:
     url, prefix, _, arr = small
-    chunk, _ = _chunk_and_small(s3server, prefix)
+    chunk, table, _ = _chunk_and_small(s3server, prefix)
     other = tmp_path / "other"
     loaderx.from_numpy(other, _dense_array(512, seed=12), "raw", progress=False)
     other_url, _ = _publish(s3server, other, "other")
@@ -457,14 +466,14 @@ def test_pinned_pages_survive_another_process(s3server, tmp_path: Path, small) -
     a = _open(url, cache, s3server)
     assert np.array_equal(a[:], arr)
     before = a.cache_stats()
-    assert before["cached_bytes"] == chunk and before["pinned_bytes"] == chunk
+    assert before["cached_bytes"] == chunk + table and before["pinned_bytes"] == chunk + table
     # B, with a tiny limit, reads another dataset through the same directory:
     # to make room it evicts whatever is not pinned
-    tiny = loaderx.CacheOptions(dir=cache.dir, limit=PAGE, page_size=PAGE)
+    tiny = loaderx.CacheOptions(dir=cache.dir, limit=PAGE, page_size=PAGE, table_page_size=TPAGE)
     b = _result(_child(_job(s3server, other_url, other, tiny, "read")))
-    assert b["stats"]["cache_used_bytes"] <= chunk + 2 * PAGE + 16 * PAGE
+    assert b["stats"]["cache_used_bytes"] <= chunk + table + 2 * PAGE + 16 * PAGE + 2 * TPAGE
     st = a.cache_stats()
-    assert st["cached_bytes"] == chunk, st
+    assert st["cached_bytes"] == chunk + table, st
     assert np.array_equal(a[:], arr)
     assert a.cache_stats()["fetched_bytes"] == before["fetched_bytes"]
     # the control: once A lets go of its pins, B's next run (over a third
@@ -475,7 +484,7 @@ def test_pinned_pages_survive_another_process(s3server, tmp_path: Path, small) -
     third_url, _ = _publish(s3server, third, "third")
     _result(_child(_job(s3server, third_url, third, tiny, "read", seed=1)))
     again = _open(url, cache, s3server)
-    assert again.cache_stats()["cached_bytes"] < chunk
+    assert again.cache_stats()["cached_bytes"] < chunk + table
     assert np.array_equal(again[:], arr)
 
 
@@ -544,7 +553,11 @@ def test_object_replaced_after_open(s3server, tmp_path: Path, how: str) -> None:
         s3.put_object(Bucket=s3server.bucket, Key=key, Body=(data ^ 0x5A).tobytes())  # same size, every byte new
     with pytest.raises(CorruptStoreError) as e:
         ds[700]
-    assert f"s3://{s3server.bucket}/{key}" in str(e.value), e.value
+    # the first object record 700 needs that changed: its table page (a push
+    # rewrote every object) or, when only the chunk was put, its chunk page
+    named = [f"s3://{s3server.bucket}/{prefix}/0.tab"] if how == "push" else []
+    assert any(u in str(e.value) for u in [f"s3://{s3server.bucket}/{key}", *named]), e.value
+    assert "changed after" in str(e.value) or "altered" in str(e.value), e.value
     with pytest.raises(CorruptStoreError):
         ds[300:310]
     # what was cached before is the store's data still

@@ -310,6 +310,32 @@
 // byte is written. A lazy set's residency maps and verification setting are
 // kept per position and given to a store whenever it opens.
 //
+// # Residency
+//
+// A reader that keeps a store's files elsewhere and brings them in page by
+// page, into sparse files whose missing bytes read as zeros (the
+// object-storage cache of loaderx's store layer), gives the store a
+// residency map (SetResidency, residency.go): one byte per page of every
+// chunk file and table segment, page p of a file cut into pages of P bytes
+// being bytes [p*P, (p+1)*P). A zero entry or record would fail its
+// checksum like a damaged one, so the map keeps every call to what is
+// there: a call that reads table entries (the gathers, Sizes, Spans,
+// CheckBytes) refuses with ErrNotResident before it reads an entry whose
+// table page, or one of the two an entry crossing a page boundary spans, is
+// not held; a gather refuses before it reads a record any of whose chunk
+// pages is not held; Stats' first sums and Verify refuse unless every page
+// they read is held. Nothing is written before a refusal, and the warm path
+// stays one call: the check is a few loads per record. Through the map, a
+// store checks every record it reads against its checksum, raw ones
+// included, whatever SetVerify says: bytes brought in from elsewhere are
+// trusted only through their checksums, and a page lost in a crash reads
+// back as zeros that fail them. CheckBytes and CheckTable check record and
+// table bytes fetched from elsewhere before the reader marks their pages
+// held. A set made to require maps (Set.RequireResidency) refuses a store
+// whose position has none before it opens it, so a reader gives each shard
+// its map when it first reads it, and a shard's files need not be there
+// until then.
+//
 // # Durability
 //
 // This section is the one full description of how the store survives the

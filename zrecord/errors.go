@@ -44,8 +44,9 @@ var (
 	ErrDecode = errors.New("decode failed")
 	// ErrInvalidArgument: an argument or option is not acceptable.
 	ErrInvalidArgument = errors.New("invalid argument")
-	// ErrNotResident: a read needs a record whose page the store's
-	// residency map (SetResidency) does not mark as held.
+	// ErrNotResident: a call needs a table entry or a record whose page
+	// the store's residency map (SetResidency) does not mark as held, or a
+	// store of a set that requires maps that has none yet.
 	ErrNotResident = errors.New("record not resident")
 )
 

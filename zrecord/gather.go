@@ -265,9 +265,10 @@ func (s *Store) mayEncode() bool { return s.dec != nil || s.codec == Narrow }
 
 // checkRaws reports whether raw records are checked against their
 // checksums as they are copied: in a version-4 store, unless SetVerify or
-// WithVerify turned it off.
+// WithVerify turned it off, and always in a store with a residency map,
+// whose bytes were brought in from elsewhere.
 func (s *Store) checkRaws() bool {
-	return s.lay.checksummed() && s.verifyRaw.Load()
+	return s.lay.checksummed() && (s.verifyRaw.Load() || s.resident.Load() != nil)
 }
 
 // GatherPacked copies the records at indices into dst back to back: record
@@ -418,6 +419,11 @@ func (s *Store) locateInto(op string, indices []int64, locs []entry, touched *by
 			return nil, errf(ErrIndexOutOfRange, "%s from %s: index %d, length %d", op, s.dir, i, n)
 		}
 		top = max(top, i)
+	}
+	// A reader that brings the table in page by page (SetResidency): no
+	// entry is read before its page is there.
+	if err := s.checkEntriesResident(op, indices); err != nil {
+		return nil, err
 	}
 	// Loaded after length: the lists are published before the length that
 	// needs them, so they cover every entry below n.

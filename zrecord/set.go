@@ -1,6 +1,9 @@
 package zrecord
 
-import "fmt"
+import (
+	"fmt"
+	"sync/atomic"
+)
 
 // Set reads several stores as one index space: the records of store 0,
 // then those of store 1, and so on, as a sharded dataset lays out its
@@ -62,6 +65,9 @@ type Set struct {
 	slots  []setSlot
 	closed bool
 	verify int8 // 0: as each store opens; 1: on; 2: off (SetVerify)
+	// needRes: a position without a residency map refuses its calls
+	// (RequireResidency).
+	needRes atomic.Bool
 }
 
 // Shard is one store of a lazy set: its directory, and the number of
@@ -336,7 +342,7 @@ func (t *Set) each(op string, fn func(k int, s *Store) error) error {
 }
 
 // withStore runs fn with store k pinned: a call about one store of the set
-// (SetResidency, CheckBytes).
+// (CheckBytes, CheckTable).
 func (t *Set) withStore(op string, k int, fn func(s *Store) error) error {
 	if k < 0 || k >= t.count() {
 		return errf(ErrInvalidArgument, "%s: store %d of a set of %d stores", op, k, t.count())
@@ -356,26 +362,38 @@ func (t *Set) CheckBytes(k int, indices []int64, chunk uint32, base int64, buf [
 	return t.withStore("check bytes", k, func(s *Store) error { return s.CheckBytes(indices, chunk, base, buf) })
 }
 
+// CheckTable is Store.CheckTable for store k of the set.
+func (t *Set) CheckTable(k int, seg uint32, base int64, buf []byte) (err error) {
+	defer recoverTo(&err, "check table")
+	return t.withStore("check table", k, func(s *Store) error { return s.CheckTable(seg, base, buf) })
+}
+
 // SetResidency is Store.SetResidency for store k of the set. A lazy set
 // keeps the map for the position and gives it to the store whenever it
 // opens it (a store not open now is checked against the map then, and a
-// map that does not fit it fails the call that opens it); held and base
-// stay the caller's and must stay valid until SetResidency(k, nil, nil, 0)
-// removes the map, or the set is closed.
-func (t *Set) SetResidency(k int, held []byte, base []int64, pageSize int64) (err error) {
+// map that does not fit it fails the call that opens it); the map's arrays
+// stay the caller's and must stay valid until SetResidency(k, nil) removes
+// the map, or the set is closed. Of a set that requires residency
+// (RequireResidency), removing a position's map makes its store refuse
+// every call again.
+func (t *Set) SetResidency(k int, m *Residency) (err error) {
 	defer recoverTo(&err, "residency")
 	if k < 0 || k >= t.count() {
 		return errf(ErrInvalidArgument, "residency: store %d of a set of %d stores", k, t.count())
 	}
 	if t.fixed != nil {
-		return t.fixed[k].SetResidency(held, base, pageSize)
-	}
-	var m *residencyMap
-	if held != nil || base != nil {
-		if pageSize <= 0 {
-			return errf(ErrInvalidArgument, "residency of %s: page size %d", t.shards[k].Dir, pageSize)
+		if m == nil && t.needRes.Load() {
+			t.fixed[k].resident.Store(noResidency)
+			return nil
 		}
-		m = &residencyMap{held: held, base: base, page: pageSize}
+		return t.fixed[k].SetResidency(m)
+	}
+	if m != nil {
+		if m.ChunkPage <= 0 || (m.TableBase != nil && m.TablePage <= 0) {
+			return errf(ErrInvalidArgument, "residency of %s: page sizes %d and %d", t.shards[k].Dir, m.ChunkPage, m.TablePage)
+		}
+		cp := *m
+		m = &cp
 	}
 	c := t.cache
 	c.mu.Lock()
@@ -385,17 +403,35 @@ func (t *Set) SetResidency(k int, held []byte, base []int64, pageSize int64) (er
 		// Store.SetResidency is safe beside reads of the store.
 		st := n.view.st
 		if m == nil {
-			err = st.SetResidency(nil, nil, 0)
-		} else {
-			err = st.SetResidency(m.held, m.base, m.page)
-		}
-		if err != nil {
+			st.resident.Store(nil)
+			if t.needRes.Load() {
+				st.resident.Store(noResidency)
+			}
+		} else if err := st.SetResidency(m); err != nil {
 			return err
 		}
 		n.view.resident.Store(st.resident.Load())
 	}
 	sl.res = m
 	return nil
+}
+
+// RequireResidency makes every store of the set refuse its reads with
+// ErrNotResident until SetResidency gives its position a map: a reader that
+// brings the stores' files in itself then gives each store's map when it
+// first reads that store, not all of them up front. A lazy set refuses a
+// call that needs such a store before it opens it, so the store's files
+// need not be there yet; every call that needs such a store is refused so,
+// Stats included, and Codec, which cannot fail, leaves such stores out. It
+// cannot be undone.
+func (t *Set) RequireResidency() {
+	t.needRes.Store(true)
+	if t.fixed == nil {
+		return
+	}
+	for _, s := range t.fixed {
+		s.resident.CompareAndSwap(nil, noResidency)
+	}
 }
 
 // Close closes every store and returns the first error. A lazy set closes

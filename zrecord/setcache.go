@@ -176,14 +176,7 @@ type setSlot struct {
 	codec Codec // the store's codec, once seen
 	// res is the residency map SetResidency gave the position, applied to
 	// the store whenever it opens; nil for none.
-	res *residencyMap
-}
-
-// residencyMap is what SetResidency takes.
-type residencyMap struct {
-	held []byte
-	base []int64
-	page int64
+	res *Residency
 }
 
 // acquire pins the stores at positions ks (distinct) of the set, opening
@@ -233,6 +226,15 @@ func (t *Set) reserve(op string, ks []int32, sts []*Store, nodes []*openStore) (
 	for {
 		if t.closed {
 			return 0, errf(ErrClosed, "%s from %s", op, t)
+		}
+		if t.needRes.Load() {
+			// Refused before the store is opened: its files may not be
+			// there until its reader gives the map.
+			for _, k := range ks {
+				if t.slots[k].res == nil {
+					return 0, errf(ErrNotResident, "%s from %s: store %d (%s) has no residency map yet", op, t, k, t.shards[k].Dir)
+				}
+			}
 		}
 		busy := false
 		for _, k := range ks {
@@ -367,7 +369,7 @@ func (t *Set) admit(sl *setSlot, k int, st *Store) error {
 		}
 	}
 	if sl.res != nil {
-		if err := st.SetResidency(sl.res.held, sl.res.base, sl.res.page); err != nil {
+		if err := st.SetResidency(sl.res); err != nil {
 			return err
 		}
 	}

@@ -522,7 +522,7 @@ func TestLazySetKeepsResidencyPerPosition(t *testing.T) {
 	shards, recs := ztShards(t, size, []setShard{{zrecord.Raw, 8}, {zrecord.Raw, 8}})
 	set := ztLazy(t, shards, newCountingOpener(), 1)
 	held := make([]byte, 1) // the one page of store 1's one chunk
-	if err := set.SetResidency(1, held, []int64{0}, 1<<20); err != nil {
+	if err := set.SetResidency(1, chunkMap(held, 1<<20)); err != nil {
 		t.Fatal(err)
 	}
 	dst := make([]byte, size)
@@ -536,14 +536,14 @@ func TestLazySetKeepsResidencyPerPosition(t *testing.T) {
 	}
 	held[0] = 0
 	ztIs(t, set.Gather([]int64{9}, dst, size), zrecord.ErrNotResident) // opened again, with the map
-	if err := set.SetResidency(1, nil, nil, 0); err != nil {
+	if err := set.SetResidency(1, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := set.Gather([]int64{9}, dst, size); err != nil {
 		t.Fatalf("the map removed: %v", err)
 	}
-	ztIs(t, set.SetResidency(1, held, []int64{0}, 0), zrecord.ErrInvalidArgument)
-	ztIs(t, set.SetResidency(2, held, []int64{0}, 1<<20), zrecord.ErrInvalidArgument)
+	ztIs(t, set.SetResidency(1, chunkMap(held, 0)), zrecord.ErrInvalidArgument)
+	ztIs(t, set.SetResidency(2, chunkMap(held, 1<<20)), zrecord.ErrInvalidArgument)
 	// CheckBytes goes to the store at its position, opening it.
 	data, err := os.ReadFile(filepath.Join(shards[0].Dir, "0.chunk"))
 	if err != nil {

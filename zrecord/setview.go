@@ -116,7 +116,9 @@ func (v *storeView) appendChunks(list []*chunk) []*chunk {
 }
 
 // checkRaws is the store's checkRaws.
-func (v *storeView) checkRaws() bool { return v.checksummed && v.verify.Load() }
+func (v *storeView) checkRaws() bool {
+	return v.checksummed && (v.verify.Load() || v.resident.Load() != nil)
+}
 
 // touch loads one byte of the table entry of each of indices that lies
 // below the length, so that the CPU fetches the entries of many stores at
@@ -136,8 +138,9 @@ func (v *storeView) touch(indices []int64) byte {
 }
 
 // locate is Store.locate through the view: it fills locs with the checked
-// entries of indices (checked against the residency map too when gather
-// is set, as a gather's locate checks them) and reports true, or reports
+// entries of indices, each read only once the residency map, if any, holds
+// its table page (and, when gather is set, checked against the map's chunk
+// pages, as a gather's locate checks them), and reports true, or reports
 // false, having found an index, an entry or a residency the store's own
 // locate must report (or a store the view does not serve).
 func (v *storeView) locate(indices []int64, locs []entry, gather bool) bool {
@@ -149,6 +152,14 @@ func (v *storeView) locate(indices []int64, locs []entry, gather bool) bool {
 			return false
 		}
 	}
+	r := v.resident.Load()
+	if r != nil && (r.none || r.tbase != nil) {
+		for _, i := range indices {
+			if !r.entryHeld(&layoutV4, i) { // the view's table is one segment of 24-byte entries
+				return false
+			}
+		}
+	}
 	if loadEntries(v.table(), indices, locs) < len(indices) {
 		return false
 	}
@@ -157,13 +168,9 @@ func (v *storeView) locate(indices []int64, locs []entry, gather bool) bool {
 			return false
 		}
 	}
-	if r := v.resident.Load(); r != nil && gather {
-		for _, e := range locs[:len(indices)] {
-			c := int64(e.chunk)
-			if c >= int64(len(r.base)) {
-				return false
-			}
-			if p := r.base[c] + int64(e.off)/r.page; uint64(p) >= uint64(len(r.held)) || r.held[p] == 0 {
+	if r != nil && gather {
+		for k := range locs[:len(indices)] {
+			if !r.recordHeld(&locs[k]) {
 				return false
 			}
 		}

@@ -1,10 +1,14 @@
 package zrecord
 
-// Spans and CheckBytes serve a reader that keeps the chunk files somewhere
-// else and brings their bytes in itself, such as a local cache of a store
-// held in object storage: Spans says which bytes of which chunk file a
-// batch needs, and CheckBytes checks bytes fetched from elsewhere against
-// the table before the reader lets a gather use them.
+import "fmt"
+
+// Spans, CheckBytes and CheckTable serve a reader that keeps the store's
+// files somewhere else and brings their bytes in itself, such as a local
+// cache of a store held in object storage: Spans says which bytes of which
+// chunk file a batch needs, CheckBytes checks record bytes fetched from
+// elsewhere against the table, and CheckTable checks table bytes fetched
+// from elsewhere against their own checksums, before the reader lets the
+// store use them (residency.go).
 
 // Spans writes, for each record at indices, the chunk that holds its
 // stored bytes, their offset in that chunk file and their number, into
@@ -118,61 +122,46 @@ func (s *Store) CheckBytes(indices []int64, chunk uint32, base int64, buf []byte
 	return nil
 }
 
-// residency marks which pages of a store's chunk files a reader may touch:
-// the record whose stored bytes start at offset off of chunk c lies in page
-// base[c] + off/page, and may be read only while held[that page] != 0.
-type residency struct {
-	held []byte
-	base []int64
-	page int64
-}
-
-// SetResidency makes every read of record bytes (Gather, GatherPacked,
-// GatherRagged, and a Set's reads of this store) first check that each
-// record it needs lies in a held page, and fail with ErrNotResident,
-// before any byte is written, when one does not. A record whose stored
-// bytes start at offset off of chunk c lies in page base[c] + off/pageSize.
-// held is read, never written, and stays the caller's: it must stay valid
-// until SetResidency(nil, nil, 0) removes the map (which Close does too).
-// base must give every chunk of the store a page inside held. Sizes,
-// Spans and CheckBytes ignore the map.
-func (s *Store) SetResidency(held []byte, base []int64, pageSize int64) error {
-	if held == nil && base == nil {
-		s.resident.Store(nil)
-		return nil
+// CheckTable checks table bytes a reader brought in from elsewhere before
+// it lets the store read them: buf holds bytes [base, base+len(buf)) of
+// table segment seg. Every entry that lies wholly inside that range and
+// below the store's length is checked against its checksum and against the
+// chunk files, as a read checks the entries it uses; an entry the range
+// holds only part of is left for the read that uses it, which checks it
+// whole. A failing entry is ErrCorrupt naming the segment file and the
+// record, the first in file order. It reads nothing of the store's own
+// table, so no residency map gates it.
+func (s *Store) CheckTable(seg uint32, base int64, buf []byte) (err error) {
+	defer recoverTo(&err, "check table")
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.checkRead("check table"); err != nil {
+		return err
 	}
-	if pageSize <= 0 {
-		return errf(ErrInvalidArgument, "residency of %s: page size %d", s.dir, pageSize)
+	l := s.lay
+	name := s.path(l.segName(seg))
+	if !l.checksummed() {
+		return errf(ErrInvalidArgument, "check table of %s: a version-%d store has no entry checksums", s.dir, l.version)
 	}
+	if base < 0 || base > l.segBytes() {
+		return errf(ErrInvalidArgument, "check table of %s: base offset %d outside the segment", name, base)
+	}
+	n := s.length.Load()
 	chunks := *s.chunks.Load()
-	for _, c := range chunks {
-		if int(c.id) >= len(base) {
-			return errf(ErrInvalidArgument, "residency of %s: %d chunk bases, but the store has chunk %d", s.dir, len(base), c.id)
+	end := min(base+int64(len(buf)), l.segBytes())
+	first := int64(seg) << l.shift
+	for o := (base + l.entSize - 1) / l.entSize * l.entSize; o+l.entSize <= end; o += l.entSize {
+		i := first + o/l.entSize
+		if i >= n {
+			break
 		}
-		top := base[c.id] + (c.end.Load()-1)/pageSize
-		if base[c.id] < 0 || (c.end.Load() > 0 && top >= int64(len(held))) {
-			return errf(ErrInvalidArgument, "residency of %s: chunk %d reaches page %d of %d", s.dir, c.id, top, len(held))
+		b := buf[o-base : o-base+l.entSize]
+		e, bad := l.getEntryAt(b, i)
+		if bad != nil {
+			return s.entryError(i, bad)
 		}
-	}
-	s.resident.Store(&residency{held: held, base: base, page: pageSize})
-	return nil
-}
-
-// checkResident reports the first of the located records that the
-// residency map, if any, does not hold.
-func (s *Store) checkResident(indices []int64, locs []entry) error {
-	r := s.resident.Load()
-	if r == nil {
-		return nil
-	}
-	for k, e := range locs {
-		c := int64(e.chunk)
-		if c >= int64(len(r.base)) {
-			return errf(ErrNotResident, "%s: record %d lies in chunk %d, which the residency map does not cover", s.dir, indices[k], c)
-		}
-		p := r.base[c] + int64(e.off)/r.page
-		if uint64(p) >= uint64(len(r.held)) || r.held[p] == 0 {
-			return errf(ErrNotResident, "%s: record %d lies in page %d, which is not held", s.dir, indices[k], p)
+		if err := s.checkEntry(&e, chunks); err != nil {
+			return fmt.Errorf("zrecord: check table of %s: entry %d: %v: %w", name, i, err, ErrCorrupt)
 		}
 	}
 	return nil

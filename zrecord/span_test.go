@@ -122,7 +122,7 @@ func TestResidencyGatesReads(t *testing.T) {
 	helds := make([][]byte, len(stores))
 	for k, s := range stores {
 		helds[k] = make([]byte, 64)
-		if err := s.SetResidency(helds[k], []int64{0}, page); err != nil {
+		if err := s.SetResidency(chunkMap(helds[k], page)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -144,15 +144,18 @@ func TestResidencyGatesReads(t *testing.T) {
 	}
 	sizes := make([]int64, len(idx))
 	if err := set.Sizes(idx, sizes); err != nil {
-		t.Fatalf("Sizes must ignore the residency map: %v", err)
+		t.Fatalf("Sizes must ignore the chunk pages of the map: %v", err)
 	}
 	// hold exactly the pages of record 3 (store 0) and 15, 29 (store 1)
+	// (record 15 lies over two pages)
 	c, o, l := make([]uint32, 1), make([]uint32, 1), make([]uint32, 1)
 	hold := func(k int, local int64) {
 		if err := stores[k].Spans([]int64{local}, c, o, l); err != nil {
 			t.Fatal(err)
 		}
-		helds[k][o[0]/page] = 1
+		for p := o[0] / page; p <= (o[0]+l[0]-1)/page; p++ { // every page its bytes overlap
+			helds[k][p] = 1
+		}
 	}
 	hold(0, 3)
 	hold(1, 15)
@@ -166,10 +169,10 @@ func TestResidencyGatesReads(t *testing.T) {
 			t.Fatalf("record %d differs", i)
 		}
 	}
-	ztIs(t, stores[0].SetResidency(make([]byte, 1), []int64{0}, 16), zrecord.ErrInvalidArgument) // too few pages
-	ztIs(t, stores[0].SetResidency(helds[0], nil, page), zrecord.ErrInvalidArgument)
+	ztIs(t, stores[0].SetResidency(chunkMap(make([]byte, 1), 16)), zrecord.ErrInvalidArgument) // too few pages
+	ztIs(t, stores[0].SetResidency(&zrecord.Residency{Held: helds[0], ChunkPage: page}), zrecord.ErrInvalidArgument)
 	for _, s := range stores {
-		if err := s.SetResidency(nil, nil, 0); err != nil {
+		if err := s.SetResidency(nil); err != nil {
 			t.Fatal(err)
 		}
 	}

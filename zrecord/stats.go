@@ -42,7 +42,8 @@ type Stats struct {
 // are sums over the record table, which Open does not read: the first Stats
 // of a handle walks the table once (checking every entry, as a gather
 // would), and the sums are kept up to date in memory from then on, so later
-// calls are cheap.
+// calls are cheap. A store with a residency map (SetResidency) refuses that
+// first call with ErrNotResident unless every page of its table is held.
 func (s *Store) Stats() (st Stats, err error) {
 	defer recoverTo(&err, "stats")
 	s.mu.RLock()
@@ -52,6 +53,11 @@ func (s *Store) Stats() (st Stats, err error) {
 	}
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
+	if !s.totalsKnown {
+		if err := s.wholeResident("stats", false); err != nil {
+			return Stats{}, err
+		}
+	}
 	if err := s.sumTotals(); err != nil {
 		return Stats{}, err
 	}

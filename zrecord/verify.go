@@ -70,12 +70,16 @@ func (r *Report) OK() bool { return len(r.Faults) == 0 && r.MoreFaults == 0 }
 // the first fault: the Report lists them all (see Report.Faults). The
 // error is for a failure to read the files (I/O), not for damage. It runs
 // beside Gathers but holds back Appends, Deletes and Compacts while it
-// scans.
+// scans. A store with a residency map (SetResidency) refuses it with
+// ErrNotResident unless every page of its files is held.
 func (s *Store) Verify() (r Report, err error) {
 	defer recoverTo(&err, "verify")
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if err := s.checkRead("verify"); err != nil {
+		return Report{}, err
+	}
+	if err := s.wholeResident("verify", true); err != nil {
 		return Report{}, err
 	}
 	s.appendMu.Lock()

@@ -121,7 +121,7 @@ __all__ = [
 ]
 
 #: The version of the C ABI this module is written for (LX_ABI_VERSION).
-ABI_VERSION = 6
+ABI_VERSION = 7
 
 #: Bytes of the per-thread error buffer (struct lx_error: the error number,
 #: then the message).
@@ -800,18 +800,47 @@ def store_spans(h: int, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     return outs[0], outs[1], outs[2], outs[3]
 
 
-def store_set_residency(h: int, store: int, held: Any, base: np.ndarray | None, page_size: int) -> None:
+def store_set_residency(h: int, store: int, held: Any, chunk_base: np.ndarray | None, chunk_page: int,
+                        table_base: np.ndarray | None = None, table_page: int = 0) -> None:
     """Give store ``store`` of handle ``h`` the residency map ``held`` (one
     byte per page, nonzero where reads may go; a bool or uint8 array the
-    caller keeps alive) with the int64 chunk bases ``base`` and the page
-    size; ``held=None`` removes it. A read that needs a page not held then
-    raises :class:`loaderx.errors.NotResidentError` before writing a byte."""
+    caller keeps alive, as it keeps the bases): page ``p`` of chunk file
+    ``c`` is ``held[chunk_base[c] + p]``, chunk files cut into pages of
+    ``chunk_page`` bytes, and page ``p`` of table segment ``s`` is
+    ``held[table_base[s] + p]``, segments cut into pages of ``table_page``
+    bytes (``table_base=None``: the table's files are whole).
+    ``held=None`` removes the map. A read that needs a page not held then
+    raises :class:`loaderx.errors.NotResidentError` before it reads the
+    page or writes a byte, and every record read is checked against its
+    checksum."""
     if held is None:
-        _call(lib.lx_store_set_residency, h, store, _NULL, 0, ffi.NULL, 0, 0)
+        _call(lib.lx_store_set_residency, h, store, _NULL, 0, ffi.NULL, 0, 0, ffi.NULL, 0, 0)
         return
     hb = _byte_view(held, "held")
-    bb = _i64_view(base, "base")
-    _call(lib.lx_store_set_residency, h, store, hb, len(hb), bb, len(bb), page_size)
+    cb = _i64_view(chunk_base, "chunk_base")
+    if table_base is None:
+        _call(lib.lx_store_set_residency, h, store, hb, len(hb), cb, len(cb), chunk_page, ffi.NULL, 0, 0)
+        return
+    tb = _i64_view(table_base, "table_base")
+    _call(lib.lx_store_set_residency, h, store, hb, len(hb), cb, len(cb), chunk_page, tb, len(tb), table_page)
+
+
+def set_require_residency(h: int) -> None:
+    """Make every store of the set handle ``h`` refuse its reads with
+    :class:`loaderx.errors.NotResidentError` until
+    :func:`store_set_residency` gives its position a map (a lazily opened
+    store is refused before it is opened)."""
+    _call(lib.lx_set_require_residency, h)
+
+
+def store_check_table(h: int, store: int, seg: int, base: int, buf: Any) -> None:
+    """Check table bytes fetched from elsewhere: ``buf`` holds bytes ``[base,
+    base + len(buf))`` of table segment ``seg`` of store ``store`` of handle
+    ``h``; every entry wholly inside them and below the store's length is
+    checked against its own checksum and the chunk files. Raises
+    CorruptStoreError naming the segment file and the first bad record."""
+    bb = _byte_view(buf, "buf")
+    _call(lib.lx_store_check_table, h, store, seg, base, bb, len(bb))
 
 
 def store_check_bytes(h: int, store: int, indices: np.ndarray, chunk: int, base: int, buf: Any) -> None:

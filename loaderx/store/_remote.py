@@ -2,13 +2,15 @@
 
 :class:`RemoteTree` lists the objects under a URL, keys the mirror by the
 listing (every object's name, size and ETag), downloads the small files
-whole and makes the chunk files sparse, builds each store's page state
-(``store._cache``), and fetches pages: one range request under the
-object's ETag, checked record by record against the table, written into
-the mirror, marked present. :func:`open_tree` shares one tree per URL and
-options in a process; :func:`tree_of` finds the tree whose mirror holds a
-local path, which is how the streams of a remote multi-stream dataset,
-opened by path, find their cache. See ``store._cache`` for the design.
+whole and makes the chunk files and table segments sparse (a shard of a
+sharded dataset when a read first needs it, see :meth:`RemoteTree.materialize`),
+numbers their pages (``store._cache._Layout``) and keeps their page state,
+and fetches pages: one range request under the object's ETag, checked by
+the caller's check, written into the mirror, marked present.
+:func:`open_tree` shares one tree per URL and options in a process;
+:func:`tree_of` finds the tree whose mirror holds a local path, which is how
+the streams of a remote multi-stream dataset, opened by path, find their
+cache. See ``store._cache`` for the design.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import shutil
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -30,17 +33,19 @@ import numpy as np
 
 from loaderx.errors import CorruptStoreError, ForkError
 from loaderx.io import _s3
-from loaderx.store import _native
 from loaderx.store._cache import (
-    _CHUNK,
     _META,
+    _PAGED,
+    _STATE_VERSION,
+    CHUNK,
     CacheOptions,
-    _build_pages,
+    StoreFiles,
     _cache,
     _flock,
+    _Layout,
     _ofd,
-    _PageFiles,
-    _Part,
+    _Pages,
+    _place_new,
     _punch,
     _safe,
     _write_atomic,
@@ -49,6 +54,7 @@ from loaderx.store._guard import Guard
 
 __all__ = ["RemoteTree", "open_tree", "tree_of"]
 
+_MANIFEST = "manifest.json"
 
 
 class RemoteTree:
@@ -67,8 +73,10 @@ class RemoteTree:
         self._mu = threading.Lock()
         self._guards: weakref.WeakSet[Guard] = weakref.WeakSet()
         self._pool: ThreadPoolExecutor | None = None
+        self._fetch_locks = [threading.Lock() for _ in range(64)]
         self._objects = self._list()
-        digest = hashlib.sha256(json.dumps(sorted(self._objects.items())).encode()).hexdigest()[:20]
+        listing = json.dumps([_STATE_VERSION, sorted(self._objects.items())])
+        digest = hashlib.sha256(listing.encode()).hexdigest()[:20]
         key = f"{_safe(self.bucket + '_' + self.prefix)}-{hashlib.sha256(self.url.encode()).hexdigest()[:8]}"
         self.tree_dir = os.path.join(self.cache.root, "trees", key)
         self.gen_dir = os.path.join(self.tree_dir, digest)
@@ -78,7 +86,21 @@ class RemoteTree:
             f.write(self.url + "\n")
         self._open_fd = os.open(os.path.join(self.gen_dir, ".open"), os.O_RDWR | os.O_CREAT, 0o644)
         fcntl.flock(self._open_fd, fcntl.LOCK_SH)
+        self._by_dir: dict[str, list[str]] = {}
+        for rel in self._objects:
+            self._by_dir.setdefault(os.path.dirname(rel), []).append(rel)
+        #: directories that hold a manifest: the store directories below
+        #: them are shards, mirrored when a read first needs them
+        self._manifest_dirs = {os.path.dirname(r) for r in self._objects if os.path.basename(r) == _MANIFEST}
+        self._ready: set[str] = set()
         self._mirror()
+        layout = _Layout([(r, size) for r, (size, _) in self._objects.items()], opts.page_size,
+                         opts.table_page_size)
+        state_dir = os.path.join(self.gen_dir, f"pages-{opts.page_size}-{opts.table_page_size}")
+        _Pages.make(state_dir, layout)
+        self.pages = self.cache.pages(state_dir, layout)
+        self.layout = self.pages.layout
+        self._lock_fd = os.open(self.pages.present_path, os.O_RDWR)  # the fetch locks
         self._drop_old_generations()
         self.cache.trees.add(self)
 
@@ -100,6 +122,11 @@ class RemoteTree:
 
     def object_url(self, rel: str) -> str:
         return f"s3://{self.bucket}/{self._key(rel)}"
+
+    def name_objects(self, text: str) -> str:
+        """``text`` (a message from the store layer) with the mirror's paths
+        written as the URLs of the objects they mirror."""
+        return text.replace(self.local + os.sep, self.url + "/").replace(self.local, self.url)
 
     def _key(self, rel: str) -> str:
         return f"{self.prefix}/{rel}" if self.prefix else rel
@@ -125,26 +152,78 @@ class RemoteTree:
             raise ValueError(f"{self.url!r} holds no loaderx store (no {_META} under it)")
         return found
 
+    def _is_shard(self, d: str) -> bool:
+        """Whether directory ``d`` lies below a directory with a manifest
+        (in a shard of a sharded dataset)."""
+        while d:
+            d = os.path.dirname(d)
+            if d in self._manifest_dirs:
+                return True
+        return False
+
+    def _place(self, rel: str) -> None:
+        """Put object ``rel`` into the mirror unless it is there: a paged
+        file as a sparse file of its size, any other downloaded whole."""
+        path = os.path.join(self.local, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if os.path.exists(path):
+            return
+        if _PAGED.match(os.path.basename(rel)):
+            _place_new(path, None, self._objects[rel][0])
+        else:
+            _place_new(path, self._get(rel))
+
     def _mirror(self) -> None:
+        """Mirror every object but those of shards: the small files whole,
+        the chunk files and table segments sparse."""
         ready = os.path.join(self.gen_dir, ".ready")
         if os.path.exists(ready):
             return
         with _flock(os.path.join(self.gen_dir, ".build.lock")):
             if os.path.exists(ready):
                 return
-            small = sorted(r for r in self._objects if not _CHUNK.match(os.path.basename(r)))
-            for rel in small:
-                path = os.path.join(self.local, rel)
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                _write_atomic(path, self._get(rel))
-            for rel, (size, _) in self._objects.items():
-                if _CHUNK.match(os.path.basename(rel)):
-                    path = os.path.join(self.local, rel)
-                    os.makedirs(os.path.dirname(path), exist_ok=True)
-                    if not os.path.exists(path):
-                        with open(path, "wb") as f:
-                            f.truncate(size)
+            for d, rels in sorted(self._by_dir.items()):
+                if not self._is_shard(d):
+                    for rel in sorted(rels):
+                        self._place(rel)
             _write_atomic(ready, b"")
+
+    def materialize(self, rel: str) -> None:
+        """Mirror the store directory ``rel`` if it is a shard not mirrored
+        yet (its small files downloaded, its paged files made sparse). Safe
+        beside other threads and processes doing the same: a file in place
+        is never replaced."""
+        if rel in self._ready:
+            return
+        if self._is_shard(rel):
+            marker = os.path.join(self.gen_dir, "ready", hashlib.sha256(rel.encode()).hexdigest()[:24])
+            if not os.path.exists(marker):
+                for obj in sorted(self._by_dir.get(rel, ())):
+                    self._place(obj)
+                os.makedirs(os.path.dirname(marker), exist_ok=True)
+                _write_atomic(marker, b"")
+        with self._mu:
+            self._ready.add(rel)
+
+    def store_files(self, rel: str) -> StoreFiles:
+        """Where the paged files of the store directory ``rel`` lie."""
+        lay = self.layout
+        a, b = lay.store(rel)
+        kind, num, first = lay.kind[a:b], lay.num[a:b], lay.first[a:b]
+        ch = kind == CHUNK
+        cnum, tnum = num[ch], num[~ch]
+        cbase = np.zeros(int(cnum.max()) + 1 if cnum.size else 1, dtype=np.int64)
+        cbase[cnum] = first[ch]
+        tbase = None
+        if tnum.size:
+            tbase = np.zeros(int(tnum.max()) + 1, dtype=np.int64)
+            tbase[tnum] = first[~ch]
+        files = range(a, b)
+        return StoreFiles(
+            rel, cbase, tbase, (int(lay.first[a]), int(lay.first[b])),
+            {int(lay.num[j]): lay.rels[j] for j in files if lay.kind[j] == CHUNK},
+            {int(lay.num[j]): lay.rels[j] for j in files if lay.kind[j] != CHUNK},
+        )
 
     def _get(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         import obstore
@@ -205,30 +284,17 @@ class RemoteTree:
 
     # guards
 
-    def guard(self, h: int, stores: list[tuple[str, int, int]]) -> Guard:
-        """The guard of handle ``h`` over the mirror stores ``(path, first
-        index, length)``, in the handle's store order."""
-        parts = []
-        for k, (path, start, n) in enumerate(stores):
+    def guard(self, h: int, stores: list[str], starts: np.ndarray, lazy: bool) -> Guard:
+        """The guard of handle ``h`` over the mirror's store directories
+        ``stores`` (paths inside the mirror), in the handle's store order,
+        store ``k`` holding the handle's records ``[starts[k], starts[k+1])``.
+        With ``lazy`` (a set handle of shards) each store is mirrored and
+        given its residency map when a read first needs it."""
+        rels = []
+        for path in stores:
             rel = os.path.relpath(path, self.local)
-            rel = "" if rel == "." else rel
-            state_dir = os.path.join(self.gen_dir, "pages", _safe(rel or "_root") + f"-{self.opts.page_size}")
-            chunk_sizes = {}
-            key_of = {}
-            for obj, (size, _) in self._objects.items():
-                d, name = os.path.split(obj)
-                m = _CHUNK.match(name)
-                if m and d == rel:
-                    chunk_sizes[int(m.group(1))] = size
-                    key_of[int(m.group(1))] = obj
-            if not os.path.isdir(state_dir):
-                with _flock(os.path.join(self.gen_dir, ".build.lock")):
-                    if not os.path.isdir(state_dir):
-                        os.makedirs(os.path.dirname(state_dir), exist_ok=True)
-                        _build_pages(state_dir, os.path.abspath(path), h, k, start, n, chunk_sizes,
-                                     self.opts.page_size)
-            parts.append(_Part(_PageFiles(state_dir), state_dir, k, key_of))
-        g = Guard(self, h, parts)
+            rels.append("" if rel == "." else rel)
+        g = Guard(self, h, rels, starts, lazy)
         self._guards.add(g)
         return g
 
@@ -236,38 +302,68 @@ class RemoteTree:
         for g in list(self._guards):
             g.release_idle()
 
-    def fetch_page(self, part: _Part, p: int, guard: Guard) -> int:
-        """Bring page ``p`` of ``part`` into the mirror (the caller pins
-        it); the bytes fetched, 0 when it was there already."""
-        f = part.files
-        with part.fetch_locks[p % len(part.fetch_locks)]:
-            if f.present[p] == 1:
+    def fetch_page(self, p: int, check: Callable[[Any], None] | None = None, force: bool = False) -> int:
+        """Bring page ``p`` into the mirror (the caller pins it), after
+        ``check(bytes)``, which raises CorruptStoreError for bytes that are
+        not the store's; the bytes fetched, 0 when it was there already.
+        With ``force`` it is fetched and written over the cache's copy even
+        when present (a copy that failed its checks)."""
+        pages = self.pages
+        j, lo, hi = self.layout.span(p)
+        rel = self.layout.rels[j]
+        with self._fetch_locks[p % len(self._fetch_locks)]:
+            if not force and pages.present[p] == 1:
                 return 0
-            _ofd(part.fd, fcntl.F_WRLCK, f.npages + p, 1, wait=True)
+            _ofd(self._lock_fd, fcntl.F_WRLCK, pages.npages + p, 1, wait=True)
             try:
-                if f.present[p] == 1:
+                was = pages.present[p] == 1
+                if was and not force:
                     return 0
-                chunk, lo, hi = (int(x) for x in f.pages[p])
-                rel = part.key_of[chunk]
-                self.cache.make_room(hi - lo)
                 data = self._get(rel, lo, hi)
-                recs = np.ascontiguousarray(part.records[part.first[p] : part.first[p + 1]])
+                if check is not None:
+                    try:
+                        check(data)
+                    except CorruptStoreError as e:
+                        what = "record bytes" if self.layout.kind[j] == CHUNK else "table entries"
+                        raise CorruptStoreError(
+                            f"{self.object_url(rel)}: bytes [{lo}, {hi}) fail the checks of their {what} "
+                            f"({self.name_objects(str(e))}); the object was altered after the dataset was written"
+                        ) from None
+                if not was:
+                    # counted before it is marked, so that a process dying
+                    # in between leaves the count high, never low
+                    pages.add_used(hi - lo)
                 try:
-                    _native.store_check_bytes(guard.h, part.store, recs, chunk, lo, data)
-                except CorruptStoreError as e:
-                    raise CorruptStoreError(
-                        f"{self.object_url(rel)}: bytes [{lo}, {hi}) do not match the store's record table "
-                        f"({e}); the object was altered after the dataset was written"
-                    ) from None
-                self._write(f, chunk, lo, data)
-                f.stamps[p] = int(time.time())
-                f.present[p] = 1
+                    self._write(j, lo, data)
+                except BaseException:
+                    if not was:
+                        pages.add_used(lo - hi)
+                    raise
+                pages.stamps[p] = int(time.time())
+                pages.present[p] = 1
                 return hi - lo
             finally:
-                _ofd(part.fd, fcntl.F_UNLCK, f.npages + p, 1)
+                _ofd(self._lock_fd, fcntl.F_UNLCK, pages.npages + p, 1)
 
-    def _write(self, f: _PageFiles, chunk: int, lo: int, data: Any) -> None:
-        fd = f.chunk_fd(chunk)
+    def read_page(self, p: int, lo: int | None = None, hi: int | None = None) -> bytes:
+        """The mirror's bytes of page ``p`` (or of bytes ``[lo, hi)`` of its
+        file), as the cache holds them."""
+        j, plo, phi = self.layout.span(p)
+        lo, hi = (plo, phi) if lo is None else (lo, hi)
+        fd = os.open(self.pages.path(j), os.O_RDONLY)
+        try:
+            return os.pread(fd, hi - lo, lo)
+        finally:
+            os.close(fd)
+
+    def _write(self, j: int, lo: int, data: Any) -> None:
+        fd = os.open(self.pages.path(j), os.O_RDWR)
+        try:
+            self._write_fd(fd, lo, data)
+        finally:
+            os.close(fd)
+
+    def _write_fd(self, fd: int, lo: int, data: Any) -> None:
         view = memoryview(data)
         for attempt in range(2):
             try:
@@ -304,8 +400,12 @@ class RemoteTree:
             self._pool.shutdown(wait=False)
         for g in list(self._guards):
             g.close()
-        with contextlib.suppress(OSError):
-            os.close(self._open_fd)
+        for name in ("_open_fd", "_lock_fd"):
+            fd = getattr(self, name, -1)
+            setattr(self, name, -1)  # a second close must not close a descriptor reused since
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
     def __del__(self) -> None:
         try:  # noqa: SIM105 - contextlib may be gone at interpreter exit
@@ -372,6 +472,7 @@ def _after_fork_in_child() -> None:
     trees = list(_TREES.values())
     for tree in trees:
         tree._mu = threading.Lock()
+        tree._fetch_locks = [threading.Lock() for _ in tree._fetch_locks]
         tree._pool = None
         tree._guards = weakref.WeakSet()
         tree.cache.mu = threading.Lock()

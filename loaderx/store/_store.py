@@ -349,8 +349,13 @@ class StoreHandle:
         return as_indices(key, int(_native.store_len(self._h)), type(self).__name__)
 
     def _sizes(self, idx: np.ndarray) -> np.ndarray:
-        """The byte size of each of the (valid, non-empty) records ``idx``."""
-        return np.asarray(_native.store_sizes(self._h, idx), dtype=np.int64)
+        """The byte size of each of the (valid, non-empty) records ``idx``
+        (of a dataset in object storage, with their table pages held)."""
+        h = self._h
+        g = self._guard
+        if g is None:
+            return np.asarray(_native.store_sizes(h, idx), dtype=np.int64)
+        return np.asarray(g.read(idx, lambda: _native.store_sizes(h, idx), chunks=False), dtype=np.int64)
 
     def _guarded(self, idx: np.ndarray, read: Callable[[], _T]) -> _T:
         """``read()``, which reads the records at ``idx``, with their pages
@@ -411,8 +416,13 @@ class StoreHandle:
         which read unverified until :meth:`upgrade`) and ``verified``
         (every record is checked on every gather: true for a checksummed
         store unless :meth:`set_verify` turned the raw check off).
-        ``chunk_bytes - live_bytes`` bounds what compaction can reclaim."""
-        return dict(_native.store_stats(self._h))
+        ``chunk_bytes - live_bytes`` bounds what compaction can reclaim.
+        The byte sums cover every table entry: of a dataset in object
+        storage the first call fetches (and checks) every table page."""
+        h = self._h
+        if self._guard is not None:
+            return dict(self._guard.whole(lambda: _native.store_stats(h)))
+        return dict(_native.store_stats(h))
 
     def set_verify(self, on: bool = True) -> None:
         """Check raw records against their checksums on every gather through

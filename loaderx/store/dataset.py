@@ -371,7 +371,8 @@ class _StoreView(StoreHandle):
         self._adopt(handle)
         if self._tree is not None:
             try:
-                self._guard = self._tree.guard(handle, self._mirror_stores(handle))
+                stores, starts = self._mirror_stores(handle)
+                self._guard = self._tree.guard(handle, stores, starts, lazy=self._sharded is not None)
             except BaseException:
                 self.close()
                 raise
@@ -385,17 +386,16 @@ class _StoreView(StoreHandle):
         # them all: it is learned when first asked for (__getattr__).
         self._handle = handle
 
-    def _mirror_stores(self, h: int) -> list[tuple[str, int, int]]:
-        """``(store directory, first index, length)`` of each store behind
-        handle ``h``, in the handle's order."""
+    def _mirror_stores(self, h: int) -> tuple[list[str], np.ndarray]:
+        """The store directory of each store behind handle ``h``, in the
+        handle's order, and where each one's records start (``len + 1``
+        values), from the manifest for a sharded dataset: no shard is
+        opened."""
         if self._sharded is None:
-            return [(self._path, 0, int(_native.store_len(h)))]
+            return [self._path], np.array([0, int(_native.store_len(h))], dtype=np.int64)
         root, stream, m = self._sharded
-        out, start = [], 0
-        for shard, sub in zip(m.shards, m.shard_paths(root, stream), strict=True):
-            out.append((sub, start, shard.length))
-            start += shard.length
-        return out
+        lengths = np.fromiter((s.length for s in m.shards), dtype=np.int64, count=len(m.shards))
+        return m.shard_paths(root, stream), np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
 
     @property
     def url(self) -> str | None:
@@ -408,11 +408,14 @@ class _StoreView(StoreHandle):
     def cache_stats(self) -> dict[str, int]:
         """For a dataset in object storage: ``fetched_bytes`` and
         ``fetches`` (what this process has fetched for the dataset's URL),
-        ``cached_bytes`` (this dataset's chunk bytes in the cache),
+        ``cached_bytes`` (this dataset's pages in the cache),
         ``pinned_bytes`` (what this process holds pinned), ``cache_used_bytes``
-        and ``cache_limit_bytes`` (the whole cache directory) and
-        ``evicted_bytes`` (what this process evicted from it). ValueError for
-        a local dataset."""
+        and ``cache_limit_bytes`` (the whole cache directory),
+        ``evicted_bytes`` (what this process evicted from it) and ``repairs``
+        (reads that met cached bytes failing their checks, whose pages were
+        checked again and fetched again where they failed). The bytes count
+        record pages and record-table pages alike. ValueError for a local
+        dataset."""
         _ = self._h
         if self._guard is None:
             raise ValueError(f"{self!r} is a local dataset; cache_stats() is for datasets in object storage")
@@ -516,7 +519,10 @@ class _StoreView(StoreHandle):
                 if name in d:
                     return d[name]
             if name == "_codec" and d.get("_sharded") is not None:
-                codec = d["_codec"] = str(_native.store_codec(self._h))
+                h = self._h
+                if d.get("_guard") is not None:  # in object storage: every shard mirrored and given its map
+                    d["_guard"].register_all()
+                codec = d["_codec"] = str(_native.store_codec(h))
                 return codec
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
@@ -538,14 +544,15 @@ class _StoreView(StoreHandle):
         return super().verify()
 
     def _verify_remote(self, h: int) -> VerifyReport:
-        """verify() of a dataset in object storage: the header and every
-        table entry were checked when the mirror was opened; every page of
-        record bytes is checked here, fetched where it is not cached."""
+        """verify() of a dataset in object storage: every table page, every
+        record and the chunk pages that hold them are checked, each fetched
+        where it is not cached (the header and dictionary were checked when
+        the store opened)."""
         faults = [Fault(url, None, what) for url, what in self._guard.verify()]
-        st = _native.store_stats(h)
+        version = min(self._guard.versions(), default=0)  # every store is mirrored now
         n = int(_native.store_len(h))
-        return VerifyReport(self.url or self._path, faults, version=int(st.get("version", 0)),
-                            checksummed=bool(st.get("checksummed", True)), records=n, checked=n)
+        return VerifyReport(self.url or self._path, faults, version=version, checksummed=version >= 4,
+                            records=n, checked=n)
 
     def _verify_more(self, faults: list[Fault]) -> list[Fault]:
         """Records whose size the schema rules out (a dense record not of the
@@ -758,7 +765,7 @@ class DenseDataset(_StoreView):
         size the schema gives: the indices and the buffer were checked, so a
         record of another size can only be damage (to the record table or to
         schema.msgpack). Returns when every record has the right size."""
-        sizes = np.asarray(_native.store_sizes(h, indices.reshape(-1)), dtype=np.int64)
+        sizes = self._sizes(indices.reshape(-1))
         bad = np.flatnonzero(sizes != self._stride)
         if bad.size:
             k = int(bad[0])
