@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -295,8 +296,7 @@ func (c *creation) makeStage() error {
 		}
 		ok, err := lockFile(meta)
 		if err != nil {
-			meta.Close()
-			removeTree(fsys, stage, nil)
+			removeTree(fsys, stage, meta) // this Create's own, unlocked as it is
 			return wrapf(err, "lock %s", metaPath)
 		}
 		if !ok || !stillAt(fsys, metaPath, meta) {
@@ -591,10 +591,19 @@ func clearSibling(fsys FS, dir string) {
 }
 
 // removeTree removes dir, a directory of store files, whose meta.zr lock
-// holds open and locked (or nil): meta.zr first while the lock is held
-// (where an open file can be removed), then the other files, then dir. A
-// directory holding anything but regular files is left as it is. lock is
-// closed in any case.
+// holds open and locked: meta.zr first while the lock is held (where an
+// open file can be removed), then the other files, then dir. A directory
+// holding anything but regular files is left as it is. lock is closed in
+// any case.
+//
+// With lock nil, dir is one without a meta.zr (the staging directory of a
+// Create killed before it made one, or a cleanup cut short): its files are
+// removed, then dir, unless a meta.zr is found in it, listed or looked up
+// once more after the listing, which leaves dir as it is. A Create makes
+// its meta.zr first, and only a holder of its lock removes it, so a file
+// listed while no meta.zr was there is not one a live Create made, and a
+// Create that makes its meta.zr after the look-up keeps dir from being
+// removed, it not being empty.
 func removeTree(fsys FS, dir string, lock File) error {
 	closeLock := func() {
 		if lock != nil {
@@ -613,7 +622,12 @@ func removeTree(fsys FS, dir string, lock File) error {
 		}
 	}
 	metaPath := filepath.Join(dir, metaName)
-	if lock != nil && removeOpenFile {
+	if lock == nil {
+		_, err := fsys.Stat(metaPath)
+		if !isNotExist(err) || slices.ContainsFunc(ents, func(e os.DirEntry) bool { return e.Name() == metaName }) {
+			return errf(ErrLocked, "%s: a Create may be using it (it holds a %s)", dir, metaName)
+		}
+	} else if removeOpenFile {
 		if err := fsys.Remove(metaPath); err != nil && !isNotExist(err) {
 			return err
 		}
@@ -626,9 +640,11 @@ func removeTree(fsys FS, dir string, lock File) error {
 			return err
 		}
 	}
-	closeLock()
-	if err := fsys.Remove(metaPath); err != nil && !isNotExist(err) {
-		return err
+	if lock != nil {
+		closeLock()
+		if err := fsys.Remove(metaPath); err != nil && !isNotExist(err) {
+			return err
+		}
 	}
 	return fsys.Remove(dir)
 }

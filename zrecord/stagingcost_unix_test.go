@@ -4,6 +4,7 @@ package zrecord_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,7 +19,8 @@ import (
 
 // The tests of this file check what a Create costs and meets beside its
 // path rather than what it leaves there: how many directory entries it
-// reads in a crowded parent, and a parent it may not write.
+// reads in a crowded parent, Creates of one path running at once, and a
+// parent it may not write.
 
 // listing is one directory read: which, how many entries came back, and
 // whether all were asked for (ReadDir) or at most a few (ReadDirN).
@@ -150,6 +152,91 @@ func TestCreateReadsFewEntries(t *testing.T) {
 		t.Errorf("entries read per Create: %v beside 3,000 neighbours, %v beside 6,000", total[3000], total[6000])
 	}
 	t.Logf("entries read per Create (new, replace, two renames) by crowd: %v", total)
+}
+
+// TestCreateConcurrentOnePath runs Creates of one path at once, most of
+// them WithReplace, in a crowded parent: each returns a store or
+// ErrExists or ErrLocked (another holds the path), the path ends holding
+// one of the stores whole, and nothing is left beside it. With the swap
+// by two renames a Create may also find the path gone between another's
+// two renames, and a replace may lose the race for the path to a Create
+// that found it gone, leaving what the next Create clears.
+func TestCreateConcurrentOnePath(t *testing.T) {
+	workers, rounds := 6, 30
+	if testing.Short() {
+		rounds = 10
+	}
+	for _, mode := range []string{"exchange", "two-renames"} {
+		t.Run(mode, func(t *testing.T) {
+			parent := t.TempDir()
+			writeNeighbours(t, parent, zrecord.OldScanLimit+8)
+			dir := filepath.Join(parent, "s")
+			fs := faultfs.New(zrecord.OSFS)
+			fs.NoExchange(mode == "two-renames")
+			var (
+				mu       sync.Mutex
+				outcomes = map[string]int{}
+				wg       sync.WaitGroup
+			)
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for r := range rounds {
+						tag := []byte(fmt.Sprintf("worker %d round %d", w, r))
+						opts := []zrecord.Option{zrecord.WithFS(fs), zrecord.WithFile("schema.bin", tag)}
+						if (w+r)%3 != 0 {
+							opts = append(opts, zrecord.WithReplace())
+						}
+						s, err := zrecord.Create(dir, opts...)
+						outcome := "made"
+						switch {
+						case err == nil:
+							_, err = s.Append([][]byte{tag})
+							if cerr := s.Close(); err == nil {
+								err = cerr
+							}
+							if err != nil {
+								t.Errorf("worker %d round %d: %v", w, r, err)
+								return
+							}
+						case errors.Is(err, zrecord.ErrExists):
+							outcome = "exists"
+						case errors.Is(err, zrecord.ErrLocked):
+							outcome = "locked"
+						case mode == "two-renames" && errors.Is(err, os.ErrNotExist) && strings.Contains(err.Error(), dir):
+							outcome = "gone"
+						default:
+							t.Errorf("worker %d round %d: %v", w, r, err)
+							return
+						}
+						mu.Lock()
+						outcomes[outcome]++
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			t.Logf("outcomes: %v", outcomes)
+			if outcomes["made"] < 2 {
+				t.Fatalf("only %d Creates made a store (%v): the test does not test racing ones", outcomes["made"], outcomes)
+			}
+			s, err := zrecord.Open(dir, zrecord.WithReadOnly())
+			if err != nil {
+				t.Fatal(err)
+			}
+			schema, _ := os.ReadFile(filepath.Join(dir, "schema.bin"))
+			got, err := gatherPacked(s, seq(s.Len()))
+			s.Close()
+			if err != nil || len(got) != 1 || string(got[0]) != string(schema) {
+				t.Fatalf("the path holds records %q (%v), its schema.bin %q: not one store whole", got, err, schema)
+			}
+			if names := besidePath(parent); mode == "exchange" && !slices.Equal(names, []string{"s"}) {
+				t.Fatalf("after the Creates, beside the path: %v", names)
+			}
+			createAfter(t, parent, "old", "after the racing Creates")
+		})
+	}
 }
 
 // unwritableFS is the OS file system, except that it refuses, with
