@@ -279,6 +279,7 @@ def test_the_sink_refuses_a_directory_a_commit_would_clobber(tmp_path):
     # what a killed first write left (a partial shard, a lock) is no reason to refuse
     (tmp_path / "left" / "ray-0123456789ab-0123456789abcdef" / "x").mkdir(parents=True)
     (tmp_path / "left" / ".writing-ray-0123456789ab-0123456789abcdef.lock").touch()
+    (tmp_path / "left" / ".ray-0123456789ab-0123456789abcdef.zrecord-stage" / "create-0123456789abcdef").mkdir(parents=True)
     m = lxray.write(ray.data.from_numpy(np.ones((2, 2), np.uint8)), tmp_path / "left")
     assert listing(tmp_path / "left") == {s.name for s in m.shards}
     loaderx.from_numpy(tmp_path / "single", np.zeros((2, 2), np.uint8))

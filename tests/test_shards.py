@@ -837,26 +837,35 @@ _CHILD_CREATING = textwrap.dedent(
 )
 
 
+def staged(stages: Path) -> list[str]:
+    """The staging directories of a store's Creates in ``stages`` (its
+    .NAME.zrecord-stage), or [] while there is none."""
+    try:
+        return sorted(e for e in os.listdir(stages) if e.startswith("create-"))
+    except FileNotFoundError:
+        return []
+
+
 @pytest.mark.parametrize("prefix", ["shard", "part.train", "p" * 183])
 def test_a_commit_keeps_a_live_writers_store_in_the_making(published, prefix):
     # The writer is stopped (SIGSTOP) while its store is being created, in
-    # the store's staging directory beside the shard's path; a commit then
-    # must keep that directory, whatever the prefix (dots, the longest
-    # allowed), and the writer finishes once continued.
+    # its staging directory in .NAME.zrecord-stage beside the shard's path;
+    # a commit then must keep that directory, whatever the prefix (dots,
+    # the longest allowed), and the writer finishes once continued.
     root, data, names = published
     for _attempt in range(30):
         child = spawn(_CHILD_CREATING, str(root), prefix)
         try:
             name = child.stdout.readline().strip()
             assert name.startswith(prefix + "-"), child.stderr.read()
-            stage = f".{name}.zrecord-create-"
-            while not any(e.startswith(stage) for e in os.listdir(root)) and child.poll() is None:
+            stages = root / f".{name}.zrecord-stage"
+            while not staged(stages) and child.poll() is None:
                 pass
             child.send_signal(signal.SIGSTOP)
-            inside = [e for e in os.listdir(root) if e.startswith(stage)]
+            inside = staged(stages)
             if inside:
                 shards.commit(root, [], append=True)
-                assert [e for e in os.listdir(root) if e.startswith(stage)] == inside, "the commit removed it"
+                assert staged(stages) == inside, "the commit removed it"
             child.send_signal(signal.SIGCONT)
             assert child.stdout.readline().strip() == "done", child.stderr.read()
             assert child.wait(timeout=60) == 0
@@ -879,6 +888,80 @@ def test_a_commit_keeps_a_live_writers_store_in_the_making(published, prefix):
         assert len(w.name.encode()) <= 200
     with pytest.raises(ValueError, match="184"):
         shards.ShardWriter(root, prefix="p" * 184)
+
+
+def old_staging(root: Path, name: str) -> list[str]:
+    """Leave beside shard ``name`` the staging and trash directories that a
+    Create of an earlier release left when killed; return their names."""
+    made = [f".{name}.zrecord-create-0123456789abcdef", f".{name}.zrecord-trash-00112233445566ff"]
+    for d in made:
+        (root / d).mkdir()
+        (root / d / "meta.zr").write_bytes(b"")
+        (root / d / "0.chunk").write_bytes(b"")
+    return made
+
+
+def test_a_commit_deletes_a_dead_writers_staging_leftovers(published):
+    """A writer killed inside its store's Create leaves .NAME.zrecord-stage
+    holding the Create's staging directory; the next commit deletes it, and
+    the staging directories earlier releases left beside a shard, while it
+    keeps those of a live writer and hidden entries that only look alike."""
+    root, _data, names = published
+    for _attempt in range(30):
+        child = spawn(_CHILD_CREATING, str(root), "dead")
+        try:
+            dead = child.stdout.readline().strip()
+            assert dead.startswith("dead-"), child.stderr.read()
+            stages = root / f".{dead}.zrecord-stage"
+            while not staged(stages) and child.poll() is None:
+                pass
+            child.kill()
+        finally:
+            child.wait()
+        if staged(stages):
+            break
+        shards.commit(root, [], append=True)  # the Create finished before the kill: clean it
+    else:
+        pytest.fail("no kill landed inside a create in 30 tries")
+    dead_old = old_staging(root, dead)
+    lookalikes = [f".{dead}.zrecord-notes", f".{dead}.zrecord-create-0123", ".zrecord-stage"]
+    for e in lookalikes:
+        (root / e).mkdir()
+    with shards.ShardWriter(root, prefix="live") as live:
+        (root / f".{live.name}.zrecord-stage" / "create-0123456789abcdef").mkdir(parents=True)
+        live_old = old_staging(root, live.name)
+        shards.commit(root, [], append=True)
+        left = sorted(os.listdir(root))
+        assert f".{dead}.zrecord-stage" not in left, "the commit left the dead writer's staging directory"
+        assert not set(dead_old) & set(left), "the commit left what an earlier release's Create left"
+        assert {f".{live.name}.zrecord-stage", *live_old, *lookalikes} <= set(left)
+    # The live writer closed without a commit: abandon takes its leftovers too.
+    assert shards.abandon(root, [live.name]) == [live.name]
+    left = set(os.listdir(root))
+    assert not {f".{live.name}.zrecord-stage", *live_old} & left
+    assert set(lookalikes) <= left
+    assert [s.name for s in shards.read_manifest(root).shards] == names
+
+
+@pytest.mark.parametrize(("entry", "owner"), [
+    (".shard-0123456789abcdef.zrecord-stage", "shard-0123456789abcdef"),
+    (".part.train-0123456789abcdef.zrecord-stage", "part.train-0123456789abcdef"),
+    (".a.zrecord-stage.zrecord-stage", "a.zrecord-stage"),
+    (".shard-1.zrecord-create-0123456789abcdef", "shard-1"),
+    (".shard-1.zrecord-trash-0123456789abcdef", "shard-1"),
+    (".a.b.zrecord-create-0123456789abcdef", "a.b"),
+    (".zrecord-stage", None),
+    ("shard-1.zrecord-stage", None),
+    (".shard-1.zrecord-stage-x", None),
+    (".shard-1.zrecord-create-0123456789ABCDEF", None),
+    (".shard-1.zrecord-create-0123456789abcde", None),
+    (".shard-1.zrecord-trash-0123456789abcdef0", None),
+    (".shard-1.zrecord-notes", None),
+    (".writing-shard-1.lock", None),
+    (".git", None),
+])
+def test_staging_owner_names(entry, owner):
+    assert shards._staging_owner(entry) == owner
 
 
 def test_a_writer_closed_without_commit_is_cleaned_by_the_next_commit(published):

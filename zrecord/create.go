@@ -15,8 +15,9 @@ import (
 // writable and holds the store's lock.
 //
 // The store appears at dir whole or not at all: Create builds it in a
-// hidden directory beside dir and renames that onto dir once every file is
-// written and fsynced (staging.go has the details, including what a Create
+// hidden directory beside dir (in .NAME.zrecord-stage, NAME being dir's
+// last element) and renames that onto dir once every file is written and
+// fsynced (staging.go has the details, including what a Create
 // cut short leaves and how the next Create of dir clears it). A replaced
 // store stays readable until the new one takes its place. A Create that
 // fails removes what it made.
@@ -72,11 +73,9 @@ func Create(dir string, opts ...Option) (s *Store, err error) {
 		return nil, err
 	}
 	if err := c.publish(); err != nil {
-		if c.swap != swapNone || !mountRefused(err) {
+		if !c.publishRefused(err) {
 			return nil, err
 		}
-		// The path is a mount point that shares its parent's device (a
-		// bind mount), which the checks before could not see.
 		if err := c.restartInPlace(); err != nil {
 			return nil, err
 		}

@@ -41,8 +41,8 @@ func TestWithFileBeforeHeader(t *testing.T) {
 			break
 		}
 	}
-	if !strings.HasPrefix(filepath.Base(stage), ".s.zrecord-create-") || filepath.Dir(stage) != filepath.Dir(dir) {
-		t.Fatalf("the header was written in %q, want a staging directory beside %s\n%v", stage, dir, log)
+	if !strings.HasPrefix(filepath.Base(stage), "create-") || filepath.Dir(stage) != filepath.Join(filepath.Dir(dir), ".s.zrecord-stage") {
+		t.Fatalf("the header was written in %q, want a staging directory in .s.zrecord-stage beside %s\n%v", stage, dir, log)
 	}
 	at := func(kind, path string) int {
 		return slices.IndexFunc(log, func(o faultfs.Op) bool { return o.Kind == kind && o.Path == path })

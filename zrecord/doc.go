@@ -360,35 +360,44 @@
 //     starts with.
 //
 // Create never lets the path hold a store in the making. It builds the
-// store in a hidden directory beside the path, .NAME.zrecord-create-
-// followed by 16 lowercase hex digits (a NAME longer than 200 bytes is
-// cut to at most 183, at a character boundary, and "-" and the 16 hex
-// digits of its 64-bit FNV-1a hash appended). It makes that directory's
-// meta.zr first, empty, and holds the lock on it from then on; then it
-// writes the dictionary, the first chunk and table segment (both empty)
-// and the WithFile files, each fsynced, then the header, fsynced, then
-// fsyncs that directory.
+// store in a hidden directory of the path's own, .NAME.zrecord-stage
+// beside it (a NAME longer than 200 bytes is cut to at most 183, at a
+// character boundary, and "-" and the 16 hex digits of its 64-bit FNV-1a
+// hash appended), in a directory of its own there, create- followed by 16
+// lowercase hex digits. It makes that directory's meta.zr first, empty,
+// and holds the lock on it from then on; then it writes the dictionary,
+// the first chunk and table segment (both empty) and the WithFile files,
+// each fsynced, then the header, fsynced, then fsyncs that directory.
 // One rename then puts it at the path, and the parent directory is
-// fsynced; appends go to the path from then on. Killed before the rename,
-// a Create leaves the path as it was, and its hidden directory, which the
-// next Create of the path removes once it can take that lock (so never
-// one of a Create still running); killed after it, the store is there,
-// empty, and later kills leave a prefix of its records as below. With
-// WithReplace the previous store keeps the path, and its writer lock,
-// until the new one is complete; then renameat2(RENAME_EXCHANGE) swaps the
-// two in one step where the system has it (Linux), and the previous store
-// is removed from the hidden name. Elsewhere the swap is two renames
-// (the previous store to .NAME.zrecord-trash-..., the new one onto the
-// path, with the same digits), and a kill between them leaves no store at
-// the path. A power failure before the parent's fsync may undo the rename,
-// which leaves the same states. Where a rename cannot work or would change
-// what the caller made (on Windows; a path that is a symbolic link, the
-// root, "." or ".."; an existing empty directory that is a mount point; a
-// parent directory Create may not write), Create builds in the directory
-// itself, header last (WithReplace then removes the previous store first,
-// its meta.zr last): a directory whose meta.zr lacks the header is not a
-// store, and the next Create recognises such a directory (store files
-// only, no header) and clears it, as it does those that Creates of earlier
+// fsynced, then .NAME.zrecord-stage; appends go to the path from then on.
+// Killed before the rename, a Create leaves the path as it was, and its
+// directory in .NAME.zrecord-stage, which the next Create of the path
+// removes once it can take that lock (so never one of a Create still
+// running); killed after it, the store is there, empty, and later kills
+// leave a prefix of its records as below. A Create that is done removes
+// .NAME.zrecord-stage when that is left empty. A Create lists no
+// directory but .NAME.zrecord-stage and the path itself, so its cost does
+// not grow with the number of entries beside the path; only where the
+// parent holds at most 128 entries (which it learns by reading at most
+// 129) does it also clear, by the same rules, the staging directories
+// that earlier releases left straight beside the path (.NAME.zrecord-
+// create- or .NAME.zrecord-trash- and 16 hex digits); in a larger parent
+// those stay. With WithReplace the previous store keeps the
+// path, and its writer lock, until the new one is complete; then
+// renameat2(RENAME_EXCHANGE) swaps the two in one step where the system
+// has it (Linux), and the previous store is removed from the hidden name.
+// Elsewhere the swap is two renames (the previous store to trash- with
+// the same digits in .NAME.zrecord-stage, the new one onto the path), and
+// a kill between them leaves no store at the path. A power failure before
+// the parent's fsync may undo the rename, which leaves the same states.
+// Where a rename cannot work or would change what the caller made (on
+// Windows; a path that is a symbolic link, the root, "." or ".."; an
+// existing empty directory that is a mount point; a parent directory
+// Create may not write), Create builds in the directory itself, header
+// last (WithReplace then removes the previous store first, its meta.zr
+// last): a directory whose meta.zr lacks the header is not a store, and
+// the next Create recognises such a directory (store files only, no
+// header) and clears it, as it does those that Creates of earlier
 // versions left.
 //
 // Append writes record bytes, then table entries, then the header, and

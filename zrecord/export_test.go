@@ -5,6 +5,10 @@ import (
 	"path/filepath"
 )
 
+// OldScanLimit is the most entries a parent may hold for Create to clear
+// the leftovers that Creates of earlier releases left in it.
+const OldScanLimit = oldScanLimit
+
 // WriteOldStore writes a store of format version 1 (this package's first
 // format) or 3 (the original loaderx's) in dir, holding recs, laid out as
 // those writers lay it out: chunks of at most capacity bytes, 16-byte

@@ -1,6 +1,7 @@
 package zrecord
 
 import (
+	"errors"
 	"io"
 	"os"
 )
@@ -45,6 +46,38 @@ type exchanger interface {
 	Exchange(a, b string) error
 }
 
+// lstater is implemented by file systems that can stat a path without
+// following a final symbolic link (os.Lstat), and dirPeeker by those that
+// can read the first n entries of a directory (in the directory's order,
+// fewer only when it has no more) without reading the rest. Create uses
+// both to look beside the path it makes at a cost that does not grow with
+// the parent directory (staging.go); a file layer without them, or whose
+// methods fail with errors.ErrUnsupported, has Create read the whole
+// parent directory instead.
+type lstater interface {
+	Lstat(name string) (os.FileInfo, error)
+}
+
+type dirPeeker interface {
+	ReadDirN(name string, n int) ([]os.DirEntry, error)
+}
+
+// lstat is fsys's Lstat, or an error matching errors.ErrUnsupported.
+func lstat(fsys FS, name string) (os.FileInfo, error) {
+	if l, ok := fsys.(lstater); ok {
+		return l.Lstat(name)
+	}
+	return nil, &os.PathError{Op: "lstat", Path: name, Err: errors.ErrUnsupported}
+}
+
+// readDirN is fsys's ReadDirN, or an error matching errors.ErrUnsupported.
+func readDirN(fsys FS, name string, n int) ([]os.DirEntry, error) {
+	if p, ok := fsys.(dirPeeker); ok {
+		return p.ReadDirN(name, n)
+	}
+	return nil, &os.PathError{Op: "readdir", Path: name, Err: errors.ErrUnsupported}
+}
+
 // NoFd is what File.Fd returns for a file that has no descriptor to map or lock.
 const NoFd = ^uintptr(0)
 
@@ -66,6 +99,22 @@ func (osFS) Exchange(a, b string) error                   { return exchangePaths
 func (osFS) Stat(name string) (os.FileInfo, error)        { return os.Stat(name) }
 func (osFS) MkdirAll(path string, perm os.FileMode) error { return os.MkdirAll(path, perm) }
 func (osFS) ReadDir(name string) ([]os.DirEntry, error)   { return os.ReadDir(name) }
+func (osFS) Lstat(name string) (os.FileInfo, error)       { return os.Lstat(name) }
+
+// ReadDirN reads at most n entries of the directory name, unsorted: a
+// getdents call or two however large the directory is.
+func (osFS) ReadDirN(name string, n int) ([]os.DirEntry, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	ents, err := f.ReadDir(n)
+	if err == io.EOF {
+		err = nil
+	}
+	return ents, err
+}
 
 // osFile is an *os.File. Where the operating system has a positional
 // vectored write (pwritev on Linux, fs_linux.go), osFile also implements

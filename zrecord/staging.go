@@ -7,31 +7,56 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
 
-// A Create builds its store in a staging directory beside the final path
-// and publishes it with one rename, so that the path never holds a store
-// in the making: a process killed during a Create leaves at the path what
-// was there before, and the staging directory beside it.
+// A Create builds its store in a staging directory and publishes it with
+// one rename, so that the path never holds a store in the making: a
+// process killed during a Create leaves at the path what was there before,
+// and the staging directory.
 //
-// The staging directory of a Create of .../NAME is .../.NAME.zrecord-create-
-// followed by 16 hex digits (a NAME past 200 bytes is cut, and a hash of it
-// appended, to keep the name within the file system's limit). Its meta.zr is the first file made in it, and
-// the Create holds an flock on it (the store's writer lock) from then on,
-// through the rename and for the life of the returned handle. A Create
-// WithReplace that cannot swap the two directories in one step (below)
-// first moves the previous store to .../.NAME.zrecord-trash- with the same
-// digits. Every Create of a path first clears the staging and trash
-// directories of earlier Creates of it whose meta.zr it can lock (or that
-// have none and can be removed, being empty): those of a Create still
-// running elsewhere stay, since their lock is held. Removing one starts
-// with its meta.zr, under the lock, so a directory that is left with other
-// files but no meta.zr is a cleanup cut short, which the next one finishes;
-// a Create checks, once it holds its lock, that its meta.zr is still the
-// one at its path, and starts over in a new directory if a cleanup removed
-// it in between.
+// The staging directories of the Creates of .../NAME sit in a directory
+// of that path's own beside it, .../.NAME.zrecord-stage (a NAME past 200
+// bytes is cut, and a hash of it appended, to keep the name within the
+// file system's limit). Each Create makes its staging directory there,
+// create- followed by 16 hex digits. Its meta.zr is the first file made in
+// it, and the Create holds an flock on it (the store's writer lock) from
+// then on, through the rename and for the life of the returned handle. A
+// Create WithReplace that cannot swap the two directories in one step
+// (below) first moves the previous store to trash- with the same digits,
+// in the same directory. Every Create of a path first clears the staging
+// and trash directories there whose meta.zr it can lock (or that have none
+// and can be removed, being empty): those of a Create still running
+// elsewhere stay, since their lock is held. Removing one starts with its
+// meta.zr, under the lock, so a directory that is left with other files
+// but no meta.zr is a cleanup cut short, which the next one finishes; a
+// Create checks, once it holds its lock, that its meta.zr is still the one
+// at its path, and starts over in a new directory if a cleanup removed it
+// in between. A Create that is done, whether it published, failed or built
+// in place, removes the path's directory if it is empty; that fails, and
+// is meant to, while another Create of the path has its staging directory
+// there. A Create whose staging directory cannot be made because a
+// finishing one just removed the path's directory makes both again.
+//
+// So a Create lists no directory but its own path's one (and its stores'),
+// and its cost does not grow with the number of entries beside the path:
+// a dataset directory of 10^5 shards takes about 90 ms to list, which,
+// paid by each of its shards' Creates, made writing it quadratic. Whether
+// the path is a symbolic link is an lstat. Creates of earlier releases
+// kept their staging and trash directories straight beside the path,
+// .NAME.zrecord-create- or .NAME.zrecord-trash- and 16 hex digits; a
+// Create clears those as well, by the same rules, when the parent holds at
+// most oldScanLimit entries, which it learns by reading no more than one
+// past that many. In a larger parent they stay (loaderx's commit of a
+// sharded dataset removes those its dead writers left, by name). A file
+// layer without Lstat and ReadDirN (fs.go) has Create read the whole
+// parent, as before.
+//
+// Publishing renames the staging directory out of the path's directory
+// onto the path, in the same file system; the parent is fsynced, then the
+// path's directory.
 //
 // Replacing a store swaps the two directories with renameat2's
 // RENAME_EXCHANGE where the system has it (Linux), so the path holds the
@@ -51,18 +76,25 @@ import (
 // path is a mount point (seen by its device number, or, for a bind mount of
 // the same file system, by the rename failing with EBUSY or EXDEV, after
 // which the store is built again in place), and when its parent is not
-// writable. A Create in
-// place writes the header last, so it never leaves a directory that looks
-// like a store; what it leaves when cut short (store files only, and a
-// meta.zr without a header) is recognised by the next Create of the path
-// (clearUnfinished), which empties it: this covers the directories that
-// Creates before staging left as well.
+// writable (the path's directory cannot be made in it, or, where one was
+// made before, the rename out of it is refused). A Create in place writes
+// the header last, so it never leaves a directory that looks like a store;
+// what it leaves when cut short (store files only, and a meta.zr without a
+// header) is recognised by the next Create of the path (clearUnfinished),
+// which empties it: this covers the directories that Creates before
+// staging left as well.
 
-// Names of the directories beside a store's path.
+// Names of the directories of a store's Creates.
 const (
-	stageTag    = ".zrecord-create-"
-	trashTag    = ".zrecord-trash-"
-	stageDigits = 16 // hex digits after the tag
+	stageDirTag = ".zrecord-stage"   // after the path's name: its directory
+	stagePrefix = "create-"          // in it: a Create's staging directory
+	trashPrefix = "trash-"           // in it: a replaced store on its way out
+	stageDigits = 16                 // hex digits after either prefix
+	oldStageTag = ".zrecord-create-" // earlier releases, beside the path
+	oldTrashTag = ".zrecord-trash-"
+	// oldScanLimit is the most entries a parent may hold for a Create to
+	// look in it for its path's leftovers under the earlier names.
+	oldScanLimit = 128
 	// stageAttempts bounds how often a Create starts over in a new staging
 	// directory because a concurrent cleanup took the one it began.
 	stageAttempts = 8
@@ -85,6 +117,8 @@ type creation struct {
 	final string // the store's path, as given
 
 	parent, base string
+	stageDir     string   // the path's directory of staging directories
+	usedStageDir bool     // stageDir was there or made: remove it if empty
 	inPlace      bool     // the store is built in final itself
 	madeFinal    bool     // in place: Create made final
 	emptyDir     bool     // final was an empty directory
@@ -97,19 +131,20 @@ type creation struct {
 	swap         int
 }
 
-// siblingName returns the name of the directory beside final of kind tag
-// (stageTag or trashTag) with suffix.
-func (c *creation) siblingName(tag, suffix string) string {
-	return filepath.Join(c.parent, "."+siblingStem(c.base)+tag+suffix)
+// stageDirName returns the directory that holds the staging and trash
+// directories of the Creates of the path parent/base.
+func stageDirName(parent, base string) string {
+	return filepath.Join(parent, "."+siblingStem(base)+stageDirTag)
 }
 
-// maxStem keeps a sibling's name within the 255 bytes most file systems
-// allow in one name: a dot, the stem, the tag and the digits.
+// maxStem keeps the names beside a path within the 255 bytes most file
+// systems allow in one name: a dot, the stem, and the longest tag with its
+// digits.
 const maxStem = 200
 
-// siblingStem is the part of a sibling's name that stands for base: base
-// itself, or, for a long one, its first bytes (cut at a character) and a
-// hash of the whole, so that siblings of different long names differ.
+// siblingStem is the part of a name beside the path that stands for base:
+// base itself, or, for a long one, its first bytes (cut at a character)
+// and a hash of the whole, so that those of different long names differ.
 func siblingStem(base string) string {
 	if len(base) <= maxStem {
 		return base
@@ -123,15 +158,31 @@ func siblingStem(base string) string {
 	return base[:n] + "-" + hex.EncodeToString(h.Sum(nil))
 }
 
-// isSibling reports whether name is a staging or trash directory of a
-// Create of a path called base.
-func isSibling(name, base string) bool {
-	for _, tag := range []string{stageTag, trashTag} {
-		rest, ok := strings.CutPrefix(name, "."+siblingStem(base)+tag)
-		if !ok || len(rest) != stageDigits {
-			continue
+// hexDigits reports whether s is stageDigits lowercase hex digits.
+func hexDigits(s string) bool {
+	if len(s) != stageDigits || strings.ToLower(s) != s {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil
+}
+
+// isStaged reports whether name, in a path's directory of staging
+// directories, is a Create's staging or trash directory.
+func isStaged(name string) bool {
+	for _, prefix := range []string{stagePrefix, trashPrefix} {
+		if rest, ok := strings.CutPrefix(name, prefix); ok && hexDigits(rest) {
+			return true
 		}
-		if _, err := hex.DecodeString(rest); err == nil && strings.ToLower(rest) == rest {
+	}
+	return false
+}
+
+// isOldSibling reports whether name, beside a path called base, is a
+// staging or trash directory of a Create of an earlier release.
+func isOldSibling(name, base string) bool {
+	for _, tag := range []string{oldStageTag, oldTrashTag} {
+		if rest, ok := strings.CutPrefix(name, "."+siblingStem(base)+tag); ok && hexDigits(rest) {
 			return true
 		}
 	}
@@ -147,6 +198,7 @@ func (c *creation) inspect() error {
 	c.parent, c.base = filepath.Dir(clean), filepath.Base(clean)
 	c.inPlace = !stagedCreate || c.base == "." || c.base == ".." || clean == c.parent
 	if !c.inPlace {
+		c.stageDir = stageDirName(c.parent, c.base)
 		if err := fsys.MkdirAll(c.parent, 0o755); err != nil {
 			return wrapf(err, "create %s", c.final)
 		}
@@ -208,7 +260,8 @@ func (c *creation) inspect() error {
 }
 
 // makeStage makes the directory the store is built in and its meta.zr,
-// open and locked: a new sibling of the path, or the path itself in place.
+// open and locked: a new staging directory of the path, or the path itself
+// in place.
 func (c *creation) makeStage() error {
 	fsys := c.fsys
 	for attempt := 1; !c.inPlace; attempt++ {
@@ -217,7 +270,7 @@ func (c *creation) makeStage() error {
 			b[i] = byte(rand.Uint32())
 		}
 		c.suffix = hex.EncodeToString(b[:])
-		stage := c.siblingName(stageTag, c.suffix)
+		stage := filepath.Join(c.stageDir, stagePrefix+c.suffix)
 		if _, err := fsys.Stat(stage); err == nil {
 			continue
 		}
@@ -226,8 +279,12 @@ func (c *creation) makeStage() error {
 				c.inPlace = true // the parent is not ours to write
 				break
 			}
+			if isNotExist(err) && attempt < stageAttempts {
+				continue // a Create that finished removed stageDir meanwhile
+			}
 			return wrapf(err, "create %s: make %s", c.final, stage)
 		}
+		c.usedStageDir = true
 		metaPath := filepath.Join(stage, metaName)
 		meta, err := fsys.OpenFile(metaPath, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 		if err != nil {
@@ -239,8 +296,7 @@ func (c *creation) makeStage() error {
 		}
 		ok, err := lockFile(meta)
 		if err != nil {
-			meta.Close()
-			removeTree(fsys, stage, nil)
+			removeTree(fsys, stage, meta) // this Create's own, unlocked as it is
 			return wrapf(err, "lock %s", metaPath)
 		}
 		if !ok || !stillAt(fsys, metaPath, meta) {
@@ -281,10 +337,23 @@ func (c *creation) makeStage() error {
 	return nil
 }
 
+// publishRefused reports whether err, from publishing the staged store
+// when nothing was swapped yet, calls for building it in place instead:
+// the path is a mount point that shares its parent's device (a bind mount,
+// which the checks before could not see), or the parent refuses the
+// rename into it while the path is an empty directory Create may write.
+func (c *creation) publishRefused(err error) bool {
+	if c.swap != swapNone {
+		return false
+	}
+	return mountRefused(err) || c.emptyDir && c.prev == nil && errors.Is(err, os.ErrPermission)
+}
+
 // restartInPlace drops the staged store and builds it again in place,
-// after the rename onto the path failed because the path is a mount point.
+// after the rename onto the path was refused (publishRefused).
 func (c *creation) restartInPlace() error {
 	removeTree(c.fsys, c.stage, c.meta)
+	c.dropStageDir()
 	c.meta, c.inPlace, c.created = nil, true, nil
 	if c.prev != nil {
 		c.prev.Close()
@@ -331,7 +400,7 @@ func (c *creation) publish() error {
 		case err == nil:
 			c.swap = swapExchanged
 		case errors.Is(err, errors.ErrUnsupported):
-			c.trash = c.siblingName(trashTag, c.suffix)
+			c.trash = filepath.Join(c.stageDir, trashPrefix+c.suffix)
 			if err := fsys.Rename(c.final, c.trash); err != nil {
 				return wrapf(err, "create %s: move the previous store aside", c.final)
 			}
@@ -355,6 +424,11 @@ func (c *creation) publish() error {
 	if err := syncDir(fsys, c.parent); err != nil {
 		return wrapf(err, "sync %s", c.parent)
 	}
+	// The rename took an entry out of stageDir too. Another Create of the
+	// path may have removed stageDir since, if it was left empty.
+	if err := syncDir(fsys, c.stageDir); err != nil && !isNotExist(err) {
+		return wrapf(err, "sync %s", c.stageDir)
+	}
 	return nil
 }
 
@@ -368,7 +442,8 @@ func exchange(fsys FS, a, b string) error {
 }
 
 // finish removes the previous store of a replacing Create, once the new
-// one is open. A failure leaves a trash or staging directory, which the
+// one is open, and the path's directory of staging directories if that is
+// left empty. A failure leaves a trash or staging directory, which the
 // next Create of the path clears.
 func (c *creation) finish() {
 	switch c.swap {
@@ -382,6 +457,17 @@ func (c *creation) finish() {
 		}
 	}
 	c.prev = nil
+	c.dropStageDir()
+}
+
+// dropStageDir removes the path's directory of staging directories if
+// this Create found or made it and it is empty now. It fails, leaving it,
+// while another Create of the path has its staging directory there.
+func (c *creation) dropStageDir() {
+	if c.usedStageDir {
+		c.fsys.Remove(c.stageDir)
+		c.usedStageDir = false
+	}
 }
 
 // abandon undoes a Create that failed: it puts back what the path held
@@ -392,6 +478,9 @@ func (c *creation) abandon() {
 	undone := true
 	switch c.swap {
 	case swapRenamed:
+		// stageDir may be gone, removed by another Create once this one's
+		// rename left it empty.
+		fsys.MkdirAll(c.stageDir, 0o755)
 		undone = fsys.Rename(c.final, c.stage) == nil
 		if undone && c.emptyDir {
 			fsys.MkdirAll(c.final, 0o755)
@@ -431,24 +520,47 @@ func (c *creation) abandon() {
 		removeTree(fsys, c.stage, c.meta)
 	}
 	c.meta = nil
+	c.dropStageDir()
 }
 
 // clearLeftovers removes the staging and trash directories of earlier
-// Creates of the path that are not in use (see the top of this file). It
-// reports whether the path itself is a symbolic link.
+// Creates of the path that are not in use (see the top of this file): in
+// the path's directory of them, and, under the names of earlier releases,
+// in a small parent. It reports whether the path itself is a symbolic
+// link.
 func (c *creation) clearLeftovers() (link bool) {
-	ents, err := c.fsys.ReadDir(c.parent)
-	if err != nil {
-		return false
-	}
-	for _, e := range ents {
-		name := e.Name()
-		if name == c.base {
-			link = e.Type()&os.ModeSymlink != 0
-			continue
+	fsys := c.fsys
+	fi, lerr := lstat(fsys, c.final)
+	beside, berr := readDirN(fsys, c.parent, oldScanLimit+1)
+	whole := berr == nil && len(beside) <= oldScanLimit
+	if errors.Is(lerr, errors.ErrUnsupported) || errors.Is(berr, errors.ErrUnsupported) {
+		// A file layer that cannot look at one name, or at a few entries:
+		// read the parent whole, as before.
+		beside, berr = fsys.ReadDir(c.parent)
+		whole = berr == nil
+		for _, e := range beside {
+			if e.Name() == c.base {
+				link = e.Type()&os.ModeSymlink != 0
+			}
 		}
-		if e.IsDir() && isSibling(name, c.base) {
-			clearSibling(c.fsys, filepath.Join(c.parent, name))
+	} else if lerr == nil {
+		link = fi.Mode()&os.ModeSymlink != 0
+	}
+	if whole {
+		for _, e := range beside {
+			if e.IsDir() && isOldSibling(e.Name(), c.base) {
+				clearSibling(fsys, filepath.Join(c.parent, e.Name()))
+			}
+		}
+	}
+	ents, err := fsys.ReadDir(c.stageDir)
+	if err != nil {
+		return link // none (or not one to use: making the stage reports it)
+	}
+	c.usedStageDir = true
+	for _, e := range ents {
+		if e.IsDir() && isStaged(e.Name()) {
+			clearSibling(fsys, filepath.Join(c.stageDir, e.Name()))
 		}
 	}
 	return link
@@ -479,10 +591,19 @@ func clearSibling(fsys FS, dir string) {
 }
 
 // removeTree removes dir, a directory of store files, whose meta.zr lock
-// holds open and locked (or nil): meta.zr first while the lock is held
-// (where an open file can be removed), then the other files, then dir. A
-// directory holding anything but regular files is left as it is. lock is
-// closed in any case.
+// holds open and locked: meta.zr first while the lock is held (where an
+// open file can be removed), then the other files, then dir. A directory
+// holding anything but regular files is left as it is. lock is closed in
+// any case.
+//
+// With lock nil, dir is one without a meta.zr (the staging directory of a
+// Create killed before it made one, or a cleanup cut short): its files are
+// removed, then dir, unless a meta.zr is found in it, listed or looked up
+// once more after the listing, which leaves dir as it is. A Create makes
+// its meta.zr first, and only a holder of its lock removes it, so a file
+// listed while no meta.zr was there is not one a live Create made, and a
+// Create that makes its meta.zr after the look-up keeps dir from being
+// removed, it not being empty.
 func removeTree(fsys FS, dir string, lock File) error {
 	closeLock := func() {
 		if lock != nil {
@@ -501,7 +622,12 @@ func removeTree(fsys FS, dir string, lock File) error {
 		}
 	}
 	metaPath := filepath.Join(dir, metaName)
-	if lock != nil && removeOpenFile {
+	if lock == nil {
+		_, err := fsys.Stat(metaPath)
+		if !isNotExist(err) || slices.ContainsFunc(ents, func(e os.DirEntry) bool { return e.Name() == metaName }) {
+			return errf(ErrLocked, "%s: a Create may be using it (it holds a %s)", dir, metaName)
+		}
+	} else if removeOpenFile {
 		if err := fsys.Remove(metaPath); err != nil && !isNotExist(err) {
 			return err
 		}
@@ -514,105 +640,11 @@ func removeTree(fsys FS, dir string, lock File) error {
 			return err
 		}
 	}
-	closeLock()
-	if err := fsys.Remove(metaPath); err != nil && !isNotExist(err) {
-		return err
+	if lock != nil {
+		closeLock()
+		if err := fsys.Remove(metaPath); err != nil && !isNotExist(err) {
+			return err
+		}
 	}
 	return fsys.Remove(dir)
-}
-
-// clearUnfinished empties dir, which holds ents, if they are what a Create
-// built in place leaves when cut short: a meta.zr without a header (empty,
-// or zero bytes, at most a header long), empty first chunk and table files,
-// a dictionary, and files this Create names with WithFile. It reports
-// whether it did; ErrLocked means such a Create is still running.
-func clearUnfinished(fsys FS, dir string, ents []os.DirEntry, o *options) (bool, error) {
-	hasMeta := false
-	for _, e := range ents {
-		name := e.Name()
-		if !e.Type().IsRegular() {
-			return false, nil
-		}
-		switch {
-		case name == metaName:
-			hasMeta = true
-			b, ok := readSmall(fsys, filepath.Join(dir, name), headerSize)
-			if !ok || strings.Trim(string(b), "\x00") != "" {
-				return false, nil
-			}
-		case name == chunkName(0) || name == layoutV4.segName(0):
-			if fi, err := e.Info(); err != nil || fi.Size() != 0 {
-				return false, nil
-			}
-		case name == dictName:
-		case o.namedFile(name):
-		default:
-			return false, nil
-		}
-	}
-	if !hasMeta {
-		return false, nil
-	}
-	metaPath := filepath.Join(dir, metaName)
-	meta, err := fsys.OpenFile(metaPath, os.O_RDWR, 0)
-	if err != nil {
-		return false, wrapf(err, "create %s: open %s", dir, metaPath)
-	}
-	if ok, err := lockFile(meta); err != nil {
-		meta.Close()
-		return false, wrapf(err, "lock %s", metaPath)
-	} else if !ok {
-		meta.Close()
-		return false, errf(ErrLocked, "create %s: another Create of it is running", dir)
-	}
-	for _, e := range ents {
-		if e.Name() == metaName {
-			continue
-		}
-		p := filepath.Join(dir, e.Name())
-		if err := fsys.Remove(p); err != nil && !isNotExist(err) {
-			meta.Close()
-			return false, wrapf(err, "create %s: remove %s", dir, p)
-		}
-	}
-	// meta.zr last, so that a removal cut short is recognised again.
-	if removeOpenFile {
-		err = fsys.Remove(metaPath)
-		meta.Close()
-	} else {
-		meta.Close()
-		err = fsys.Remove(metaPath)
-	}
-	if err != nil && !isNotExist(err) {
-		return false, wrapf(err, "create %s: remove %s", dir, metaPath)
-	}
-	return true, nil
-}
-
-// namedFile reports whether name is one of o's WithFile names.
-func (o *options) namedFile(name string) bool {
-	for _, f := range o.files {
-		if f.name == name {
-			return true
-		}
-	}
-	return false
-}
-
-// readSmall reads the file at p if it holds at most max bytes.
-func readSmall(fsys FS, p string, max int) ([]byte, bool) {
-	f, err := fsys.OpenFile(p, os.O_RDONLY, 0)
-	if err != nil {
-		return nil, false
-	}
-	defer f.Close()
-	size, err := fileSize(f)
-	if err != nil || size > int64(max) {
-		return nil, false
-	}
-	b := make([]byte, size)
-	if err := readFull(f, b, 0); err != nil {
-		return nil, false
-	}
-	return b, true
 }

@@ -1,30 +1,25 @@
 package zrecord_test
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/loaderx/loaderx/zrecord"
 	"github.com/loaderx/loaderx/zrecord/internal/faultfs"
 )
 
 // The tests of this file cut a Create short at every step (a fault, a
-// crash of the process, a power cut, a real SIGKILL) and check that its
-// path then holds what it held before, or the new store, and never a
-// directory that is neither; and that the next Create of the path, without
-// WithReplace where the path holds no store, succeeds and leaves nothing
-// beside the path.
+// crash of the process, a power cut; stagingkill_test.go sends a real
+// SIGKILL) and check that its path then holds what it held before, or the
+// new store, and never a directory that is neither; and that the next
+// Create of the path, without WithReplace where the path holds no store,
+// succeeds and leaves nothing beside the path.
 
 // The previous store of the replacing scenarios, and the new one.
 var (
@@ -57,6 +52,13 @@ var createScenarios = []createScenario{
 		before: []string{"unfinished", "empty"}, allowed: []string{"unfinished", "empty", "nothing", "new"}},
 	{name: "dead-siblings", setup: writeDeadSiblings,
 		before: []string{"nothing"}, allowed: []string{"nothing", "new"}},
+	{name: "dead-siblings-old-names", setup: writeOldDeadSiblings,
+		before: []string{"nothing"}, allowed: []string{"nothing", "new"}},
+	{name: "crowded-replace", replace: true, setup: func(t *testing.T, tmpl, parent string) {
+		writeNeighbours(t, parent, zrecord.OldScanLimit+8)
+		writeDeadSiblings(t, tmpl, parent)
+		copyOld(t, tmpl, parent)
+	}, before: []string{"old"}, allowed: []string{"old", "new"}},
 }
 
 func mkdir(t *testing.T, dir string) {
@@ -90,10 +92,25 @@ func writeUnfinished(t *testing.T, _, parent string) {
 	writeFile(t, filepath.Join(dir, "schema.bin"), []byte("an older schema"))
 }
 
-// writeDeadSiblings leaves beside parent/s the staging directory of a
-// killed Create and the trash directory of a killed replace (a whole
-// store), neither locked.
+// writeDeadSiblings leaves in parent/.s.zrecord-stage the staging
+// directory of a killed Create and the trash directory of a killed replace
+// (a whole store), neither locked.
 func writeDeadSiblings(t *testing.T, tmpl, parent string) {
+	stages := filepath.Join(parent, ".s.zrecord-stage")
+	stage := filepath.Join(stages, "create-00112233445566ff")
+	mkdir(t, stage)
+	writeFile(t, filepath.Join(stage, "meta.zr"), nil)
+	writeFile(t, filepath.Join(stage, "0.chunk"), nil)
+	copyTree(t, filepath.Join(tmpl, "old"), filepath.Join(stages, "trash-ffeeddccbbaa0099"))
+	// A cleanup cut short: files left, meta.zr already gone.
+	half := filepath.Join(stages, "create-0123456789abcdef")
+	mkdir(t, half)
+	writeFile(t, filepath.Join(half, "0.tab"), nil)
+}
+
+// writeOldDeadSiblings leaves the same beside parent/s under the names of
+// earlier releases, straight in parent.
+func writeOldDeadSiblings(t *testing.T, tmpl, parent string) {
 	stage := filepath.Join(parent, ".s.zrecord-create-00112233445566ff")
 	mkdir(t, stage)
 	writeFile(t, filepath.Join(stage, "meta.zr"), nil)
@@ -103,6 +120,23 @@ func writeDeadSiblings(t *testing.T, tmpl, parent string) {
 	half := filepath.Join(parent, ".s.zrecord-create-0123456789abcdef")
 	mkdir(t, half)
 	writeFile(t, filepath.Join(half, "0.tab"), nil)
+}
+
+// writeNeighbours fills parent with n empty files, the other shards of a
+// dataset, say, which every Create leaves alone.
+func writeNeighbours(t *testing.T, parent string, n int) {
+	t.Helper()
+	for i := range n {
+		writeFile(t, filepath.Join(parent, fmt.Sprintf("%s%05d", neighbourPrefix, i)), nil)
+	}
+}
+
+const neighbourPrefix = "neighbour-"
+
+// besidePath lists parent without the neighbours writeNeighbours made.
+func besidePath(parent string) []string {
+	names, _ := ztDirNames(parent)
+	return slices.DeleteFunc(names, func(n string) bool { return strings.HasPrefix(n, neighbourPrefix) })
 }
 
 // oldTemplate makes the previous store of the replacing scenarios in
@@ -190,7 +224,7 @@ func createAfter(t *testing.T, parent, state, what string) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if names, _ := ztDirNames(parent); !slices.Equal(names, []string{"s"}) {
+	if names := besidePath(parent); !slices.Equal(names, []string{"s"}) {
 		t.Fatalf("%s: after the next Create, %s holds %v: a leftover survived", what, parent, names)
 	}
 	if got, _ := os.ReadFile(filepath.Join(dir, "schema.bin")); string(got) != "next" {
@@ -220,7 +254,7 @@ func TestCreateCutShortAtEveryStep(t *testing.T) {
 			if got := pathState(filepath.Join(parent, "s")); got != "new" {
 				t.Fatalf("without faults the path holds %s", got)
 			}
-			if names, _ := ztDirNames(parent); !slices.Equal(names, []string{"s"}) {
+			if names := besidePath(parent); !slices.Equal(names, []string{"s"}) {
 				t.Fatalf("without faults the Create left %v", names)
 			}
 			kinds := map[string]int{}
@@ -388,16 +422,31 @@ func TestCreateLeftoverRules(t *testing.T) {
 	}
 	nested := filepath.Join(parent, ".s.zrecord-create-aaaaaaaaaaaaaaaa")
 	mkdir(t, filepath.Join(nested, "sub"))
+	// The same in the path's own directory of staging directories, which
+	// then stays, not being empty.
+	stages := filepath.Join(parent, ".s.zrecord-stage")
+	keepStaged := []string{"create-0123", "create-0123456789ABCDEF", "trash-0123456789abcdeg", "create-0123456789abcdef0",
+		"0123456789abcdef", "notes.txt", "create-aaaaaaaaaaaaaaaa"}
+	for _, name := range keepStaged[:len(keepStaged)-1] {
+		mkdir(t, filepath.Join(stages, name))
+		writeFile(t, filepath.Join(stages, name, "meta.zr"), nil)
+	}
+	mkdir(t, filepath.Join(stages, "create-aaaaaaaaaaaaaaaa", "sub"))
 	s, err = zrecord.Create(filepath.Join(parent, "s"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
 	names, _ := ztDirNames(parent)
-	want := append(slices.Clone(keep), filepath.Base(nested), "s")
+	want := append(slices.Clone(keep), filepath.Base(nested), filepath.Base(stages), "s")
 	slices.Sort(want)
 	if !slices.Equal(names, want) {
 		t.Errorf("after a Create, %s holds %v, want %v", parent, names, want)
+	}
+	names, _ = ztDirNames(stages)
+	slices.Sort(keepStaged)
+	if !slices.Equal(names, keepStaged) {
+		t.Errorf("after a Create, %s holds %v, want %v", stages, names, keepStaged)
 	}
 }
 
@@ -488,170 +537,4 @@ func TestCreateSymlinkAndDot(t *testing.T) {
 	if names, _ := ztDirNames(parent); !slices.Equal(names, []string{"cwd", "link", "target"}) {
 		t.Fatalf("%s holds %v", parent, names)
 	}
-}
-
-const createKillEnv = "ZRECORD_CREATE_KILL_HELPER" // mode:dir
-
-// TestCreateKillHelper is the subprocess of TestCreateKill: it replaces the
-// store at its path again and again, each time with a schema naming the
-// round and a few records, and reports each round done.
-func TestCreateKillHelper(t *testing.T) {
-	spec := os.Getenv(createKillEnv)
-	if spec == "" {
-		t.Skip("subprocess of TestCreateKill")
-	}
-	mode, dir, _ := strings.Cut(spec, ":")
-	out := os.NewFile(3, "progress")
-	var fs zrecord.FS = zrecord.OSFS
-	if mode == "two-renames" {
-		ffs := faultfs.New(zrecord.OSFS)
-		ffs.NoExchange(true)
-		fs = ffs
-	}
-	fmt.Fprintln(out, "ready")
-	for round := 0; ; round++ {
-		s, err := zrecord.Create(dir, zrecord.WithFS(fs), zrecord.WithReplace(), zrecord.WithCodec(zrecord.Zstd),
-			zrecord.WithFile("schema.bin", killSchema(round)))
-		if err != nil {
-			fmt.Fprintf(out, "error create %d: %v\n", round, err)
-			os.Exit(3)
-		}
-		if _, err := s.Append(killRecords(round)); err != nil {
-			fmt.Fprintf(out, "error append %d: %v\n", round, err)
-			os.Exit(3)
-		}
-		if err := s.Close(); err != nil {
-			fmt.Fprintf(out, "error close %d: %v\n", round, err)
-			os.Exit(3)
-		}
-		fmt.Fprintf(out, "done %d\n", round)
-	}
-}
-
-func killSchema(round int) []byte {
-	return append([]byte(fmt.Sprintf("round %d\n", round)), bytes.Repeat([]byte{byte(round)}, 64<<10)...)
-}
-
-func killRecords(round int) [][]byte {
-	recs := make([][]byte, 8)
-	for i := range recs {
-		recs[i] = ztRecord(round*100+i, 4<<10)
-	}
-	return recs
-}
-
-// TestCreateKill SIGKILLs a process that keeps replacing a store, at random
-// moments: the path holds a store of the round that was running or the one
-// before (with a prefix of its records), or (for the two-rename swap, or
-// the first round) nothing; the next Create clears every leftover.
-func TestCreateKill(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the kills are timed; run them without -race")
-	}
-	kills := 24
-	if testing.Short() {
-		kills = 8
-	}
-	rng, _ := seeded(t)
-	for _, mode := range []string{"exchange", "two-renames"} {
-		t.Run(mode, func(t *testing.T) {
-			outcome := map[string]int{}
-			for n := range kills {
-				parent := t.TempDir()
-				dir := filepath.Join(parent, "s")
-				delay := time.Duration(rng.Int64N(int64(40 * time.Millisecond)))
-				done := runCreateKill(t, mode, dir, delay)
-				what := fmt.Sprintf("kill %d, %v after ready, %d rounds done", n, delay, done)
-				names, _ := ztDirNames(parent)
-				if len(names) > 1 || len(names) == 1 && names[0] != "s" {
-					outcome["left a leftover beside the path"]++
-				}
-				state := "nothing"
-				if _, err := os.Stat(dir); err == nil {
-					s, err := zrecord.Open(dir)
-					if err != nil {
-						t.Fatalf("%s: the path holds something that does not open: %v (%v)", what, err, names)
-					}
-					schema, _ := os.ReadFile(filepath.Join(dir, "schema.bin"))
-					round := -1
-					fmt.Sscanf(string(schema), "round %d\n", &round)
-					if round < 0 || !bytes.Equal(schema, killSchema(round)) || round < done-1 || round > done {
-						t.Fatalf("%s: the store's schema is of round %d (%d bytes)", what, round, len(schema))
-					}
-					recs := killRecords(round)
-					got, err := gatherPacked(s, seq(s.Len()))
-					if err != nil || len(got) > len(recs) || !slices.EqualFunc(got, recs[:len(got)], bytes.Equal) {
-						t.Fatalf("%s: the store of round %d holds %d records (%v), not a prefix of its 8", what, round, len(got), err)
-					}
-					if round < done && len(got) != len(recs) {
-						t.Fatalf("%s: the store of round %d, which was closed, holds %d of its records", what, round, len(got))
-					}
-					s.Close()
-					state = "store"
-					if round == done {
-						state = "store of the round killed"
-					}
-				} else if done > 0 && mode == "exchange" {
-					t.Fatalf("%s: the path holds no store after a replace was killed", what)
-				}
-				outcome[state]++
-				createAfter(t, parent, map[bool]string{true: "old", false: "nothing"}[state != "nothing"], what)
-			}
-			t.Logf("%d kills: %v", kills, outcome)
-			if outcome["left a leftover beside the path"] == 0 {
-				t.Errorf("no kill landed inside a Create (%v): the test does not test it", outcome)
-			}
-		})
-	}
-}
-
-func seq(n int64) []int64 {
-	idx := make([]int64, n)
-	for i := range idx {
-		idx[i] = int64(i)
-	}
-	return idx
-}
-
-// runCreateKill runs the helper on dir and kills it delay after it reports
-// ready; it returns how many rounds the helper reported done.
-func runCreateKill(t *testing.T, mode, dir string, delay time.Duration) int {
-	t.Helper()
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pr.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCreateKillHelper$", "-test.count=1", "-test.timeout=60s")
-	cmd.Env = append(os.Environ(), createKillEnv+"="+mode+":"+dir)
-	cmd.ExtraFiles = []*os.File{pw}
-	var output strings.Builder
-	cmd.Stdout, cmd.Stderr = &output, &output
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pw.Close()
-	sc := bufio.NewScanner(pr)
-	if !sc.Scan() || sc.Text() != "ready" {
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatalf("helper did not start: %s", output.String())
-	}
-	timer := time.AfterFunc(delay, func() { cmd.Process.Signal(syscall.SIGKILL) })
-	defer timer.Stop()
-	done := 0
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "error") {
-			cmd.Process.Kill()
-			cmd.Wait()
-			t.Fatalf("helper: %s\n%s", line, output.String())
-		}
-		if n, ok := strings.CutPrefix(line, "done "); ok {
-			done, _ = strconv.Atoi(n)
-			done++
-		}
-	}
-	cmd.Wait()
-	return done
 }

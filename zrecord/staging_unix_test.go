@@ -27,31 +27,43 @@ func flocked(t *testing.T, p string) *os.File {
 	return f
 }
 
-// TestCreateSparesLiveSiblings: the staging directory of a Create still
-// running (its meta.zr locked) survives another Create of the same path,
-// and goes with the first Create after its lock is released.
+// TestCreateSparesLiveSiblings: the staging and trash directories of a
+// Create still running (their meta.zr locked), under this release's names
+// and those of earlier ones, survive another Create of the same path, and
+// go with the first Create after their locks are released.
 func TestCreateSparesLiveSiblings(t *testing.T) {
 	parent := t.TempDir()
 	dir := filepath.Join(parent, "s")
-	stage := filepath.Join(parent, ".s.zrecord-create-0123456789abcdef")
-	trash := filepath.Join(parent, ".s.zrecord-trash-0123456789abcdef")
-	for _, d := range []string{stage, trash} {
+	stages := filepath.Join(parent, ".s.zrecord-stage")
+	live := []string{
+		filepath.Join(stages, "create-0123456789abcdef"),
+		filepath.Join(stages, "trash-0123456789abcdef"),
+		filepath.Join(parent, ".s.zrecord-create-0123456789abcdef"),
+		filepath.Join(parent, ".s.zrecord-trash-0123456789abcdef"),
+	}
+	var locks []*os.File
+	for _, d := range live {
 		mkdir(t, d)
 		writeFile(t, filepath.Join(d, "meta.zr"), nil)
 		writeFile(t, filepath.Join(d, "0.chunk"), []byte("being written"))
+		locks = append(locks, flocked(t, filepath.Join(d, "meta.zr")))
 	}
-	locks := []*os.File{flocked(t, filepath.Join(stage, "meta.zr")), flocked(t, filepath.Join(trash, "meta.zr"))}
 	s, err := zrecord.Create(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
 	names, _ := ztDirNames(parent)
-	if want := []string{filepath.Base(stage), filepath.Base(trash), "s"}; !slices.Equal(names, want) {
-		t.Fatalf("with two live siblings, the Create left %v, want %v", names, want)
+	if want := []string{".s.zrecord-create-0123456789abcdef", ".s.zrecord-stage", ".s.zrecord-trash-0123456789abcdef", "s"}; !slices.Equal(names, want) {
+		t.Fatalf("with live siblings, the Create left %v, want %v", names, want)
 	}
-	if b, err := os.ReadFile(filepath.Join(stage, "0.chunk")); err != nil || string(b) != "being written" {
-		t.Fatalf("a live sibling's file: %q, %v", b, err)
+	if names, _ := ztDirNames(stages); !slices.Equal(names, []string{"create-0123456789abcdef", "trash-0123456789abcdef"}) {
+		t.Fatalf("with live siblings, the Create left %v in %s", names, stages)
+	}
+	for _, d := range live {
+		if b, err := os.ReadFile(filepath.Join(d, "0.chunk")); err != nil || string(b) != "being written" {
+			t.Fatalf("a live sibling's file: %q, %v", b, err)
+		}
 	}
 	for _, f := range locks {
 		f.Close()

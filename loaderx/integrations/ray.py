@@ -288,7 +288,7 @@ def _sharding_leftover(path: str, entry: str) -> bool:
     if entry.startswith(".writing-") or entry == ".commit.lock" or entry.startswith(".manifest.json.tmp-"):
         return True
     if entry.startswith("."):
-        return ".zrecord-create-" in entry
+        return shards._staging_owner(entry) is not None
     sub = os.path.join(path, entry)
     return not os.path.islink(sub) and os.path.isdir(sub) and _SHARD_NAME.fullmatch(entry) is not None
 

@@ -15,7 +15,7 @@ re-raises :class:`KeyboardInterrupt`.
 A conversion killed outright (SIGKILL, a crash, the machine stopping)
 leaves at ``path`` either what was there before or a valid store holding a
 prefix of the records, never a directory that is neither: the store is
-built in a hidden directory beside ``path`` (``.NAME.zrecord-create-*``)
+built in a hidden directory beside ``path`` (in ``.NAME.zrecord-stage``)
 and renamed onto ``path`` whole, with its schema, before the first record
 is written. A kill before that rename leaves only the hidden directory,
 which the next conversion to ``path`` removes (while no other process is

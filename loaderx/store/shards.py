@@ -42,6 +42,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import secrets
 import shutil
 import time
@@ -82,9 +83,12 @@ _TEMP_PREFIX = "." + MANIFEST_FILE + ".tmp-"
 #: what a store directory holds; a directory with both is a store
 _STORE_FILES = ("meta.zr", "schema.msgpack")
 _LAYOUTS = ("store", "streams")
-#: what follows NAME in the hidden directory a store's Create or replacement
-#: keeps beside the path NAME (zrecord/doc.go, Durability)
-_STAGING_MARK = ".zrecord-"
+#: what follows NAME in the hidden directory beside the path NAME that holds
+#: the staging directories of the store's Creates (zrecord/doc.go, Durability)
+_STAGING_DIR = ".zrecord-stage"
+#: a staging or trash directory that Creates of earlier releases kept straight
+#: beside the path NAME: ".NAME.zrecord-create-" or "-trash-" and 16 hex digits
+_OLD_STAGING = re.compile(r"\.(.+)\.zrecord-(?:create|trash)-[0-9a-f]{16}", re.DOTALL)
 #: the longest shard name (bytes) a store keeps whole in its staging
 #: directory's name; past it Create shortens and hashes the name, which a
 #: commit could no longer tie to its writer
@@ -499,13 +503,15 @@ def _replaced(root: str) -> set[str]:
 
 
 def _staging_owner(entry: str) -> str | None:
-    """The shard NAME whose store's own staging directory ``entry`` is
-    (".NAME.zrecord-create-<hex>", or "-trash-" while it replaces one; NAME
-    may hold dots itself), else None."""
-    if not entry.startswith("."):
-        return None
-    cut = entry.rfind(_STAGING_MARK)
-    return entry[1:cut] if cut > 0 else None
+    """The shard NAME whose store's staging ``entry`` is, else None: the
+    directory of its Creates' staging directories (".NAME.zrecord-stage"),
+    or, as earlier releases left them, one staging directory
+    (".NAME.zrecord-create-<16 hex>", or "-trash-" while it replaces one).
+    NAME may hold dots itself."""
+    if entry.startswith(".") and entry.endswith(_STAGING_DIR) and len(entry) > 1 + len(_STAGING_DIR):
+        return entry[1 : -len(_STAGING_DIR)]
+    m = _OLD_STAGING.fullmatch(entry)
+    return m.group(1) if m else None
 
 
 def _clean(root: str, keep: set[str], previous: set[str]) -> list[str]:
@@ -625,14 +631,20 @@ def abandon(dataset_dir: PathLike, names: Sequence[str]) -> list[str]:
     root = os.fspath(dataset_dir)
     keep = {s.name for s in read_manifest(root).shards} if is_sharded(root) else set()
     done = []
+    staged: dict[str, list[str]] | None = None  # owner -> its staging entries, listed once
     for n in names:
         _check_name(n)
         if n in keep or _reap(os.path.join(root, f"{_LOCK_PREFIX}{n}{_LOCK_SUFFIX}")):
             continue
         _remove(os.path.join(root, n))
-        for e in os.listdir(root):
-            if _staging_owner(e) == n:
-                _remove(os.path.join(root, e))
+        if staged is None:
+            staged = {}
+            for e in os.listdir(root):
+                owner = _staging_owner(e)
+                if owner is not None:
+                    staged.setdefault(owner, []).append(e)
+        for e in staged.get(n, []):
+            _remove(os.path.join(root, e))
         done.append(n)
     return done
 

@@ -4,8 +4,8 @@
 //
 // Mutating operations are counted in the order they reach the file system:
 // File.WriteAt, File.Truncate, File.Sync, FS.Rename, FS.Exchange, FS.Remove,
-// FS.MkdirAll and FS.OpenFile with O_CREATE, O_TRUNC or O_APPEND. Reads, Stat, ReadDir
-// and Close are not counted.
+// FS.MkdirAll and FS.OpenFile with O_CREATE, O_TRUNC or O_APPEND. Reads,
+// Stat, Lstat, ReadDir, ReadDirN and Close are not counted.
 //
 // After a simulated crash every further operation on the FS and on every
 // file opened through it fails with ErrCrashed, as if the process had died
