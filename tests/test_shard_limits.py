@@ -261,3 +261,47 @@ def test_max_open_shards_is_checked_and_survives_pickling(tmp_path):
     assert repr(ds).endswith("shards=4)") and ds.codec == "raw"
     ds.close()
     copy.close()
+
+
+_STORE_EMFILE = """
+import errno, os, resource, sys
+import numpy as np
+resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
+from loaderx.dataset import DenseDataset
+from loaderx.store import _native
+
+_native.get_threads()  # the library is loaded, but has opened no file yet
+hoard = []
+try:
+    while True:
+        hoard.append(os.open("/dev/null", os.O_RDONLY))
+except OSError as e:
+    assert e.errno == errno.EMFILE
+os.close(hoard.pop())  # room for the schema, not for the store's files
+try:
+    DenseDataset(sys.argv[1])[0]
+except OSError as e:
+    assert e.errno == errno.EMFILE, e
+    print(str(e))
+else:
+    raise SystemExit("opening a store past the descriptor limit did not fail")
+for fd in hoard:
+    os.close(fd)
+assert (DenseDataset(sys.argv[1])[[0, 9]] == [[0, 1, 2, 3], [36, 37, 38, 39]]).all()
+print("recovered")
+"""
+
+
+@linux_only
+def test_a_store_opened_past_the_descriptor_limit_is_an_error_naming_it(tmp_path):
+    """Out of descriptors at a store's first open (the library loaded, no
+    file opened by it yet): OSError(EMFILE) naming the limit, the process
+    lives on (the runtime's poller is made when the library loads, not at
+    the first open, where failing to make it would abort the process), and
+    the store opens once descriptors are free."""
+    path = str(tmp_path / "s")
+    from loaderx.converter import from_numpy
+
+    from_numpy(path, np.arange(40, dtype=np.int32).reshape(10, 4), codec="raw")
+    got = run_child(_STORE_EMFILE, path)
+    assert "RLIMIT_NOFILE" in got and "ulimit -n" in got and "recovered" in got, got

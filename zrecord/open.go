@@ -19,6 +19,11 @@ import (
 // damage, never a panic or wrong bytes.
 func Open(dir string, opts ...Option) (s *Store, err error) {
 	defer recoverTo(&err, "open "+dir)
+	defer func() {
+		if err != nil {
+			err = withLimit(err, dir)
+		}
+	}()
 	o := buildOptions(opts)
 	if err := o.validateCommon(); err != nil {
 		return nil, err

@@ -62,18 +62,49 @@ func mappings() int {
 // descriptors (EMFILE, ENFILE) or of mappings or address space (ENOMEM,
 // from mmap). The cause stays in the chain (errors.Is, the errno).
 func (t *Set) limitError(err error, dir string) error {
-	setting := fmt.Sprintf("the stores the set keeps open (WithMaxOpen, %d now; loaderx's max_open_shards=)", t.cache.max)
+	setting := fmt.Sprintf("lower the stores the set keeps open (WithMaxOpen, %d now; loaderx's max_open_shards=), or ", t.cache.max)
+	var lim *openLimitError
+	if errors.As(err, &lim) {
+		err = lim.cause
+	}
+	return limitErrorWith(err, "set: open "+dir, setting)
+}
+
+// openLimitError is the error of an Open that ran out of file descriptors
+// or mappings; its message names the limit and the setting that raises it.
+type openLimitError struct {
+	msg   string
+	cause error
+}
+
+func (e *openLimitError) Error() string { return e.msg }
+func (e *openLimitError) Unwrap() error { return e.cause }
+
+// withLimit is err, the failure of an Open of dir, as an openLimitError
+// when it ran out of a limit, else err.
+func withLimit(err error, dir string) error {
+	lim := limitErrorWith(err, "open "+dir, "")
+	if lim == err {
+		return err
+	}
+	return &openLimitError{msg: lim.Error(), cause: err}
+}
+
+// limitErrorWith names the limit err ran into in what (a verb and a path),
+// with advice to give first (setting: "" or a clause ending in "or "); err
+// itself when it ran into none.
+func limitErrorWith(err error, what, setting string) error {
 	switch {
 	case errors.Is(err, syscall.EMFILE):
-		return fmt.Errorf("zrecord: set: open %s: the process is out of file descriptors (its limit RLIMIT_NOFILE, `ulimit -n`, is %s): "+
-			"an open read-only store holds none, but one holds three while it opens, and a store whose files cannot be mapped keeps them: "+
-			"close other files, lower %s, or raise the limit: %w", dir, fdLimit(), setting, err)
+		return fmt.Errorf("zrecord: %s: the process is out of file descriptors (its limit RLIMIT_NOFILE, `ulimit -n`, is %s): "+
+			"an open read-only store holds none, but one holds three while it opens, and a writable store or one whose files "+
+			"cannot be mapped keeps them: close other files, %sraise the limit (ulimit -n): %w", what, fdLimit(), setting, err)
 	case errors.Is(err, syscall.ENFILE):
-		return fmt.Errorf("zrecord: set: open %s: the system is out of file descriptors (fs.file-max): lower %s, or raise the limit: %w", dir, setting, err)
+		return fmt.Errorf("zrecord: %s: the system is out of file descriptors (fs.file-max): %sraise the limit: %w", what, setting, err)
 	case errors.Is(err, syscall.ENOMEM):
-		return fmt.Errorf("zrecord: set: open %s: out of memory mappings or address space: the process holds %d mappings against its limit "+
+		return fmt.Errorf("zrecord: %s: out of memory mappings or address space: the process holds %d mappings against its limit "+
 			"vm.max_map_count of %d, or reached its address-space limit (RLIMIT_AS); an open store holds one mapping per chunk file and "+
-			"table segment: lower %s, or raise vm.max_map_count: %w", dir, mappings(), mapLimit(), setting, err)
+			"table segment: %sraise vm.max_map_count (sysctl vm.max_map_count): %w", what, mappings(), mapLimit(), setting, err)
 	}
 	return err
 }
