@@ -492,6 +492,7 @@ func (s *Store) growChunks(id uint32) error {
 		}
 		s.dirDirty = true
 		c := &chunk{id: next, f: f}
+		c.random = true
 		if c.size, err = fileSize(f); err != nil {
 			f.Close()
 			return wrapf(err, "stat %s", p)

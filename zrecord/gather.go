@@ -23,6 +23,8 @@ type gatherScratch struct {
 	// stream: the call's checked raw copies use copyCRCStream (see
 	// setStream).
 	stream bool
+	// runs: the ranges the call advised sequential (adviseRuns).
+	runs []seqRun
 }
 
 // setStream decides, for a call that copies total bytes over workers
@@ -79,6 +81,8 @@ func (s *Store) Gather(indices []int64, dst []byte, stride int) (err error) {
 	if err != nil {
 		return err
 	}
+	g.adviseRuns(chunks)
+	defer g.restoreRuns()
 	for k := range g.locs {
 		if e := &g.locs[k]; int64(e.logic) != int64(stride) {
 			return errf(ErrSizeMismatch, "gather from %s: record %d has %d bytes, stride is %d", s.dir, indices[k], e.logic, stride)
@@ -311,6 +315,8 @@ func (s *Store) GatherPacked(indices []int64, dst []byte, offsets []int64) (err 
 	if err != nil {
 		return err
 	}
+	g.adviseRuns(chunks)
+	defer g.restoreRuns()
 	for k, e := range g.locs {
 		if want := offsets[k+1] - offsets[k]; int64(e.logic) != want {
 			return errf(ErrSizeMismatch, "gather from %s: record %d has %d bytes, its slot has %d", s.dir, indices[k], e.logic, want)
@@ -463,6 +469,57 @@ func (s *Store) locateInto(op string, indices []int64, locs []entry, touched *by
 		}
 	}
 	return chunks, nil
+}
+
+// adviseRunMin is the shortest run of stored bytes whose pages a gather
+// reads with read-ahead (adviseRuns).
+const adviseRunMin = 256 << 10
+
+// seqRun is a range of a chunk's mapping that a gather advised sequential
+// for its copy (adviseRuns), and gives back to random advice after it.
+type seqRun struct {
+	c      *chunk
+	off, n int64
+}
+
+// adviseRuns advises sequential, for the copy that follows, the runs of
+// located records that lie back to back in one chunk and span at least
+// adviseRunMin bytes (one large record is such a run). Chunk mappings are
+// advised random (see adviseRandom): a record that is not cached then costs
+// the page it needs, not a read-ahead window, which is what a random batch
+// of small records wants; a long run wants the read-ahead back, and gets it
+// for as long as its copy takes (restoreRuns ends it). Advice is a hint:
+// a concurrent gather that restores a range another is copying costs that
+// copy its read-ahead, never a wrong byte.
+func (g *gatherScratch) adviseRuns(chunks []*chunk) {
+	locs := g.locs
+	for k := 0; k < len(locs); {
+		e := &locs[k]
+		start, end := int64(e.off), int64(e.end())
+		j := k + 1
+		for j < len(locs) && locs[j].chunk == e.chunk && int64(locs[j].off) == end {
+			end = int64(locs[j].end())
+			j++
+		}
+		if end-start >= adviseRunMin && int(e.chunk) < len(chunks) {
+			if c := chunks[e.chunk]; c.random && !c.cached(start) && c.advise(start, end-start, true) {
+				g.runs = append(g.runs, seqRun{c, start, end - start})
+			}
+		}
+		k = j
+	}
+}
+
+// (A run whose first page is in the page cache is taken to be cached
+// whole and left alone: one mincore costs less than the two advice calls.)
+
+// restoreRuns gives the ranges adviseRuns advised sequential back to random.
+func (g *gatherScratch) restoreRuns() {
+	for _, r := range g.runs {
+		r.c.advise(r.off, r.n, false)
+	}
+	clear(g.runs)
+	g.runs = g.runs[:0]
 }
 
 // locateFirstSegment is locate for a version-4 store without an overlay

@@ -54,6 +54,8 @@ func (s *Store) GatherRagged(indices []int64, sizes []int64, dst []byte) (needed
 	if err != nil {
 		return 0, err
 	}
+	g.adviseRuns(chunks)
+	defer g.restoreRuns()
 	op, offsets := pooledOffsets(n)
 	defer offsetsPool.Put(op)
 	for k, e := range g.locs {

@@ -1,6 +1,7 @@
 package zrecord
 
 import (
+	"os"
 	"runtime/debug"
 	"sync/atomic"
 	"unsafe"
@@ -43,6 +44,9 @@ import (
 // would run out of. Once everything is mapped, such a handle closes its
 // files (WithReleaseFiles): on unix a mapping stays valid after its
 // descriptor is closed.
+
+// pageSize is the system's memory page size.
+var pageSize = os.Getpagesize()
 
 // minSpan is the smallest span a file is mapped at.
 const minSpan = 64 << 20
@@ -165,15 +169,47 @@ func (m *mapping) unmap() error {
 }
 
 // willNeed asks the kernel to read bytes [off, off+n) of the mapping in
-// ahead of a pass over them (the table walks of Stats and Verify): a table
-// segment's mapping is advised random, which turns the kernel's read-ahead
-// off for it.
+// ahead of a pass over them (the table walks of Stats): a table segment's
+// mapping is advised random, which turns the kernel's read-ahead off for
+// it.
 func (m *mapping) willNeed(off, n int64) {
-	b := m.bytes()
-	if off >= int64(len(b)) || n <= 0 {
-		return
+	if b := m.pages(off, n); b != nil {
+		adviseWillNeed(b)
 	}
-	adviseWillNeed(b[off:min(int64(len(b)), off+n)])
+}
+
+// advise advises bytes [off, off+n) of the mapping sequential, or random
+// again; whether there was a range to advise.
+func (m *mapping) advise(off, n int64, sequential bool) bool {
+	b := m.pages(off, n)
+	if b == nil {
+		return false
+	}
+	if sequential {
+		adviseSequential(b)
+	} else {
+		adviseRandom(b)
+	}
+	return true
+}
+
+// cached reports whether the page that holds byte off of the mapping is in
+// the page cache (false where that cannot be told).
+func (m *mapping) cached(off int64) bool {
+	b := m.pages(off, 1)
+	return b != nil && pageCached(b[:min(len(b), pageSize)])
+}
+
+// pages is the part of the mapping that holds bytes [off, off+n), from the
+// page that holds off (madvise wants a page-aligned start; the mapping's
+// is); nil when the mapping holds none of them.
+func (m *mapping) pages(off, n int64) []byte {
+	b := m.bytes()
+	if off >= int64(len(b)) || n <= 0 || off < 0 {
+		return nil
+	}
+	start := off &^ (int64(pageSize) - 1)
+	return b[start:min(int64(len(b)), off+n)]
 }
 
 // span returns the length of the current mapping (0 when unmapped).

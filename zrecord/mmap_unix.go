@@ -26,14 +26,23 @@ func unmapSpan(b []byte) error {
 	return unix.Munmap(b)
 }
 
-// adviseRandom tells the kernel that b, a table segment's mapping, is read
-// at random: a read of one entry then faults in the page it needs rather
-// than the read-ahead window around it (128 KiB by default). A random batch
-// reads one entry per record, so a cold first batch reads a page per
-// record, not a window, and maps in no more. The advice is best effort.
+// adviseRandom tells the kernel that b, a table segment's or chunk's
+// mapping, is read at random: a read of one entry or small record then
+// faults in the page it needs rather than the read-ahead window around it
+// (128 KiB by default). A random batch reads one entry and one record per
+// index, so a batch that is not cached reads a page or two per record, not
+// windows, and maps in no more. The advice is best effort.
 func adviseRandom(b []byte) {
 	if len(b) > 0 {
 		_ = unix.Madvise(b, unix.MADV_RANDOM)
+	}
+}
+
+// adviseSequential tells the kernel that b is about to be read through,
+// best effort: read-ahead for the copy of a long run (see adviseRuns).
+func adviseSequential(b []byte) {
+	if len(b) > 0 {
+		_ = unix.Madvise(b, unix.MADV_SEQUENTIAL)
 	}
 }
 

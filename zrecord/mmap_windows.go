@@ -16,7 +16,8 @@ func mapSpan(File, int) ([]byte, error) { return nil, nil }
 // unmapSpan releases a mapping made by mapSpan: there is none on Windows.
 func unmapSpan([]byte) error { return nil }
 
-// adviseRandom and adviseWillNeed have nothing to advise on Windows, where
+// adviseRandom, adviseSequential and adviseWillNeed have nothing to advise on Windows, where
 // nothing is mapped.
-func adviseRandom([]byte)   {}
-func adviseWillNeed([]byte) {}
+func adviseRandom([]byte)     {}
+func adviseSequential([]byte) {}
+func adviseWillNeed([]byte)   {}

@@ -243,6 +243,7 @@ func (s *Store) openChunks() error {
 			return wrapf(err, "open %s", p)
 		}
 		c := &chunk{id: id, f: f}
+		c.random = true
 		list = append(list, c)
 		s.chunks.Store(&list)
 		if c.size, err = fileSize(f); err != nil {

@@ -2,9 +2,11 @@ package zrecord_test
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -202,4 +204,94 @@ func TestStatsTotalsFollowWrites(t *testing.T) {
 			t.Fatalf("stats first %v: handle's totals %+v, a fresh walk's %+v", statsFirst, got, want)
 		}
 	}
+}
+
+// vmFlags returns the VmFlags lines of this process's mappings of the file
+// at path, one per mapping (a range advised apart is its own mapping).
+func vmFlags(t *testing.T, path string) [][]string {
+	t.Helper()
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		t.Skipf("no /proc/self/smaps: %v", err)
+	}
+	defer f.Close()
+	var out [][]string
+	in := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 5 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":") {
+			in = len(fields) >= 6 && fields[len(fields)-1] == path
+			continue
+		}
+		if in && len(fields) > 0 && fields[0] == "VmFlags:" {
+			out = append(out, fields[1:])
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A chunk's mapping is advised random, so that a small record out of the
+// page cache costs its page and not a read-ahead window; a gather of a long
+// run advises that run sequential for its copy and gives it back to random
+// after, whatever the outcome. The advice shows in /proc/self/smaps as the
+// mapping's "rr" or "sr" flag.
+func TestChunkAdviceIsRandomAfterLongRuns(t *testing.T) {
+	const big = 1 << 20
+	dir := filepath.Join(t.TempDir(), "s")
+	s, err := zrecord.Create(dir, zrecord.WithCodec(zrecord.Raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := make([][]byte, 8)
+	for i := range recs {
+		recs[i] = make([]byte, big)
+		for j := range recs[i] {
+			recs[i][j] = byte(i*31 + j)
+		}
+	}
+	if _, err := s.Append(recs); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	chunk, _ := filepath.Abs(filepath.Join(dir, "0.chunk"))
+	dropCache(t, chunk)
+	s, err = zrecord.Open(dir, zrecord.WithReadOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	check := func(when string) {
+		t.Helper()
+		flags := vmFlags(t, chunk)
+		if len(flags) == 0 {
+			t.Fatalf("%s: no mapping of %s", when, chunk)
+		}
+		for _, f := range flags {
+			if !slices.Contains(f, "rr") || slices.Contains(f, "sr") {
+				t.Fatalf("%s: a mapping of the chunk has flags %v, want rr and not sr", when, f)
+			}
+		}
+	}
+	check("after Open")
+	dst := make([]byte, 3*big)
+	if err := s.Gather([]int64{2, 3, 4}, dst, big); err != nil {
+		t.Fatal(err)
+	}
+	for k, i := range []int{2, 3, 4} {
+		if !bytes.Equal(dst[k*big:(k+1)*big], recs[i]) {
+			t.Fatalf("record %d reads wrong", i)
+		}
+	}
+	check("after a gather of a 3 MiB run")
+	// A gather that fails its size check after the advice restores it too.
+	if err := s.Gather([]int64{5, 6}, make([]byte, 2*(big-1)), big-1); err == nil {
+		t.Fatal("a gather with the wrong stride succeeded")
+	}
+	check("after a failed gather")
 }
