@@ -340,7 +340,7 @@ def test_cli_push(s3server, sharded: Path, monkeypatch, capsys) -> None:
     ],
 )
 def test_remote_error_says_what_failed(text: str, words: str) -> None:
-    from loaderx.io._s3 import remote_error
+    from loaderx.remote._s3 import remote_error
 
     err = remote_error(RuntimeError(text), "s3://b/p", "p/0.chunk", "read")
     assert isinstance(err, RemoteError) and words in str(err) and "s3://b/p/0.chunk" in str(err)

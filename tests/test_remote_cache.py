@@ -1,4 +1,4 @@
-"""Datasets in object storage read through the local cache (store._cache),
+"""Datasets in object storage read through the local cache (remote._cache),
 against a real S3 server (SeaweedFS, tests/s3server.py), without mocks.
 
 Every read is compared with the local copy the objects were pushed from.

@@ -15,8 +15,9 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from loaderx.store import _cache, _native, _remote, shards
-from loaderx.store._cache import CacheOptions
+from loaderx.remote import _cache, _tree
+from loaderx.remote._cache import CacheOptions
+from loaderx.store import _native, shards
 from loaderx.store.dataset import DenseDataset, RaggedDataset, check_max_open_shards
 
 if TYPE_CHECKING:
@@ -113,7 +114,7 @@ class MSDataset(Mapping):
             if writable:
                 raise ValueError(f"{path!r} is in object storage, which loaderx reads but does not write in place")
             self._url = str(path).rstrip("/")
-            _, path = _remote.open_tree(self._url, cache, storage_options)
+            _, path = _tree.open_tree(self._url, cache, storage_options)
         elif cache is not None or storage_options:
             raise ValueError(
                 f"cache= and storage_options= are for datasets in object storage (s3:// URLs), not {path!r}"

@@ -105,7 +105,7 @@ schemas, dictionaries and manifests (a few small files per store) come on
 top.
 
 Faults: a server that stops answering fails a fetch after the client's
-bounded retries (``io._s3``) with :class:`~loaderx.errors.RemoteError`
+bounded retries (``remote._s3``) with :class:`~loaderx.errors.RemoteError`
 naming the object; an object overwritten since the dataset was opened fails
 its ETag precondition, and one truncated or altered fails its length or its
 checksums, each :class:`~loaderx.errors.CorruptStoreError` naming the
@@ -114,8 +114,8 @@ eviction pass. Nothing is marked present that was not written and checked.
 
 This module holds the options, the cache directory (its limit, eviction,
 listing and clearing), the page layout of a dataset version and its page
-state; ``store._remote`` the mirror of one dataset root and its fetches;
-``store._guard`` what keeps a handle's reads inside the pages its process
+state; ``remote._tree`` the mirror of one dataset root and its fetches;
+``remote._guard`` what keeps a handle's reads inside the pages its process
 holds. It stays one file past 700 lines because this docstring is the one
 description of the cache's design, and the layout, the page state files and
 eviction it describes are read and written together.
@@ -210,7 +210,7 @@ class CacheOptions:
             bytes overlap. A multiple of 4096; default 8 MiB.
         table_page_size: bytes of one page of a record-table segment (24
             bytes per record), fetched when a read first needs an entry in
-            it. A multiple of 4096; default 16 KiB (see ``store._cache``
+            it. A multiple of 4096; default 16 KiB (see ``remote._cache``
             for the choice).
         prefetch: bytes a :class:`~loaderx.DataLoader` may fetch ahead of
             the step it serves, from the sampler's next steps. 0 turns
@@ -561,7 +561,7 @@ class _Cache:
         os.makedirs(os.path.join(root, "trees"), exist_ok=True)
         self._limit = limit
         self.mu = threading.Lock()
-        self.trees: weakref.WeakSet[Any] = weakref.WeakSet()  # store._remote.RemoteTree of this process
+        self.trees: weakref.WeakSet[Any] = weakref.WeakSet()  # remote._tree.RemoteTree of this process
         self._states: dict[str, _Pages] = {}  # state dir -> its page state
         self._scanned = 0.0
         self.evicted_bytes = 0

@@ -2,7 +2,7 @@
 ``S3Store`` configured from explicit options, the ``AWS_*`` environment and
 the AWS shared files, with every failure turned into a
 :class:`~loaderx.errors.RemoteError` that names the object and what went
-wrong. ``io.remote`` (upload) and ``store._cache`` (reading through a local
+wrong. ``remote.upload`` and ``remote._cache`` (reading through a local
 cache) both build on it.
 
 The client is obstore's ``S3Store`` (``pip install 'loaderx[s3]'``): one

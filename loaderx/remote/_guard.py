@@ -1,7 +1,7 @@
 """Keeping a handle's reads inside the pages its process holds.
 
 A :class:`Guard` is made per native handle of a dataset in object storage
-(``store._remote.RemoteTree.guard``). It gives each store behind the handle
+(``remote._tree.RemoteTree.guard``). It gives each store behind the handle
 its residency map (a sharded dataset's stores when a read first touches
 them), so a warm read runs as one native call; for a read the maps refused
 it works out the batch's table pages from its indices (global index, shard,
@@ -10,7 +10,7 @@ entries name, and runs the read again; it checks the pages of a read that
 met damaged bytes again and fetches those that fail; it fetches ahead for
 the loader; it lets go of this process's idle pins when the cache needs
 room; and it checks every page and record for ``verify()``. See
-``store._cache`` for the design. It stays one file past 700 lines: the pins,
+``remote._cache`` for the design. It stays one file past 700 lines: the pins,
 the pages of the batches in flight and the fast-path count it keeps are what
 every one of those steps must agree on to be right.
 """
@@ -28,8 +28,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from loaderx.errors import CorruptStoreError, NotResidentError
+from loaderx.remote._cache import _PIN_DEADLINE, ENTRY, SEG_SHIFT, StoreFiles, _ofd
 from loaderx.store import _native
-from loaderx.store._cache import _PIN_DEADLINE, ENTRY, SEG_SHIFT, StoreFiles, _ofd
 
 __all__ = ["Guard"]
 

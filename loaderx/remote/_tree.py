@@ -4,13 +4,13 @@
 listing (every object's name, size and ETag), downloads the small files
 whole and makes the chunk files and table segments sparse (a shard of a
 sharded dataset when a read first needs it, see :meth:`RemoteTree.materialize`),
-numbers their pages (``store._cache._Layout``) and keeps their page state,
+numbers their pages (``remote._cache._Layout``) and keeps their page state,
 and fetches pages: one range request under the object's ETag, checked by
 the caller's check, written into the mirror, marked present.
 :func:`open_tree` shares one tree per URL and options in a process;
 :func:`tree_of` finds the tree whose mirror holds a local path, which is how
 the streams of a remote multi-stream dataset, opened by path, find their
-cache. See ``store._cache`` for the design.
+cache. See ``remote._cache`` for the design.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from loaderx.errors import CorruptStoreError, ForkError
-from loaderx.io import _s3
-from loaderx.store._cache import (
+from loaderx.remote import _s3
+from loaderx.remote._cache import (
     _META,
     _PAGED,
     _STATE_VERSION,
@@ -50,7 +50,7 @@ from loaderx.store._cache import (
     _safe,
     _write_atomic,
 )
-from loaderx.store._guard import Guard
+from loaderx.remote._guard import Guard
 
 __all__ = ["RemoteTree", "open_tree", "tree_of"]
 
