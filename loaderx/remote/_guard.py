@@ -485,12 +485,18 @@ class Guard:
                     if not isinstance(got, BaseException):
                         total += got
                     elif failures is not None and isinstance(got, CorruptStoreError):
-                        failures.append((p, got))
+                        failures.append((p, got.with_traceback(None)))
                         failed.add(p)
                     else:
                         first_error = first_error or got
+                del got, outcomes
                 if first_error is not None:
-                    raise first_error
+                    # raised with no local left naming it, so that its
+                    # traceback (which holds this frame) makes no cycle
+                    try:
+                        raise first_error
+                    finally:
+                        first_error = None
                 again = []
                 for p in missing:
                     if p in failed:
