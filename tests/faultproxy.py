@@ -26,6 +26,7 @@ socket it holds has a timeout, so a test never hangs on it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import socket
@@ -153,10 +154,8 @@ def _with_length(head: bytes, n: int) -> bytes:
 
 def _reset(sock: socket.socket) -> None:
     """Close ``sock`` with an RST instead of a FIN."""
-    try:
+    with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    except OSError:
-        pass
     sock.close()
 
 
@@ -276,10 +275,8 @@ class FaultProxy:
                 self._conns.discard(client)
             for s in (client, up):
                 if s is not None:
-                    try:
+                    with contextlib.suppress(OSError):
                         s.close()
-                    except OSError:
-                        pass
 
     def _sleep(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
@@ -295,10 +292,8 @@ class FaultProxy:
 
     def close(self) -> None:
         self._closed = True
-        try:
+        with contextlib.suppress(OSError):
             self._listener.close()
-        except OSError:
-            pass
         self.drop_connections()
 
     def __enter__(self) -> FaultProxy:

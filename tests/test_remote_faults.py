@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import loaderx  # noqa: E402
-from loaderx.errors import CorruptStoreError, RemoteError  # noqa: E402
+from loaderx.errors import CorruptStoreError  # noqa: E402
 
 #: bytes of a chunk page here: 64 records of 1 KiB
 PAGE = 64 << 10
@@ -68,7 +68,91 @@ def _child_main(job: dict[str, Any]) -> dict[str, Any]:
         ds.close()
         gc.collect()
         return {"errors": errors}
+    if mode == "race":
+        return _race(job)
     raise SystemExit(f"unknown mode {mode!r}")
+
+
+def _race_one(job: dict[str, Any], k: int) -> str | None:
+    """In a fresh process (a fork of one that has loaded no native code and
+    made no S3 client): open the dataset with an empty cache, then read it
+    from several threads at once as the very first use; the first error."""
+    import threading
+
+    cache = loaderx.CacheOptions(dir=os.path.join(job["dir"], str(k)), page_size=PAGE, table_page_size=16 << 10)
+    ds = loaderx.DenseDataset(job["url"], cache=cache, storage_options=job["storage"])
+    want = dense()
+    errors: list[str] = []
+    go = threading.Barrier(job["threads"])
+
+    def read(t: int) -> None:
+        rng = np.random.default_rng(k * 100 + t)
+        try:
+            go.wait(10)
+            if t % 2:
+                # aim at the moment the first read publishes the handle: a
+                # reader arriving then takes the path that needs no lock
+                deadline = time.monotonic() + 10
+                while ds._handle is None and time.monotonic() < deadline:
+                    pass
+            idx = np.sort(rng.choice(N, 16, replace=False))
+            if not np.array_equal(ds.gather(idx), want[idx]):
+                errors.append(f"wrong data for {idx.tolist()}")
+        except Exception as e:
+            errors.append(f"{type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=read, args=(t,)) for t in range(job["threads"])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return errors[0] if errors else None
+
+
+def _race(job: dict[str, Any]) -> dict[str, Any]:
+    """Fork ``job["processes"]`` fresh readers, ``job["concurrent"]`` at a
+    time, each one's first use of loaderx a multi-threaded read (see
+    _race_one); how many failed, and how."""
+    from loaderx.store import _native
+
+    assert not _native.loaded(), "the forking process must not have loaded the native library"
+    running: dict[int, int] = {}
+    failures: list[str] = []
+    crashed = 0
+    started = 0
+    out_dir = os.path.join(job["dir"], "results")
+    os.makedirs(out_dir, exist_ok=True)
+
+    def reap() -> None:
+        nonlocal crashed
+        pid, status = os.wait()
+        k = running.pop(pid)
+        code = os.waitstatus_to_exitcode(status)
+        if code < 0:
+            crashed += 1
+            failures.append(f"process {k} died of signal {-code}")
+        elif code:
+            failures.append(Path(out_dir, str(k)).read_text() if Path(out_dir, str(k)).exists() else f"exit {code}")
+
+    while started < job["processes"] or running:
+        if started < job["processes"] and len(running) < job["concurrent"]:
+            pid = os.fork()
+            if pid == 0:
+                code = 0
+                try:
+                    err = _race_one(job, started)
+                    if err is not None:
+                        Path(out_dir, str(started)).write_text(err)
+                        code = 1
+                except BaseException as e:
+                    Path(out_dir, str(started)).write_text(f"{type(e).__name__}: {e}")
+                    code = 1
+                os._exit(code)
+            running[pid] = started
+            started += 1
+        else:
+            reap()
+    return {"processes": started, "failures": failures, "crashed": crashed}
 
 
 def _run_child(job: dict[str, Any], timeout: float = BOUND) -> dict[str, Any]:
@@ -131,6 +215,20 @@ def test_a_page_flipped_in_transit_is_an_error_and_the_process_lives(s3server, p
     for e in got["errors"]:
         assert e is not None and f"{url}/0.chunk" in e, got
     assert proxy.applied.get("flip", 0) >= 3
+
+
+def test_the_first_read_from_many_threads_of_a_fresh_process_sees_no_false_error(s3server, pushed, tmp_path):
+    """A dataset whose native handle opens with its first use (the library
+    not loaded when it was made) is never readable before its guard
+    exists: 200 fresh processes, each of whose first loaderx call is a read
+    from 8 threads at once of a dataset not in its cache, all read right
+    (a handle published before its guard let a second thread read the
+    mirror's holes: false CorruptStoreErrors)."""
+    url, _ = pushed
+    got = _run_child({"mode": "race", "url": url, "dir": str(tmp_path / "caches"), "processes": 200,
+                      "concurrent": 8, "threads": 8, "storage": _opts(s3server.endpoint, s3server)}, timeout=240)
+    assert got["processes"] == 200
+    assert got["failures"] == [], f"{len(got['failures'])} of 200 processes failed: {got['failures'][:5]}"
 
 
 if __name__ == "__main__":

@@ -328,9 +328,10 @@ class StoreHandle:
                 self._deferred_open = False
 
     def _adopt(self, handle: int) -> None:
-        """Take ownership of an open native handle."""
-        self._handle = handle
+        """Take ownership of an open native handle (published last: another
+        thread that finds it without the lock finds the rest set)."""
         self._codec = str(_native.store_codec(handle))
+        self._handle = handle
 
     @property
     def _h(self) -> int:
@@ -361,6 +362,7 @@ class StoreHandle:
         """``read()``, which reads the records at ``idx``, with their pages
         held in the local cache of a dataset in object storage (see
         ``remote._guard.Guard.read``)."""
+        _ = self._h  # opens a deferred instance, which sets its guard first
         g = self._guard
         if g is None:
             return read()

@@ -369,15 +369,22 @@ class _StoreView(StoreHandle):
         self._dtype, self._item_shape = dtype, item_shape
         # bytes of one item (dense) or of one row along axis 0 (ragged)
         self._stride = int(np.prod(item_shape, dtype=np.int64)) * dtype.itemsize
-        self._adopt(handle)
+        guard = None
         if self._tree is not None:
+            # the guard is made before the handle is published: a thread
+            # that finds the handle (without the lock) must find its guard,
+            # or it would read the mirror's holes
             try:
                 stores, starts = self._mirror_stores(handle)
-                self._guard = self._tree.guard(handle, stores, starts, lazy=self._sharded is not None)
+                guard = self._tree.guard(handle, stores, starts, lazy=self._sharded is not None)
+                _native.store_set_verify(handle, True)
             except BaseException:
-                self.close()
+                if guard is not None:
+                    guard.close()
+                _native.store_close(handle)
                 raise
-            _native.store_set_verify(handle, True)
+        self._guard = guard
+        self._adopt(handle)
 
     def _adopt(self, handle: int) -> None:
         if self._sharded is None:
