@@ -51,7 +51,7 @@ relative ones resolved, against it)::
     remote.upload
     remote._tree
     remote._guard
-    remote._cache  remote._s3
+    remote._cache  remote._s3  remote._check
     store._autocodec  store._schema  store.shards
     loader.sampler  store._store  integrations.dlpack  loader._state  loader.packing
     store._native
@@ -102,7 +102,8 @@ checks a loader's saved state (pure Python, shared by the loader and
 module that knows the C ABI. The ``remote`` subpackage is the object-storage
 path, one block of rows: ``remote._s3`` is the S3 client (URLs, settings,
 errors), ``remote._cache`` the cache's options, directory, eviction and page
-state, ``remote._guard`` what keeps each handle's reads inside the pages its
+state, ``remote._check`` the checks of the small files a mirror downloads
+whole (header, dictionary, schema, manifest), ``remote._guard`` what keeps each handle's reads inside the pages its
 process holds, ``remote._tree`` the mirror of a dataset in object storage
 in that bounded local cache (pages fetched, checked, pinned and evicted,
 the state in files and kernel locks), and ``remote.upload`` pushes a store,

@@ -262,7 +262,7 @@ def _local(args: argparse.Namespace) -> str:
     local cache (the datasets opened on it read through the cache)."""
     if not _cache.is_url(args.path):
         return args.path
-    tree, local = _tree.open_tree(args.path, _cache_options(args), _storage(args))
+    tree, local = _tree.open_tree(args.path, _cache_options(args), _storage(args), holder=_TREES)
     _TREES.append(tree)
     return local
 

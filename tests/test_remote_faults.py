@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import loaderx  # noqa: E402
-from loaderx.errors import CorruptStoreError  # noqa: E402
+from loaderx.errors import CorruptStoreError, RemoteError  # noqa: E402
 
 #: bytes of a chunk page here: 64 records of 1 KiB
 PAGE = 64 << 10
@@ -70,7 +71,43 @@ def _child_main(job: dict[str, Any]) -> dict[str, Any]:
         return {"errors": errors}
     if mode == "race":
         return _race(job)
+    if mode == "read":
+        return _read(job, cache)
     raise SystemExit(f"unknown mode {mode!r}")
+
+
+def _read(job: dict[str, Any], cache: loaderx.CacheOptions) -> dict[str, Any]:
+    """Open the dataset, read the batches ``job["batches"]`` (each checked
+    against what was pushed), close it; then again if ``job["again"]``, and
+    with ``job["clear"]`` clear the URL from the cache. What happened: per
+    pass the first error (None: every batch right), and what clear did."""
+    from loaderx.remote import _cache
+
+    want = dense()
+    out: dict[str, Any] = {"passes": []}
+    for k in range(2 if job.get("again") else 1):
+        if k and job.get("damage"):  # the mirror's file damaged between two opens of this process
+            b = bytearray(Path(job["damage"]).read_bytes())
+            b[len(b) // 2] ^= 0x40
+            Path(job["damage"]).write_bytes(bytes(b))
+        err = None
+        try:
+            ds = loaderx.DenseDataset(job["url"], cache=cache, storage_options=job["storage"])
+            try:
+                for idx in job["batches"]:
+                    got = ds.gather(np.asarray(idx, dtype=np.int64))
+                    if not np.array_equal(got, want[idx]):
+                        raise SystemExit(f"WRONG DATA for records {idx}")
+                out["stats"] = ds.cache_stats()
+            finally:
+                ds.close()
+        except (CorruptStoreError, RemoteError, OSError, TimeoutError) as e:
+            err = f"{type(e).__name__}: {e}"
+        out["passes"].append(err)
+    if job.get("clear"):
+        removed, busy = _cache.clear(cache.root, job["url"])
+        out["cleared"], out["busy"] = removed, busy
+    return out
 
 
 def _race_one(job: dict[str, Any], k: int) -> str | None:
@@ -229,6 +266,123 @@ def test_the_first_read_from_many_threads_of_a_fresh_process_sees_no_false_error
                       "concurrent": 8, "threads": 8, "storage": _opts(s3server.endpoint, s3server)}, timeout=240)
     assert got["processes"] == 200
     assert got["failures"] == [], f"{len(got['failures'])} of 200 processes failed: {got['failures'][:5]}"
+
+
+@pytest.mark.parametrize("name", ["meta.zr", "schema.msgpack"])
+def test_a_small_file_flipped_in_transit_is_fetched_again_not_cached(s3server, pushed, proxy, tmp_path, name):
+    """A byte flipped in a small file downloaded at open is caught by its
+    own checksum and the file downloaded again: the open succeeds, and a
+    fresh process on the same cache reads right (the mirror was never
+    poisoned)."""
+    url, _ = pushed
+    proxy.add("flip", path=re.escape(name) + "$", ranged=False, times=1, offset=16 if name == "meta.zr" else 5)
+    job = {"mode": "read", "url": url, "dir": str(tmp_path / "cache"), "batches": [[0, 1, 700, 2047]],
+           "storage": _opts(proxy.endpoint, s3server, timeout=4, retries=2)}
+    assert _run_child(job)["passes"] == [None]
+    assert proxy.applied == {"flip": 1}
+    assert _run_child(job)["passes"] == [None]
+
+
+def test_a_small_file_damaged_in_every_download_names_the_object(s3server, pushed, proxy, tmp_path):
+    url, _ = pushed
+    proxy.add("flip", path=r"meta\.zr$", ranged=False, times=10**6, offset=16)
+    job = {"mode": "read", "url": url, "dir": str(tmp_path / "cache"), "batches": [[0]],
+           "storage": _opts(proxy.endpoint, s3server, timeout=4, retries=2)}
+    (err,) = _run_child(job)["passes"]
+    assert err is not None and err.startswith("CorruptStoreError") and f"{url}/meta.zr" in err, err
+    assert "in each of 3 downloads" in err and "/trees/" not in err
+    proxy.clear()
+    assert _run_child(job)["passes"] == [None]  # nothing of the damaged downloads was cached
+
+
+@pytest.mark.parametrize("name", ["meta.zr", "schema.msgpack"])
+def test_a_mirror_damaged_on_disk_is_repaired_in_place(s3server, pushed, tmp_path, name):
+    """A small file of a mirror damaged on disk after it was cached is
+    found at the next open and downloaded again over it, in a fresh process
+    and in the same one once its datasets closed: no ``cache clear``."""
+    url, _ = pushed
+    cache = tmp_path / "cache"
+    job = {"mode": "read", "url": url, "dir": str(cache), "batches": [[3, 4]],
+           "storage": _opts(s3server.endpoint, s3server)}
+    assert _run_child(job)["passes"] == [None]
+    (path,) = [p for p in cache.rglob(name) if "/data/" in str(p)]
+
+    def damage() -> None:
+        b = bytearray(path.read_bytes())
+        b[len(b) // 2] ^= 0x40
+        path.write_bytes(bytes(b))
+
+    damage()
+    assert _run_child(job)["passes"] == [None]
+    damage()
+    assert _run_child({**job, "again": True, "damage": str(path)})["passes"] == [None, None]
+
+
+def test_cache_clear_works_once_the_datasets_are_closed(s3server, pushed, tmp_path):
+    url, _ = pushed
+    job = {"mode": "read", "url": url, "dir": str(tmp_path / "cache"), "batches": [[5]], "clear": True,
+           "storage": _opts(s3server.endpoint, s3server)}
+    got = _run_child(job)
+    assert got["passes"] == [None] and got["busy"] == [] and len(got["cleared"]) == 1, got
+
+
+def test_a_working_set_under_the_limit_is_never_fetched_again(s3server, pushed, proxy, tmp_path):
+    """Warm reads refresh their pages' recency: 12 hot pages read every
+    round in a cache of 16 chunk pages, beside a cold page a round, are
+    fetched once; and with the server gone they keep reading."""
+    url, _ = pushed
+    table = 3 * (16 << 10)  # the dataset's record table, three pages
+    cache = loaderx.CacheOptions(dir=str(tmp_path / "cache"), page_size=PAGE, table_page_size=16 << 10,
+                                 limit=16 * PAGE + table, prefetch=0)
+    ds = loaderx.DenseDataset(url, cache=cache, storage_options=_opts(proxy.endpoint, s3server, timeout=2, retries=0))
+    want = dense()
+    hot = [np.arange(64 * k, 64 * k + 64, 8) for k in range(12)]
+    fetches, expected = [], []
+    tables = {int(i) * 24 // (16 << 10) for idx in hot for i in idx}  # the table pages the hot records need
+    for r in range(20):
+        before = ds.cache_stats()["fetches"]
+        for idx in hot:
+            assert np.array_equal(ds.gather(idx), want[idx])
+        cold = np.arange(64 * (12 + r), 64 * (12 + r) + 4)  # a page never read before
+        assert np.array_equal(ds.gather(cold), want[cold])
+        fetches.append(ds.cache_stats()["fetches"] - before)
+        # the cold page, and the table page its entries start when they are the first in it
+        new = {int(i) * 24 // (16 << 10) for i in cold} - tables
+        tables |= new
+        expected.append(1 + len(new))
+    assert fetches[0] >= 13 and fetches[1:] == expected[1:], (fetches, expected)
+    proxy.add("reset", method=None, path=None, times=10**6)  # the server is gone
+    for idx in hot:
+        assert np.array_equal(ds.gather(idx), want[idx])
+    ds.close()
+
+
+def test_a_page_written_but_not_marked_is_freed_at_the_next_open(s3server, pushed, tmp_path):
+    """A reader killed between a page's write and its mark leaves bytes the
+    page state does not count; the next open frees them."""
+    url, _ = pushed
+    cache = tmp_path / "cache"
+    job = {"mode": "read", "url": url, "dir": str(cache), "batches": [[0]],
+           "storage": _opts(s3server.endpoint, s3server)}
+    assert _run_child(job)["passes"] == [None]
+    (chunk,) = [p for p in cache.rglob("0.chunk") if "/data/" in str(p)]
+    fd = os.open(chunk, os.O_RDWR)
+    try:
+        os.pwrite(fd, b"\x5a" * PAGE, 7 * PAGE)  # page 7: written, never marked
+        os.fsync(fd)
+        assert os.lseek(fd, 7 * PAGE, os.SEEK_DATA) == 7 * PAGE
+    finally:
+        os.close(fd)
+    assert _run_child(job)["passes"] == [None]
+    fd = os.open(chunk, os.O_RDONLY)
+    try:
+        try:
+            at = os.lseek(fd, 7 * PAGE, os.SEEK_DATA)
+        except OSError:
+            at = None  # no data past it
+        assert at is None or at >= 8 * PAGE, at
+    finally:
+        os.close(fd)
 
 
 if __name__ == "__main__":

@@ -432,16 +432,33 @@ class _Pages:
         self.data_dir = os.path.join(os.path.dirname(state_dir), "data")
         self._layout = layout
         with open(os.path.join(state_dir, "info.json")) as f:
-            self.npages = int(json.load(f)["npages"])
+            info = json.load(f)
+        self.npages = int(info["npages"])
         self.present_path = os.path.join(state_dir, "present")
         mm = np.memmap(self.present_path, dtype=np.uint8, mode="r+")
         self.present = mm[: self.npages]
-        self.stamps = np.memmap(os.path.join(state_dir, "stamps"), dtype=np.uint32, mode="r+")
+        #: each page's last use: nanoseconds (a state made before kept
+        #: seconds in 32 bits, which tie within a second)
+        fine = info.get("stamps") == "ns"
+        self.stamp_scale = 1 if fine else 10**9
+        self.stamps = np.memmap(os.path.join(state_dir, "stamps"), dtype=np.int64 if fine else np.uint32, mode="r+")
         self._used_fd = os.open(os.path.join(state_dir, "used"), os.O_RDWR)
         # a descriptor of its own for eviction: a lock asked for through the
         # descriptor this process pins with would be granted over its own pins
         self._evict_fd = os.open(self.present_path, os.O_RDWR)
+        self._ino = os.fstat(self._evict_fd).st_ino
         self.mu = threading.Lock()
+
+    def now(self) -> int:
+        """A stamp of this moment, in the unit of this state's stamps."""
+        return time.time_ns() // self.stamp_scale
+
+    def current(self) -> bool:
+        """Whether the files this view maps are still the state directory's."""
+        try:
+            return os.stat(self.present_path).st_ino == self._ino
+        except OSError:
+            return False
 
     @staticmethod
     def make(state_dir: str, layout: _Layout) -> None:
@@ -456,13 +473,13 @@ class _Pages:
         with open(os.path.join(tmp, "present"), "wb") as f:
             f.truncate(2 * n)  # present bytes, then fetch-lock bytes
         with open(os.path.join(tmp, "stamps"), "wb") as f:
-            f.truncate(4 * n)
+            f.truncate(8 * n)
         with open(os.path.join(tmp, "used"), "wb") as f:
             f.write(bytes(8))
         layout.save(os.path.join(tmp, "objects.json"))
         with open(os.path.join(tmp, "info.json"), "w") as f:
             json.dump({"npages": layout.npages, "page_size": layout.page_size,
-                       "table_page_size": layout.table_page_size}, f)
+                       "table_page_size": layout.table_page_size, "stamps": "ns"}, f)
         try:
             os.rename(tmp, state_dir)
         except OSError:
@@ -584,6 +601,9 @@ class _Cache:
         """This process's one view of the page state in ``state_dir``."""
         with self.mu:
             st = self._states.get(state_dir)
+            if st is not None and not st.current():
+                self._states.pop(state_dir).close()  # removed (cache clear) and made again since
+                st = None
             if st is None:
                 st = self._states[state_dir] = _Pages(state_dir, layout)
             elif layout is not None and st._layout is None:
@@ -629,6 +649,10 @@ class _Cache:
         with self.mu:
             if sum(s.used() for s in self._scan()) + need <= limit:
                 return
+        # this process's warm reads since the last eviction refresh their
+        # pages' stamps first, so the pages it reads most stay
+        for tree in list(self.trees):
+            tree.flush_touches()
         with _flock(os.path.join(self.root, ".evict.lock")):
             for attempt in range(2):
                 with self.mu:
@@ -651,7 +675,7 @@ class _Cache:
         for k, s in enumerate(states):
             p = np.flatnonzero(s.present == 1)
             if p.size:
-                stamps.append(s.stamps[p])
+                stamps.append(s.stamps[p].astype(np.int64) * s.stamp_scale)
                 owners.append(np.full(p.size, k, dtype=np.int32))
                 pages.append(p)
         freed = 0

@@ -40,6 +40,9 @@ _MASK = (1 << SEG_SHIFT) - 1
 _VERIFY_RECORDS = 1 << 14
 _VERIFY_BYTES = 256 << 20
 
+#: records of reads kept for their pages' stamps before a flush is forced
+_TOUCH_MAX = 1 << 16
+
 #: a check of a fetched page's bytes (raises CorruptStoreError), or None
 _Check = Callable[[Any], None] | None
 
@@ -121,6 +124,11 @@ class Guard:
         #: reads that met bytes failing their checks, whose pages were then
         #: checked from the mirror (and fetched again where they failed)
         self.repairs = 0
+        #: the touch table: the indices of the reads since the last flush,
+        #: whose pages get this moment's stamp when eviction next looks
+        #: (a warm read pays one list append, not a write per page)
+        self._touched: list[np.ndarray] = []
+        self._touched_n = 0
         try:
             if lazy:
                 _native.set_require_residency(h)
@@ -317,7 +325,9 @@ class Guard:
             self.fast += 1
         damaged = False
         try:
-            return fn()
+            out = fn()
+            self._touch(idx)
+            return out
         except NotResidentError:
             pass
         except CorruptStoreError:
@@ -331,7 +341,9 @@ class Guard:
             for attempt in range(2):
                 try:
                     with self.reading(idx, chunks, repair=damaged):
-                        return fn()
+                        out = fn()
+                    self._touch(idx)
+                    return out
                 except CorruptStoreError as e:
                     if attempt or damaged:
                         raise self._named(e) from None
@@ -341,6 +353,36 @@ class Guard:
             # what this read pinned beyond the limit goes now, not at the
             # next fetch: an idle process keeps no more than the limit
             self.tree.cache.make_room(0)
+
+    def _touch(self, idx: np.ndarray) -> None:
+        """Note that the records at ``idx`` were read (for the LRU stamps)."""
+        self._touched.append(idx)
+        self._touched_n += idx.size
+        if self._touched_n > _TOUCH_MAX:
+            self.flush_touches()
+
+    def flush_touches(self) -> None:
+        """Give the pages of the reads noted since the last flush stamps in
+        the order of the reads (the last read newest, so eviction's order
+        among them is theirs): their table pages by arithmetic, their chunk
+        pages from their entries (skipped for entries no longer held)."""
+        with self.mu:
+            items, self._touched, self._touched_n = self._touched, [], 0
+        if not items or self.closed:
+            return
+        st = self.pages
+        now = time.time_ns()
+        for k, idx in enumerate(items):
+            if idx.size == 0:
+                continue
+            try:
+                pages = self._table_need(idx).pages
+                with contextlib.suppress(NotResidentError, CorruptStoreError):
+                    pages = np.concatenate([pages, self._chunk_need(idx).pages])
+            except (NotResidentError, CorruptStoreError, ValueError, OSError):
+                continue
+            pages = pages[(pages >= 0) & (pages < st.npages)]
+            st.stamps[pages] = (now - (len(items) - k)) // st.stamp_scale
 
     def whole(self, fn: Callable[[], _T]) -> _T:
         """``fn()``, a native call that reads every table entry of the
@@ -440,7 +482,7 @@ class Guard:
         instead of raised."""
         present, held = self.pages.present, self.held
         missing: list[int] = []
-        now = int(time.time())
+        now = self.pages.now()
         for p in slots[~held[slots]].tolist():
             self._lock(p)
             if present[p] == 1:

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from loaderx.errors import CorruptStoreError, ForkError
-from loaderx.remote import _s3
+from loaderx.remote import _check, _s3
 from loaderx.remote._cache import (
     _META,
     _PAGED,
@@ -55,6 +55,9 @@ from loaderx.remote._guard import Guard
 __all__ = ["RemoteTree", "open_tree", "tree_of"]
 
 _MANIFEST = "manifest.json"
+#: downloads of a small file whose bytes fail their checks before the open
+#: fails: a byte flipped in transit is fetched again, a damaged object is not
+_SMALL_TRIES = 3
 
 
 class RemoteTree:
@@ -70,8 +73,14 @@ class RemoteTree:
         self.cache = _cache(opts)
         self.fetched_bytes = 0
         self.fetches = 0
+        #: small files of the mirror found damaged and downloaded again
+        self.repaired_files = 0
         self._mu = threading.Lock()
         self._guards: weakref.WeakSet[Guard] = weakref.WeakSet()
+        #: the datasets (and other owners) that use this tree: once the last
+        #: lets go, the tree closes and leaves the process's table, so that
+        #: ``loaderx cache clear`` may remove its mirror
+        self._holders: set[int] = set()
         self._pool: ThreadPoolExecutor | None = None
         self._fetch_locks = [threading.Lock() for _ in range(64)]
         self._objects = self._list()
@@ -101,6 +110,10 @@ class RemoteTree:
         self.pages = self.cache.pages(state_dir, layout)
         self.layout = self.pages.layout
         self._lock_fd = os.open(self.pages.present_path, os.O_RDWR)  # the fetch locks
+        #: pages found written but not marked present (a reader killed
+        #: between its write and its mark) and freed
+        self.reconciled = 0
+        self._reconcile([d for d in self._by_dir if not self._is_shard(d)])
         self._drop_old_generations()
         self.cache.trees.add(self)
 
@@ -163,7 +176,8 @@ class RemoteTree:
 
     def _place(self, rel: str) -> None:
         """Put object ``rel`` into the mirror unless it is there: a paged
-        file as a sparse file of its size, any other downloaded whole."""
+        file as a sparse file of its size, any other downloaded whole and
+        checked (see :meth:`_fetch_small`)."""
         path = os.path.join(self.local, rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         if os.path.exists(path):
@@ -171,22 +185,104 @@ class RemoteTree:
         if _PAGED.match(os.path.basename(rel)):
             _place_new(path, None, self._objects[rel][0])
         else:
-            _place_new(path, self._get(rel))
+            _place_new(path, self._fetch_small(rel))
+
+    def _fetch_small(self, rel: str) -> bytes:
+        """The bytes of the small file ``rel``, downloaded whole and checked
+        against their own checksums (``remote._check``) before anything
+        keeps them; bytes that fail are downloaded again, up to
+        ``_SMALL_TRIES`` times, then CorruptStoreError names the object."""
+        header = None
+        if os.path.basename(rel) == "dict.zr":
+            with contextlib.suppress(OSError), open(os.path.join(self.local, os.path.dirname(rel), _META), "rb") as f:
+                header = f.read(32)
+        why = None
+        for attempt in range(_SMALL_TRIES):
+            if attempt:
+                time.sleep(0.05 * attempt)
+            data = self._get(rel)
+            why = _check.small_fault(rel, data, header)
+            if why is None:
+                return data
+        raise CorruptStoreError(
+            f"{self.object_url(rel)}: {self.name_objects(str(why))}, in each of {_SMALL_TRIES} downloads: the object "
+            "is damaged in storage or was altered after the dataset was written; nothing of it was cached"
+        )
+
+    def _check_small(self, rels: list[str]) -> None:
+        """Check the mirror's copies of the small files ``rels``; one that is
+        missing or fails its checks (damaged on disk since, or cached by an
+        earlier version unchecked) is downloaded again and written over in
+        place, where processes that hold it open see the repair."""
+        for rel in sorted(rels, key=_check.small_order):
+            if _PAGED.match(os.path.basename(rel)):
+                continue
+            path = os.path.join(self.local, rel)
+            if not os.path.exists(path):
+                self._place(rel)
+                continue
+            if _check.local_fault(path, rel) is None:
+                continue
+            data = self._fetch_small(rel)
+            with _flock(os.path.join(self.gen_dir, ".build.lock")), open(path, "r+b") as f:
+                f.write(data)
+                f.truncate(len(data))
+            with self._mu:
+                self.repaired_files += 1
 
     def _mirror(self) -> None:
-        """Mirror every object but those of shards: the small files whole,
-        the chunk files and table segments sparse."""
+        """Mirror every object but those of shards: the small files whole
+        and checked, the chunk files and table segments sparse. A mirror
+        made before has its small files checked again (and repaired)."""
         ready = os.path.join(self.gen_dir, ".ready")
+        roots = [rel for d, rels in sorted(self._by_dir.items()) if not self._is_shard(d) for rel in rels]
         if os.path.exists(ready):
+            self._check_small(roots)
             return
         with _flock(os.path.join(self.gen_dir, ".build.lock")):
-            if os.path.exists(ready):
+            if not os.path.exists(ready):
+                for rel in sorted(roots, key=_check.small_order):
+                    self._place(rel)
+                _write_atomic(ready, b"")
                 return
-            for d, rels in sorted(self._by_dir.items()):
-                if not self._is_shard(d):
-                    for rel in sorted(rels):
-                        self._place(rel)
-            _write_atomic(ready, b"")
+        self._check_small(roots)
+
+    def _reconcile(self, dirs: list[str]) -> None:
+        """Free the blocks of every page of the paged files of the store
+        directories ``dirs`` that holds bytes but is not marked present and
+        that no fetch is writing now: what a process killed between a
+        page's write and its mark leaves, outside the limit's count and out
+        of eviction's sight."""
+        pages, lay = self.pages, self.layout
+        for j in (j for d in dirs for j in range(*lay.store(d))):
+            try:
+                fd = os.open(os.path.join(self.local, lay.rels[j]), os.O_RDWR)
+            except OSError:
+                continue
+            try:
+                first, psize, size = int(lay.first[j]), int(lay.psize[j]), int(lay.size[j])
+                off = 0
+                while off < size:
+                    try:
+                        start = os.lseek(fd, off, os.SEEK_DATA)
+                        end = os.lseek(fd, start, os.SEEK_HOLE)
+                    except OSError:  # ENXIO: no data past off (or no SEEK_DATA here)
+                        break
+                    for p in range(first + start // psize, first + (min(end, size) - 1) // psize + 1):
+                        if pages.present[p] == 1:
+                            continue
+                        if not _ofd(self._lock_fd, fcntl.F_WRLCK, pages.npages + p, 1):
+                            continue  # being fetched
+                        try:
+                            if pages.present[p] != 1:
+                                _, lo, hi = lay.span(p)
+                                _punch(fd, lo, hi - lo)
+                                self.reconciled += 1
+                        finally:
+                            _ofd(self._lock_fd, fcntl.F_UNLCK, pages.npages + p, 1)
+                    off = max(end, start + 1)
+            finally:
+                os.close(fd)
 
     def materialize(self, rel: str) -> None:
         """Mirror the store directory ``rel`` if it is a shard not mirrored
@@ -198,10 +294,13 @@ class RemoteTree:
         if self._is_shard(rel):
             marker = os.path.join(self.gen_dir, "ready", hashlib.sha256(rel.encode()).hexdigest()[:24])
             if not os.path.exists(marker):
-                for obj in sorted(self._by_dir.get(rel, ())):
+                for obj in sorted(self._by_dir.get(rel, ()), key=_check.small_order):
                     self._place(obj)
                 os.makedirs(os.path.dirname(marker), exist_ok=True)
                 _write_atomic(marker, b"")
+            else:  # mirrored by another process or an earlier run: checked once in this one
+                self._check_small(list(self._by_dir.get(rel, ())))
+                self._reconcile([rel])
         with self._mu:
             self._ready.add(rel)
 
@@ -302,6 +401,11 @@ class RemoteTree:
         for g in list(self._guards):
             g.release_idle()
 
+    def flush_touches(self) -> None:
+        """Stamp the pages this process's reads used since the last flush."""
+        for g in list(self._guards):
+            g.flush_touches()
+
     def fetch_page(self, p: int, check: Callable[[Any], None] | None = None, force: bool = False) -> int:
         """Bring page ``p`` into the mirror (the caller pins it), after
         ``check(bytes)``, which raises CorruptStoreError for bytes that are
@@ -339,7 +443,7 @@ class RemoteTree:
                     if not was:
                         pages.add_used(lo - hi)
                     raise
-                pages.stamps[p] = int(time.time())
+                pages.stamps[p] = pages.now()
                 pages.present[p] = 1
                 return hi - lo
             finally:
@@ -395,6 +499,23 @@ class RemoteTree:
                 self.cache.set_limit(max(len(view), self.cache.used() - len(view)))
                 self.cache.make_room(len(view))
 
+    def hold(self, owner: object) -> None:
+        """Count ``owner`` as a user of the tree (the caller holds _TREES_LOCK)."""
+        self._holders.add(id(owner))
+
+    def let_go(self, owner: object) -> None:
+        """``owner`` no longer uses the tree; the last one closes it."""
+        with _TREES_LOCK:
+            if id(owner) not in self._holders:
+                return
+            self._holders.discard(id(owner))
+            if self._holders:
+                return
+            for key, tree in list(_TREES.items()):
+                if tree is self:
+                    del _TREES[key]
+        self.close()
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False)
@@ -418,11 +539,14 @@ _TREES: dict[tuple[str, str, str], RemoteTree] = {}
 _TREES_LOCK = threading.Lock()
 
 
-def open_tree(url: str, cache: CacheOptions | None, storage: dict[str, Any] | None) -> tuple[RemoteTree, str]:
+def open_tree(url: str, cache: CacheOptions | None, storage: dict[str, Any] | None,
+              holder: object | None = None) -> tuple[RemoteTree, str]:
     """The mirror of the dataset at ``url`` and the local path that stands
     for ``url`` in it. A URL naming one stream of a sharded multi-stream
     dataset (``root/stream``, with no objects of its own) mirrors the root.
-    One process opens each (root, options) once and shares it."""
+    One process opens each (root, options) once and shares it among its
+    holders: ``holder`` (a dataset) counts as one until it calls
+    :meth:`RemoteTree.let_go`, and the tree closes when its last one does."""
     opts = cache if cache is not None else CacheOptions()
     if not isinstance(opts, CacheOptions):
         raise TypeError(f"cache must be a loaderx.CacheOptions or None, got {opts!r}")
@@ -432,8 +556,10 @@ def open_tree(url: str, cache: CacheOptions | None, storage: dict[str, Any] | No
     key = (url, repr(opts), json.dumps(storage, sort_keys=True, default=str))
     with _TREES_LOCK:
         tree = _TREES.get(key)
-    if tree is not None:
-        return tree, tree.local
+        if tree is not None:
+            if holder is not None:
+                tree.hold(holder)
+            return tree, tree.local
     try:
         tree, sub = RemoteTree(url, opts, storage), ""
     except FileNotFoundError:
@@ -448,16 +574,23 @@ def open_tree(url: str, cache: CacheOptions | None, storage: dict[str, Any] | No
             raise FileNotFoundError(f"{url!r}: no objects under this URL (nothing was pushed there?)") from None
         key = (root, *key[1:])
     with _TREES_LOCK:
-        tree = _TREES.setdefault(key, tree)
+        made, tree = tree, _TREES.setdefault(key, tree)
+        if holder is not None:
+            tree.hold(holder)
+    if made is not tree:
+        made.close()  # another thread made the same one first
     return tree, os.path.join(tree.local, sub) if sub else tree.local
 
 
-def tree_of(path: str) -> RemoteTree | None:
-    """The open tree whose mirror holds ``path``, if any."""
+def tree_of(path: str, holder: object | None = None) -> RemoteTree | None:
+    """The open tree whose mirror holds ``path``, if any (held for
+    ``holder``, as :func:`open_tree` holds it)."""
     p = os.path.abspath(path)
     with _TREES_LOCK:
         for tree in _TREES.values():
             if p == tree.local or p.startswith(tree.local + os.sep):
+                if holder is not None:
+                    tree.hold(holder)
                 return tree
     return None
 

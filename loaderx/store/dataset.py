@@ -286,6 +286,9 @@ class _StoreView(StoreHandle):
     #: the mirror in the local cache of a dataset in object storage, else None
     _tree: _tree.RemoteTree | None = None
 
+    #: whether close() has let go of the tree
+    _let_go = False
+
     #: the most shards of a sharded dataset kept open at once (None: the default)
     _max_open: int | None = None
 
@@ -306,13 +309,13 @@ class _StoreView(StoreHandle):
                     f"{path!r} is in object storage, which loaderx reads but does not write in place: write "
                     "the dataset locally and publish it with loaderx.io.remote.push (or a converter's url=)"
                 )
-            tree, path = _tree.open_tree(str(path), cache, storage_options)
+            tree, path = _tree.open_tree(str(path), cache, storage_options, holder=self)
         elif cache is not None or storage_options:
             raise ValueError(
                 f"cache= and storage_options= are for datasets in object storage (s3:// URLs), not {path!r}"
             )
         else:
-            tree = _tree.tree_of(os.fspath(path))  # a path inside a mirror (a stream of a remote MSDataset)
+            tree = _tree.tree_of(os.fspath(path), holder=self)  # inside a mirror (a stream of a remote MSDataset)
         super().__init__(path)
         self._max_open = max_open
         self._tree = tree  # the mirror is on disk now; _load makes the handle's guard
@@ -385,6 +388,18 @@ class _StoreView(StoreHandle):
                 raise
         self._guard = guard
         self._adopt(handle)
+
+    def close(self) -> None:
+        """Close the dataset; the last dataset of a URL in this process to
+        close lets go of its mirror (which ``loaderx cache clear`` may then
+        remove)."""
+        try:
+            super().close()
+        finally:
+            tree = self._tree
+            if tree is not None and not self._let_go:
+                self._let_go = True
+                tree.let_go(self)
 
     def _adopt(self, handle: int) -> None:
         if self._sharded is None:
