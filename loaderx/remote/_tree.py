@@ -69,12 +69,15 @@ class RemoteTree:
         self.storage = dict(storage)
         self.bucket, self.prefix = _s3.parse_url(self.url)
         self._client = _s3.client(self.url, **self.storage)
+        self.limits = _s3.settings(self.storage)
         self._client_pid = os.getpid()
         self.cache = _cache(opts)
         self.fetched_bytes = 0
         self.fetches = 0
         #: small files of the mirror found damaged and downloaded again
         self.repaired_files = 0
+        #: fetched pages that failed their checks and were fetched again
+        self.refetched_bad = 0
         self._mu = threading.Lock()
         self._guards: weakref.WeakSet[Guard] = weakref.WeakSet()
         #: the datasets (and other owners) that use this tree: once the last
@@ -158,7 +161,7 @@ class RemoteTree:
                         continue  # "prefix2/..." beside "prefix/..."
                     found[path[len(want):]] = (int(meta["size"]), meta.get("e_tag") or "")
         except Exception as e:
-            raise _s3.remote_error(e, self.url, "", "list") from None
+            raise _s3.remote_error(e, self.url, "", "list", self.limits, endpoint=self._endpoint()) from None
         if not found:
             raise FileNotFoundError(f"{self.url!r}: no objects under this URL (nothing was pushed there?)")
         if not any(r == _META or r.endswith("/" + _META) for r in found):
@@ -324,37 +327,65 @@ class RemoteTree:
             {int(lay.num[j]): lay.rels[j] for j in files if lay.kind[j] != CHUNK},
         )
 
-    def _get(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
+    def _endpoint(self) -> str | None:
+        """The endpoint the client talks to, for messages (None: AWS's)."""
+        try:
+            return str(self._client.config.get("endpoint") or "") or None
+        except Exception:
+            return None
+
+    def _get(self, rel: str, start: int | None = None, end: int | None = None) -> Any:
+        """Object ``rel`` whole (bytes), or its bytes ``[start, end)`` (a
+        buffer), under the ETag of the listing. The client retries attempts
+        that fail before an answer (refused, reset, stalled, 5xx); an answer
+        cut off mid-body or shorter than asked for is retried here, within
+        the same ``retries`` and the deadline, then reported."""
         import obstore
 
         size, etag = self._objects[rel]
         options: dict[str, Any] = {"if_match": etag} if etag else {}
         if start is not None:
             options["range"] = (start, end)
-        client = self.client  # ForkError in a forked child
-        try:
-            got = obstore.get(client, self._key(rel), options=options).bytes()
-        except Exception as e:
-            from obstore import exceptions as ox
-
-            if isinstance(e, ox.PreconditionError) or "precondition" in str(e).lower():
-                raise CorruptStoreError(
-                    f"{self.object_url(rel)} changed after {self.url!r} was opened (its ETag is no longer "
-                    f"{etag}): open the dataset again to read the new version"
-                ) from None
-            raise _s3.remote_error(e, self.url, self._key(rel), "read") from None
-        data = bytes(got) if start is None else memoryview(got)
         want = size if start is None else end - start
-        if len(data) != want:
-            raise CorruptStoreError(
-                f"{self.object_url(rel)}: got {len(data)} bytes where {want} were asked for "
-                f"({'the whole object' if start is None else f'bytes [{start}, {end})'}); the object is "
-                f"{size} bytes in the listing taken at open: it was truncated or replaced"
-            )
-        with self._mu:
-            self.fetched_bytes += len(data)
-            self.fetches += 1
-        return data  # type: ignore[return-value]
+        client = self.client  # ForkError in a forked child
+        limits = self.limits
+        deadline = time.monotonic() + limits.deadline
+        for attempt in range(limits.retries + 1):
+            last = attempt == limits.retries or time.monotonic() + _s3.backoff(attempt) >= deadline
+            try:
+                got = obstore.get(client, self._key(rel), options=options).bytes()
+            except Exception as e:
+                from obstore import exceptions as ox
+
+                if isinstance(e, ox.PreconditionError) or "precondition" in str(e).lower():
+                    raise CorruptStoreError(
+                        f"{self.object_url(rel)} changed after {self.url!r} was opened (its ETag is no longer "
+                        f"{etag}): open the dataset again to read the new version"
+                    ) from None
+                low = str(e).lower()
+                if not last and ("body error" in low or "incompletebody" in low or "unexpectedeof" in low):
+                    time.sleep(_s3.backoff(attempt))  # an answer cut off mid-body: asked again
+                    continue
+                n = attempt + 1 if attempt else None  # else the client's own count in its message
+                raise _s3.remote_error(e, self.url, self._key(rel), "read", limits, attempts=n,
+                                       endpoint=self._endpoint()) from None
+            data = bytes(got) if start is None else memoryview(got)
+            if len(data) != want:
+                if not last:
+                    del data, got
+                    time.sleep(_s3.backoff(attempt))
+                    continue
+                raise CorruptStoreError(
+                    f"{self.object_url(rel)}: got {len(data)} bytes where {want} were asked for "
+                    f"({'the whole object' if start is None else f'bytes [{start}, {end})'}), "
+                    f"{attempt + 1} time(s); the object is {size} bytes in the listing taken at open: it was "
+                    "truncated or replaced"
+                )
+            with self._mu:
+                self.fetched_bytes += len(data)
+                self.fetches += 1
+            return data
+        raise AssertionError("unreachable")
 
     def _drop_old_generations(self) -> None:
         """Remove earlier generations of this URL that no process has open."""
@@ -414,7 +445,6 @@ class RemoteTree:
         when present (a copy that failed its checks)."""
         pages = self.pages
         j, lo, hi = self.layout.span(p)
-        rel = self.layout.rels[j]
         with self._fetch_locks[p % len(self._fetch_locks)]:
             if not force and pages.present[p] == 1:
                 return 0
@@ -423,16 +453,7 @@ class RemoteTree:
                 was = pages.present[p] == 1
                 if was and not force:
                     return 0
-                data = self._get(rel, lo, hi)
-                if check is not None:
-                    try:
-                        check(data)
-                    except CorruptStoreError as e:
-                        what = "record bytes" if self.layout.kind[j] == CHUNK else "table entries"
-                        raise CorruptStoreError(
-                            f"{self.object_url(rel)}: bytes [{lo}, {hi}) fail the checks of their {what} "
-                            f"({self.name_objects(str(e))}); the object was altered after the dataset was written"
-                        ) from None
+                data = self._checked(j, lo, hi, check)
                 if not was:
                     # counted before it is marked, so that a process dying
                     # in between leaves the count high, never low
@@ -448,6 +469,36 @@ class RemoteTree:
                 return hi - lo
             finally:
                 _ofd(self._lock_fd, fcntl.F_UNLCK, pages.npages + p, 1)
+
+    def _checked(self, j: int, lo: int, hi: int, check: Callable[[Any], None] | None) -> Any:
+        """Bytes ``[lo, hi)`` of paged file ``j`` fetched, and passing
+        ``check``. Bytes that fail are fetched again (a byte flipped in
+        transit: the ETag held, so the object is the one listed), up to
+        ``retries`` times and at least once; only a mismatch on every fetch
+        says the object was altered."""
+        rel = self.layout.rels[j]
+        tries = max(2, self.limits.retries + 1)
+        for attempt in range(tries):
+            data = self._get(rel, lo, hi)
+            if check is None:
+                return data
+            try:
+                check(data)
+                return data
+            except CorruptStoreError as e:
+                if attempt + 1 < tries:
+                    del data
+                    with self._mu:
+                        self.refetched_bad += 1
+                    time.sleep(_s3.backoff(attempt) / 4)
+                    continue
+                what = "record bytes" if self.layout.kind[j] == CHUNK else "table entries"
+                raise CorruptStoreError(
+                    f"{self.object_url(rel)}: bytes [{lo}, {hi}) fail the checks of their {what} in each of "
+                    f"{tries} fetches ({self.name_objects(str(e))}); its ETag is unchanged, so the object was "
+                    "altered in storage after the dataset was written"
+                ) from None
+        raise AssertionError("unreachable")
 
     def read_page(self, p: int, lo: int | None = None, hi: int | None = None) -> bytes:
         """The mirror's bytes of page ``p`` (or of bytes ``[lo, hi)`` of its
