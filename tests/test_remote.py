@@ -68,8 +68,10 @@ def test_client_refuses_unknown_option() -> None:
         remote.client("s3://bucket/x", endpoint="http://127.0.0.1:1")
     with pytest.raises(ValueError, match="retries"):
         remote.client("s3://bucket/x", retries=-1)
-    with pytest.raises(ValueError, match="timeout must be > 0"):
+    with pytest.raises(ValueError, match="timeout and deadline must be > 0.*timeout=0.0"):
         remote.client("s3://bucket/x", timeout=0)
+    with pytest.raises(ValueError, match="deadline=-1.0"):
+        remote.client("s3://bucket/x", deadline=-1)
 
 
 def test_client_without_obstore(monkeypatch) -> None:

@@ -10,6 +10,7 @@ this file is such a child: ``python3 tests/test_remote_faults.py '<json>'``.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -73,6 +74,8 @@ def _child_main(job: dict[str, Any]) -> dict[str, Any]:
         return _race(job)
     if mode == "read":
         return _read(job, cache)
+    if mode == "lane":
+        return _lane(job)
     raise SystemExit(f"unknown mode {mode!r}")
 
 
@@ -108,6 +111,74 @@ def _read(job: dict[str, Any], cache: loaderx.CacheOptions) -> dict[str, Any]:
         removed, busy = _cache.clear(cache.root, job["url"])
         out["cleared"], out["busy"] = removed, busy
     return out
+
+
+def _trial_read(job: dict[str, Any], k: int, out: str, recover: bool) -> None:
+    """A fork of the lane worker: open the dataset with trial ``k``'s cache
+    and read its batches under the fault, writing ``out.a`` (what
+    happened); with ``recover``, wait for the fault to be lifted
+    (``out.cleared``) and read again in this process, writing ``out.b``."""
+    cache = loaderx.CacheOptions(dir=os.path.join(job["dir"], str(k)), page_size=PAGE, table_page_size=16 << 10,
+                                 limit=job["limit"], prefetch=0)
+    want = dense()
+    batches = [np.asarray(b, dtype=np.int64) for b in job["batches"][k]]
+
+    def attempt() -> dict[str, Any]:
+        got: dict[str, Any] = {"error": None, "wrong": None, "over": []}
+        try:
+            ds = loaderx.DenseDataset(job["url"], cache=cache, storage_options=job["storage"])
+            try:
+                for idx in batches:
+                    if not np.array_equal(ds.gather(idx), want[idx]):
+                        got["wrong"] = idx.tolist()
+                        break
+                    st = ds.cache_stats()
+                    if st["cache_used_bytes"] > st["cache_limit_bytes"] + job["batch_bytes"]:
+                        got["over"].append(st["cache_used_bytes"])
+            finally:
+                ds.close()
+        except (CorruptStoreError, RemoteError, OSError, TimeoutError, ValueError) as e:
+            got["error"] = f"{type(e).__name__}: {e}"
+        return got
+
+    Path(out + ".a.tmp").write_text(json.dumps(attempt()))
+    os.rename(out + ".a.tmp", out + ".a")
+    if recover:
+        deadline = time.monotonic() + BOUND
+        while not os.path.exists(out + ".cleared"):
+            if time.monotonic() > deadline:
+                os._exit(3)
+            time.sleep(0.005)
+        Path(out + ".b.tmp").write_text(json.dumps(attempt()))
+        os.rename(out + ".b.tmp", out + ".b")
+
+
+def _lane(job: dict[str, Any]) -> dict[str, Any]:
+    """A lane of the fault suite: for each command on stdin (``under K`` or
+    ``fresh K``) fork a reader of trial K (under the fault, then recovering
+    in the same process; or a fresh process on K's cache) and answer its
+    exit status. The lane itself loads no native code and makes no client,
+    so each fork starts as a fresh process would."""
+    from loaderx.store import _native
+
+    assert not _native.loaded()
+    print("ready", flush=True)
+    for line in sys.stdin:
+        what, k = line.split()
+        out = os.path.join(job["dir"], f"{what}-{k}")
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                _trial_read(job, int(k), out, recover=what == "under")
+            except BaseException as e:  # reported, never lost
+                Path(out + ".x").write_text(f"{type(e).__name__}: {e}")
+                code = 4
+            os._exit(code)
+        print(f"pid {pid}", flush=True)
+        _, status = os.waitpid(pid, 0)
+        print(f"exit {os.waitstatus_to_exitcode(status)}", flush=True)
+    return {}
 
 
 def _race_one(job: dict[str, Any], k: int) -> str | None:
@@ -383,6 +454,200 @@ def test_a_page_written_but_not_marked_is_freed_at_the_next_open(s3server, pushe
         assert at is None or at >= 8 * PAGE, at
     finally:
         os.close(fd)
+
+
+# -- the fault suite -------------------------------------------------------------
+
+#: the faults of the suite: (kind, proxy rule arguments); each trial picks
+#: one, for one request (transient: the read must succeed) or for every
+#: matching request (persistent: a clear error naming the object)
+FAULTS = [
+    ("reset", {"path": r"\.chunk$"}),
+    ("stall", {"path": r"\.chunk$", "seconds": 5.0}),
+    ("truncate", {"path": r"\.chunk$"}),
+    ("short", {"path": r"\.chunk$"}),
+    ("status", {"path": r"\.chunk$", "code": 503}),
+    ("status", {"path": r"\.(chunk|tab)$", "code": 500}),
+    ("latency", {"path": None, "seconds": 0.1}),
+    ("flip", {"path": r"\.chunk$", "ranged": True}),
+    ("flip", {"path": r"\.tab$", "ranged": True}),
+    ("flip", {"path": r"meta\.zr$", "ranged": False, "offset": 16}),
+    ("flip", {"path": r"schema\.msgpack$", "ranged": False, "offset": 5}),
+    ("reset", {"path": None, "method": None}),  # the endpoint gone: every request reset
+    ("truncate", {"path": r"meta\.zr$|schema\.msgpack$", "ranged": False}),
+]
+TRIALS = 208
+LANES = 4
+#: the client's limits in the suite: a stall costs a second an attempt
+STORAGE = {"timeout": 1.0, "retries": 2}
+
+
+class _Lane:
+    """A worker process of the fault suite with a fault proxy of its own."""
+
+    def __init__(self, srv: Any, job: dict[str, Any], n: int) -> None:
+        from faultproxy import FaultProxy
+
+        self.proxy = FaultProxy(srv.endpoint)
+        self.job = {**job, "dir": os.path.join(job["dir"], f"lane{n}"),
+                    "storage": _opts(self.proxy.endpoint, srv, **STORAGE)}
+        os.makedirs(self.job["dir"])
+        env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.proc = subprocess.Popen([sys.executable, __file__, json.dumps({**self.job, "mode": "lane"})],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+        assert self._line(60) == "ready"
+
+    def _line(self, timeout: float) -> str:
+        import select
+
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            raise AssertionError(f"lane {self.job['dir']}: no answer in {timeout} s (a hang)")
+        return self.proc.stdout.readline().strip()
+
+    def _wait_file(self, path: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(path):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"{path} did not appear in {timeout} s (a hang)")
+            time.sleep(0.005)
+
+    def trial(self, k: int, kind: str, rule: dict[str, Any], times: int) -> dict[str, Any]:
+        """Trial ``k``: ``kind`` for ``times`` matching requests while a
+        fresh process reads; lifted; the same process reads again; then a
+        fresh process on the same cache. What each saw."""
+        base = os.path.join(self.job["dir"], f"under-{k}")
+        self.proxy.clear()
+        self.proxy.add(kind, **{"method": "GET", "times": times, **rule})
+        self.proc.stdin.write(f"under {k}\n")
+        self.proc.stdin.flush()
+        assert self._line(30).startswith("pid")
+        self._wait_file(base + ".a", BOUND)
+        self.proxy.clear()
+        Path(base + ".cleared").touch()
+        code = int(self._line(BOUND).split()[1])
+        res = {"code": code, "under": _load(base + ".a"), "same": _load(base + ".b"), "crash": _text(base + ".x")}
+        self.proc.stdin.write(f"fresh {k}\n")
+        self.proc.stdin.flush()
+        assert self._line(30).startswith("pid")
+        base2 = os.path.join(self.job["dir"], f"fresh-{k}")
+        res["fresh_code"] = int(self._line(BOUND).split()[1])
+        res["fresh"] = _load(base2 + ".a")
+        res["fresh_crash"] = _text(base2 + ".x")
+        return res
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proxy.close()
+
+
+def _load(path: str) -> Any:
+    return json.loads(Path(path).read_text()) if os.path.exists(path) else None
+
+
+def _text(path: str) -> str | None:
+    return Path(path).read_text() if os.path.exists(path) else None
+
+
+def _judge(url: str, kind: str, rule: dict[str, Any], times: int, res: dict[str, Any]) -> list[str]:
+    """What is wrong with a trial's outcome (empty: nothing)."""
+    bad = []
+    if res["code"] < 0 or res["fresh_code"] < 0:
+        bad.append(f"crash (exit {res['code']}, fresh {res['fresh_code']})")
+    if res["code"] or res["fresh_code"] or res["crash"] or res["fresh_crash"]:
+        bad.append(f"failed: {res['crash'] or res['fresh_crash'] or (res['code'], res['fresh_code'])}")
+    for name in ("under", "same", "fresh"):
+        got = res.get(name)
+        if got is None:
+            bad.append(f"no result {name}")
+            continue
+        if got["wrong"] is not None:
+            bad.append(f"WRONG DATA ({name}) for records {got['wrong']}")
+        if got["over"]:
+            bad.append(f"cache over its limit plus one batch ({name}): {got['over']}")
+        err = got["error"]
+        if name != "under" and err is not None:
+            bad.append(f"no recovery ({name}): {err}")
+        if name == "under" and err is not None:
+            if times == 1:
+                bad.append(f"a transient {kind} was an error: {err}")
+            if url not in err or "/trees/" in err:
+                bad.append(f"an error that does not name the object: {err}")
+    return bad
+
+
+def test_the_fault_suite(s3server, pushed, tmp_path):
+    """208 trials of 13 faults through the fault proxy, 4 lanes at once,
+    each: a fresh process reads under the fault (one request, or every
+    matching one), then in the same process once it is lifted, then a fresh
+    process on the same cache. Asserted per trial: the right records or a
+    clear error naming the object (and a transient fault no error at all),
+    never wrong data, no crash, no hang, recovery in the same process and
+    a fresh one, and the cache within its limit plus one batch."""
+    import concurrent.futures
+
+    url, _ = pushed
+    rng = np.random.default_rng(30)
+    limit = 16 * PAGE
+    batches = [[np.sort(rng.choice(N, 16, replace=False)).tolist() for _ in range(3)] for _ in range(TRIALS)]
+    job = {"url": url, "dir": str(tmp_path), "limit": limit, "batches": batches,
+           "batch_bytes": 16 * PAGE + 3 * (16 << 10)}
+    plan = [(k, *FAULTS[k % len(FAULTS)], 1 if (k // len(FAULTS)) % 2 == 0 else 10**6) for k in range(TRIALS)]
+    lanes = [_Lane(s3server, job, n) for n in range(LANES)]
+    results: dict[int, list[str]] = {}
+    try:
+        def run(n: int) -> None:
+            for k, kind, rule, times in plan[n::LANES]:
+                res = lanes[n].trial(k, kind, rule, times)
+                results[k] = _judge(url, kind, rule, times, res)
+
+        with concurrent.futures.ThreadPoolExecutor(LANES) as pool:
+            for f in [pool.submit(run, n) for n in range(LANES)]:
+                f.result()
+    finally:
+        for lane in lanes:
+            lane.close()
+    assert len(results) == TRIALS
+    failed = {k: v for k, v in results.items() if v}
+    assert not failed, "\n".join(f"trial {k} ({plan[k][1]} {plan[k][2]} x{plan[k][3]}): {v}"
+                                  for k, v in sorted(failed.items())[:12])
+
+
+def test_the_server_killed_and_restarted(s3server, pushed, tmp_path):
+    """The real server killed in the middle of reads and started again:
+    pages cached keep reading, the others are a RemoteError naming the
+    object, and everything reads once it is back, in the same process and
+    a fresh one."""
+    url, _ = pushed
+    want = dense()
+    cache = loaderx.CacheOptions(dir=str(tmp_path / "cache"), page_size=PAGE, table_page_size=16 << 10)
+    storage = _opts(s3server.endpoint, s3server, **STORAGE)
+    ds = loaderx.DenseDataset(url, cache=cache, storage_options=storage)
+    for trial in range(3):
+        warm = np.arange(64 * trial * 4, 64 * trial * 4 + 64)
+        assert np.array_equal(ds.gather(warm), want[warm])
+        s3server.stop()
+        try:
+            assert np.array_equal(ds.gather(warm), want[warm])  # cached
+            cold = np.arange(64 * (trial * 4 + 2), 64 * (trial * 4 + 2) + 8)
+            t0 = time.monotonic()
+            with pytest.raises(RemoteError) as e:
+                ds.gather(cold)
+            assert time.monotonic() - t0 < 20
+            assert f"{url}/0.chunk" in str(e.value) and "refused" in str(e.value), e.value
+        finally:
+            s3server.start()
+        assert np.array_equal(ds.gather(cold), want[cold])
+        got = _run_child({"mode": "read", "url": url, "dir": str(tmp_path / "cache"), "storage": storage,
+                          "batches": [cold.tolist(), warm.tolist()], "page_size": PAGE})
+        assert got["passes"] == [None]
+    ds.close()
 
 
 if __name__ == "__main__":

@@ -496,7 +496,7 @@ class Guard:
             _ = self.tree.client  # a forked child fails here, before it starts a fetch
         except BaseException:
             with self.mu:
-                for p in missing:
+                for p in missing if not self.closed else ():
                     _ofd(self.fd, fcntl.F_UNLCK, p, 1)
             raise
         self.tree.cache.make_room(int(self.layout.page_sizes()[missing].sum()))
@@ -557,7 +557,7 @@ class Guard:
             raise
         finally:
             with self.mu:
-                for p in failed:
+                for p in failed if not self.closed else ():
                     if not held[p]:
                         _ofd(self.fd, fcntl.F_UNLCK, p, 1)
 
@@ -753,6 +753,8 @@ class Guard:
 
     def _release_locked(self) -> None:
         """release_idle's work, under ``mu`` with no fast-path read in flight."""
+        if self.closed:
+            return
         keep = np.zeros(self.held.size, dtype=bool)
         for slots in self.inflight.values():
             keep[slots] = True
@@ -764,14 +766,19 @@ class Guard:
         self.held[free] = False
 
     def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
+        with self.mu:
+            if self.closed:
+                return
+            self.closed = True
+            # nothing is held once the descriptor goes: a release after this
+            # must not unlock through a descriptor number reused since
+            self.held[:] = False
+            fd, self.fd = self.fd, -1
         for k in list(self.files):
             with contextlib.suppress(Exception):  # the handle may be closed already, which removed the maps
                 _native.store_set_residency(self.h, k, None, None, 0)
         with contextlib.suppress(OSError):
-            os.close(self.fd)  # closing the descriptor drops its pins
+            os.close(fd)  # closing the descriptor drops its pins
 
     def stats(self) -> dict[str, int]:
         sizes = self.layout.page_sizes()

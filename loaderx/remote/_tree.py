@@ -572,6 +572,8 @@ class RemoteTree:
             self._pool.shutdown(wait=False)
         for g in list(self._guards):
             g.close()
+        with contextlib.suppress(Exception):
+            self.cache.trees.discard(self)  # no longer asked to release or flush
         for name in ("_open_fd", "_lock_fd"):
             fd = getattr(self, name, -1)
             setattr(self, name, -1)  # a second close must not close a descriptor reused since
