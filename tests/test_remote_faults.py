@@ -601,11 +601,14 @@ def test_the_fault_suite(s3server, pushed, tmp_path):
     plan = [(k, *FAULTS[k % len(FAULTS)], 1 if (k // len(FAULTS)) % 2 == 0 else 10**6) for k in range(TRIALS)]
     lanes = [_Lane(s3server, job, n) for n in range(LANES)]
     results: dict[int, list[str]] = {}
+    took: dict[int, float] = {}
     try:
         def run(n: int) -> None:
             for k, kind, rule, times in plan[n::LANES]:
+                t0 = time.monotonic()
                 res = lanes[n].trial(k, kind, rule, times)
                 results[k] = _judge(url, kind, rule, times, res)
+                took[k] = time.monotonic() - t0
 
         with concurrent.futures.ThreadPoolExecutor(LANES) as pool:
             for f in [pool.submit(run, n) for n in range(LANES)]:
@@ -613,6 +616,12 @@ def test_the_fault_suite(s3server, pushed, tmp_path):
     finally:
         for lane in lanes:
             lane.close()
+    if os.environ.get("LOADERX_FAULT_TIMES"):
+        by: dict[str, list[float]] = {}
+        for k, t in took.items():
+            by.setdefault(f"{plan[k][1]} {plan[k][2].get('path')} x{plan[k][3]}", []).append(t)
+        for name, ts in sorted(by.items(), key=lambda kv: -sum(kv[1])):
+            print(f"{sum(ts):7.1f} s  {len(ts):3d}  {name}")
     assert len(results) == TRIALS
     failed = {k: v for k, v in results.items() if v}
     assert not failed, "\n".join(f"trial {k} ({plan[k][1]} {plan[k][2]} x{plan[k][3]}): {v}"

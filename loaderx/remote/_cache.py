@@ -50,7 +50,7 @@ there:
   (the paged files and their sizes, in page order), ``present`` (one byte
   per page, 1 once its bytes are in the mirror, then one byte per page that
   serialises its fetch across processes), ``stamps`` (each page's last use,
-  in seconds) and ``used`` (the bytes present, a counter kept by every fetch
+  in nanoseconds) and ``used`` (the bytes present, a counter kept by every fetch
   and eviction and recounted by every eviction pass). Byte ``p`` of
   ``present`` is also the page's *pin*: a process that reads page ``p``
   holds a shared open-file-description lock (``F_OFD_SETLK``) on it, and
@@ -104,13 +104,26 @@ The limit counts every page present, table pages included; the headers,
 schemas, dictionaries and manifests (a few small files per store) come on
 top.
 
-Faults: a server that stops answering fails a fetch after the client's
-bounded retries (``remote._s3``) with :class:`~loaderx.errors.RemoteError`
-naming the object; an object overwritten since the dataset was opened fails
-its ETag precondition, and one truncated or altered fails its length or its
-checksums, each :class:`~loaderx.errors.CorruptStoreError` naming the
-object; a full disk is an OSError naming the cache directory after one more
-eviction pass. Nothing is marked present that was not written and checked.
+Faults: one attempt of a request is bounded by ``timeout`` and the request
+by a ``deadline``; a refused, reset or stalled attempt, a 5xx answer and an
+answer cut off or short are retried with backoff within ``retries``
+(``remote._s3``, ``remote._tree``), then :class:`~loaderx.errors.RemoteError`
+names the object and says which it was; a page whose fetched bytes fail
+their checks is fetched again before it is reported (a byte flipped in
+transit), and only a mismatch on every fetch, under an unchanged ETag, is
+CorruptStoreError saying the object was altered; an object overwritten
+since the dataset was opened fails its ETag precondition. The small files
+downloaded whole are checked against their own checksums before they are
+cached (``remote._check``), and checked again at each open, where a damaged
+one is downloaded again in place. A full disk is an OSError naming the cache
+directory after one more eviction pass. Nothing is marked present that was
+not written and checked.
+
+Eviction is least recently used: each page's stamp (nanoseconds) is set when
+it is fetched or pinned, and a warm read, which makes no system call, notes
+its records in its guard's touch table, whose pages get fresh stamps, in the
+order of the reads, before an eviction pass looks. A page a killed reader
+wrote but never marked present is freed at the next open.
 
 This module holds the options, the cache directory (its limit, eviction,
 listing and clearing), the page layout of a dataset version and its page

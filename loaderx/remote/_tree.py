@@ -2,12 +2,17 @@
 
 :class:`RemoteTree` lists the objects under a URL, keys the mirror by the
 listing (every object's name, size and ETag), downloads the small files
-whole and makes the chunk files and table segments sparse (a shard of a
+whole, checked against their own checksums (``remote._check``) before they
+are kept, and makes the chunk files and table segments sparse (a shard of a
 sharded dataset when a read first needs it, see :meth:`RemoteTree.materialize`),
 numbers their pages (``remote._cache._Layout``) and keeps their page state,
-and fetches pages: one range request under the object's ETag, checked by
-the caller's check, written into the mirror, marked present.
-:func:`open_tree` shares one tree per URL and options in a process;
+and fetches pages: one range request under the object's ETag, retried
+within the client's limits, checked by the caller's check (and fetched
+again when it fails), written into the mirror, marked present. At each
+open it checks the mirror's small files again (repairing a damaged one in
+place) and frees pages a killed reader wrote but never marked.
+:func:`open_tree` shares one tree per URL and options in a process among
+its holders, and closes it when the last lets go;
 :func:`tree_of` finds the tree whose mirror holds a local path, which is how
 the streams of a remote multi-stream dataset, opened by path, find their
 cache. See ``remote._cache`` for the design.
