@@ -375,11 +375,13 @@ class Guard:
         for k, idx in enumerate(items):
             if idx.size == 0:
                 continue
+            # best effort: a handle closed meanwhile, or entries no longer
+            # held, leave those pages' stamps as they were
             try:
                 pages = self._table_need(idx).pages
-                with contextlib.suppress(NotResidentError, CorruptStoreError):
+                with contextlib.suppress(Exception):
                     pages = np.concatenate([pages, self._chunk_need(idx).pages])
-            except (NotResidentError, CorruptStoreError, ValueError, OSError):
+            except Exception:
                 continue
             pages = pages[(pages >= 0) & (pages < st.npages)]
             st.stamps[pages] = (now - (len(items) - k)) // st.stamp_scale
