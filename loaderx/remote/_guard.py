@@ -829,4 +829,5 @@ class Guard:
         return {"fetched_bytes": self.tree.fetched_bytes, "fetches": self.tree.fetches, "cached_bytes": present,
                 "pinned_bytes": held, "cache_used_bytes": self.tree.cache.used(),
                 "cache_limit_bytes": self.tree.cache.limit(), "evicted_bytes": self.tree.cache.evicted_bytes,
-                "repairs": self.repairs}
+                "repairs": self.repairs, "refetched_pages": self.tree.refetched_bad,
+                "repaired_files": self.tree.repaired_files}
