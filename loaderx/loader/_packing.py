@@ -45,6 +45,10 @@ if TYPE_CHECKING:
 CHUNK_STEPS = 1024
 #: chunks of per-step sums a TokenIndex keeps (the boundaries of every chunk stay)
 CACHED_CHUNKS = 16
+#: chunks whose records and lengths a TokenIndex keeps too (the last summed),
+#: so that the steps packing them look neither up again; and the most
+#: records a chunk may have to be kept
+KEPT_CHUNKS, KEPT_RECORDS = 2, 1 << 21
 
 # the arrays of a PackPool slot; 0-4 are a RaggedPool slot's, for the gather
 _IDX, _DENSE, _SEG, _POS, _CU, _NSEG, _REC, _START, _SRC, _PAD, _FROM = range(5, 16)
@@ -131,6 +135,9 @@ class TokenIndex:
 
     def _init_cache(self) -> None:
         self._sums: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()
+        self._records: collections.OrderedDict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = (
+            collections.OrderedDict()
+        )
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -161,7 +168,35 @@ class TokenIndex:
         self._sums[p] = cum
         while len(self._sums) > CACHED_CHUNKS:
             self._sums.popitem(last=False)
+        if flat.size <= KEPT_RECORDS:  # the records themselves, for the steps that pack them
+            bounds = np.zeros(c + 1, dtype=np.int64)
+            bounds[1:] = ends
+            self._records[p] = (flat, lens, bounds)
+            while len(self._records) > KEPT_CHUNKS:
+                self._records.popitem(last=False)
         return cum
+
+    def records(self, t0: int, t1: int, dataset: RaggedDataset) -> tuple[np.ndarray, np.ndarray]:
+        """The records of sampler steps ``[t0, t1]`` in order and their
+        lengths: from the chunks whose records are kept (those last summed),
+        else drawn and looked up again."""
+        c = CHUNK_STEPS
+        with self._lock:
+            got = [self._records.get(p) for p in range(t0 - t0 % c, t1 - t1 % c + 1, c)]
+        if all(g is not None for g in got):
+            parts = []
+            for k, (flat, lens, bounds) in enumerate(got):
+                base = (t0 - t0 % c) + k * c
+                a = bounds[max(t0, base) - base]
+                b = bounds[min(t1, base + c - 1) - base + 1]
+                parts.append((flat[a:b], lens[a:b]))
+            if len(parts) == 1:
+                return parts[0]
+            return np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts])
+        buf = np.empty(self.batch_size, dtype=np.int64)
+        drawn = [self.draw(t, buf).copy() for t in range(t0, t1 + 1)]
+        every = drawn[0] if len(drawn) == 1 else np.concatenate(drawn)
+        return every, dataset.lengths(every)
 
     def _known(self, step: int, tokens: int) -> None:
         """Keep ``tokens before sampler step step`` (under the lock),
@@ -422,10 +457,7 @@ class PackStream(RaggedStream):
         first = (step * self.world + self.rank) * total  # this rank's stretch of the global step
         t0, r0, _ = index.locate(first, self.dataset)
         t1, _, _ = index.locate(first + total - 1, self.dataset)
-        buf = np.empty(index.batch_size, dtype=np.int64)
-        drawn = [index.draw(t, buf).copy() for t in range(t0, t1 + 1)]
-        every = drawn[0] if len(drawn) == 1 else np.concatenate(drawn)
-        lens = self.dataset.lengths(every)
+        every, lens = index.records(t0, t1, self.dataset)
         ends = np.cumsum(lens)
         a = int(np.searchsorted(ends, r0, side="right"))  # the record holding the step's first token
         b = int(np.searchsorted(ends, r0 + total - 1, side="right"))  # and its last

@@ -69,6 +69,9 @@ import numpy as np
 COUNTS = ("exact", "sampled")
 #: steps between the checkpoints of an exact schedule's period
 CHECKPOINT = 1024
+#: an exact schedule whose period is at most this many steps keeps the extras
+#: before each step of it, so that any step's counts are a table lookup
+TABLE_PERIOD = 4096
 #: draws a sampled block may hold (numpy's hypergeometric needs fewer than 10**9)
 _BRIDGE_DRAWS = 10**9 - 1
 
@@ -280,6 +283,8 @@ class ExactCounts:
         self.period = math.lcm(*(f.denominator for f in self.frac)) if self.frac else 1
         self._per_period = [int(f * self.period) for f in self.frac]  # extras of a whole period
         self._first = (self.frac[0].numerator, self.frac[0].denominator) if self.frac else (0, 1)
+        #: the extras before every step of a period of at most TABLE_PERIOD steps (made on first use)
+        self._table: list[tuple[int, ...]] | None = None
 
     def _extras(self, t: int) -> list[int]:
         """Extras per taker over steps ``[0, t)``."""
@@ -288,7 +293,10 @@ class ExactCounts:
         if not full:
             return full
         if self._pd2 is not None:
-            part = self._pd2.state(rest)
+            table = self._table
+            if table is None and self.period <= TABLE_PERIOD:  # a short period: all of it, once
+                table = self._table = [self._pd2.state(r) for r in range(self.period + 1)]
+            part = table[rest] if table is not None else self._pd2.state(rest)
         else:  # two takers share one extra a step: the first takes it at floor(u·t)
             num, den = self._first
             a = (num * rest) // den
