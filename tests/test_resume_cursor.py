@@ -78,7 +78,8 @@ def make(stores, config: str, world: int = 1, rank: int = 0, store: str = "a", *
     if weights is None:
         streams = {"t": ds[store]}
     else:
-        streams = Mixture({name: {"t": ds[name]} for name in SIZES}, weights, counts=counts)
+        unit = "record_batches" if mode == "concat" else "steps"
+        streams = Mixture({name: {"t": ds[name]} for name in SIZES}, weights, counts=counts, schedule_unit=unit)
     pack = None if mode is None else {"t": Pack(L, mode=mode, rows=4 // world)}
     return DataLoader(streams, batch_size=4 // world, shard=(rank, world), seed=3, pack=pack, **kw)
 

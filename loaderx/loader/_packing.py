@@ -87,9 +87,30 @@ def check_layout(sources: Mapping[str, Any], epoch: bool) -> None:
     packed (its per-record batch has no rows to line up with, since a step's
     rows hold records of several sampler steps) and an ``epoch=True`` pass
     (whose steps count records, not tokens)."""
+    for name, ds in sources.items():  # token weights need the rows of concat packing
+        if getattr(ds, "by", None) == "tokens" or getattr(getattr(ds, "dataset", None), "by", None) == "tokens":
+            if not (isinstance(ds, PackStream) and ds.pack.mode == "concat"):
+                how = f"packed in mode {ds.pack.mode!r}" if isinstance(ds, PackStream) else "not packed"
+                raise ValueError(
+                    f"stream {name!r} is {how}, but the Mixture weighs its sources by='tokens': token "
+                    f"shares are made of packed rows, so pack it in concat mode (pack={{{name!r}: L}}), or "
+                    "weigh the sources by='records'"
+                )
     concat = [name for name, ds in sources.items() if isinstance(ds, PackStream) and ds.pack.mode == "concat"]
     if not concat:
         return
+    for name in concat:  # a record-weighted concat stream's batches of records are not loader steps
+        mix = sources[name].dataset
+        switches, unit = getattr(mix, "schedule", (0, "steps"))
+        if switches and unit == "steps" and getattr(mix, "by", "records") == "records":
+            raise ValueError(
+                f"stream {name!r} is packed in concat mode from a Mixture weighed by='records' whose weights "
+                "change at given steps: its rows are cut from the records of global batches that do not "
+                "line up with loader steps, so a change would not land at the step named. Weigh the "
+                "sources by='tokens' (rows of one source each; the schedule then counts loader steps "
+                "exactly), pack mode='first_fit', or pass Mixture(..., schedule_unit='record_batches') "
+                "to count the schedule in those global batches of records"
+            )
     if epoch:
         raise ValueError(
             f"pack mode 'concat' (stream {concat[0]!r}) runs endless or for steps=N; an epoch=True "
@@ -312,6 +333,9 @@ class PackStream(RaggedStream):
         offsets_dtype: the dtype of ``cu_seqlens``.
         batch_size: the loader's records per step (the default rows).
     """
+
+    #: whether a concat stream's position goes into a state's cursor
+    keeps_cursor = True
 
     def __init__(
         self, name: str, dataset: RaggedDataset, pack: Pack, offsets_dtype: np.dtype, batch_size: int

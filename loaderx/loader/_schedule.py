@@ -283,8 +283,8 @@ class ExactCounts:
         self.period = math.lcm(*(f.denominator for f in self.frac)) if self.frac else 1
         self._per_period = [int(f * self.period) for f in self.frac]  # extras of a whole period
         self._first = (self.frac[0].numerator, self.frac[0].denominator) if self.frac else (0, 1)
-        #: the extras before every step of a period of at most TABLE_PERIOD steps (made on first use)
-        self._table: list[tuple[int, ...]] | None = None
+        #: the extras before the steps of a period of at most TABLE_PERIOD steps found so far
+        self._table: dict[int, tuple[int, ...]] = {}
 
     def _extras(self, t: int) -> list[int]:
         """Extras per taker over steps ``[0, t)``."""
@@ -293,10 +293,11 @@ class ExactCounts:
         if not full:
             return full
         if self._pd2 is not None:
-            table = self._table
-            if table is None and self.period <= TABLE_PERIOD:  # a short period: all of it, once
-                table = self._table = [self._pd2.state(r) for r in range(self.period + 1)]
-            part = table[rest] if table is not None else self._pd2.state(rest)
+            part = self._table.get(rest)
+            if part is None:
+                part = self._pd2.state(rest)
+                if self.period <= TABLE_PERIOD:  # a short period: every step of it is kept once found
+                    self._table[rest] = part
         else:  # two takers share one extra a step: the first takes it at floor(u·t)
             num, den = self._first
             a = (num * rest) // den
@@ -562,6 +563,8 @@ def compare_mixture(saved: Any, mine: Mapping[str, Any]) -> None:
     """Raise a ValueError saying how a saved ``mixture`` entry differs from this loader's."""
     if not isinstance(saved, Mapping):
         raise ValueError(f"state_dict has mixture={saved!r}, not a dict")
+    if "by" not in saved:  # saved before weights could count tokens
+        saved = {**saved, "by": "records"}
     s_src, m_src = saved.get("sources"), mine["sources"]
     # the order counts: it numbers the sources and lays out the global index space
     if not isinstance(s_src, Mapping) or list(s_src.items()) != list(m_src.items()):

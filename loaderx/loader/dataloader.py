@@ -80,6 +80,7 @@ from loaderx.loader._ragged import (
     check_pad,
 )
 from loaderx.loader._state import CURSOR, check_state, epoch_steps, make_state, sampler_identity
+from loaderx.loader._tokenmix import pack_stream
 from loaderx.loader.mixture import Mixture
 from loaderx.loader.options import TORCH_ARGS, LoaderOptions, check_mixture_args, check_sampler
 from loaderx.loader.sampler import IndexSampler, Sampler
@@ -427,7 +428,7 @@ class DataLoader:
             if not isinstance(name, str):
                 raise TypeError(f"stream names must be str, got {name!r}")
             if name in packs:
-                ds = PackStream(name, ds, packs[name], offsets_dt, self.options.batch_size)
+                ds = pack_stream(name, ds, packs[name], offsets_dt, self.options.batch_size)
             elif isinstance(ds, RaggedDataset):
                 ds = RaggedStream(name, ds, pads.get(name), offsets_dt)
             elif isinstance(ds, np.ndarray):

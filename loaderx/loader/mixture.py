@@ -63,6 +63,10 @@ __all__ = ["Mixture"]
 
 #: how a source's stream of record indices is drawn
 SOURCE_SAMPLERS = ("cyclic", "iid", "sequential")
+#: what a mixture's weights count
+BY = ("records", "tokens")
+#: what the keys of a weights schedule count
+SCHEDULE_UNITS = ("steps", "record_batches")
 #: positions per step of the native iid sampler a source's iid stream reads
 _IID_STEP = 1 << 20
 #: the fewest positions one native call of a source's stream draws: a loader
@@ -145,6 +149,7 @@ class MixtureDraw:
         self, mixture: Mixture, batch_size: int, seed: int, shard: tuple[int, int], schedule: Schedule | None = None
     ) -> None:
         self.batch_size = batch_size
+        self.seed = seed
         self.rank, self.world = shard
         self.global_batch = batch_size * self.world
         #: the per-step counts; the draws of one global batch (each rank's and
@@ -279,9 +284,11 @@ class MixtureRaggedStream(_Parts, RaggedStream):
 
     def __init__(
         self, name: str, parts: list[tuple[str, RaggedDataset]], offsets: tuple[int, ...],
-        pad: tuple[str, int] | None, offsets_dtype: np.dtype,
+        pad: tuple[str, int] | None, offsets_dtype: np.dtype, by: str = "records",
     ) -> None:
         self.name = name
+        #: what the mixture's weights count ("records" or "tokens")
+        self.by = by
         self.parts = parts
         self.offsets = tuple(offsets)
         self.starts = np.asarray(offsets[:-1], dtype=np.int64)
@@ -573,6 +580,8 @@ class Mixture:
         counts: str = "exact",
         sampler: str = "cyclic",
         source_key: str = "source",
+        by: str = "records",
+        schedule_unit: str = "steps",
     ) -> None:
         if not isinstance(sources, Mapping) or not sources:
             raise TypeError(
@@ -584,6 +593,13 @@ class Mixture:
             raise ValueError(f"sampler must be one of {', '.join(map(repr, SOURCE_SAMPLERS))}, got {sampler!r}")
         if not isinstance(source_key, str):
             raise TypeError(f"source_key must be a str, got {source_key!r}")
+        if by not in BY:
+            raise ValueError(f"by must be 'records' or 'tokens' (what the weights count), got {by!r}")
+        if schedule_unit not in SCHEDULE_UNITS:
+            raise ValueError(
+                f"schedule_unit must be 'steps' (loader steps) or 'record_batches' (the global batches of "
+                f"records a concat-packed stream is made of), got {schedule_unit!r}"
+            )
         parsed: dict[str, dict[str, tuple[str, Any]]] = {}
         sizes = []
         first_name: str | None = None
@@ -621,19 +637,60 @@ class Mixture:
         self.sizes: tuple[int, ...] = tuple(sizes)
         #: the global index of each source's first record, and the total at the end
         self.offsets: tuple[int, ...] = tuple(int(x) for x in np.cumsum([0, *sizes]))
-        #: ``((start step, weights summing to 1), ...)``
-        self.segments = check_schedule(weights, self.names)
+        #: what the weights count: ``"records"`` or ``"tokens"``
+        self.by = by
+        #: the weights as given, normalised: ``((start step, weights summing to 1), ...)``
+        self.weights = check_schedule(weights, self.names)
+        #: the weights of records per step: the weights themselves, or for
+        #: ``by="tokens"`` over dense sources, each divided by its tokens per record
+        self.segments = self.weights
+        if by == "tokens":
+            self.segments = self._token_segments(parsed)
         self.counts = counts
         self.sampler = sampler
         self.source_key = source_key
+        #: what a weights schedule's keys count (see the class docs)
+        self.schedule_unit = schedule_unit
+
+    def _token_segments(self, parsed: Mapping[str, Mapping[str, tuple[str, Any]]]) -> Any:
+        """The record weights of ``by="tokens"``: over dense sources, each
+        token weight divided by the tokens of one record (the first axis of
+        the first stream); over ragged ones the token weights themselves
+        (concat packing makes rows of them), after refusing a source with no
+        tokens at all."""
+        first = self.stream_names[0]
+        kind, ref = parsed[self.names[0]][first]
+        if kind == "ragged":
+            for name in self.names:
+                ds = parsed[name][first][1]
+                n = len(ds)
+                probe = np.unique(np.linspace(0, n - 1, min(n, 1024)).astype(np.int64))
+                if not ds.lengths(probe).any() and not ds.lengths().any():
+                    raise ValueError(
+                        f"source {name!r} has no tokens (all its {n} records of stream {first!r} have length "
+                        "0): by='tokens' cannot give it a share"
+                    )
+            return self.weights
+        per = int(ref.item_shape[0]) if ref.item_shape else 1
+        if per == 0:
+            raise ValueError(
+                f"stream {first!r} has records of shape {tuple(ref.item_shape)}, no tokens: by='tokens' cannot "
+                "weigh the sources"
+            )
+        out = []
+        for start, ws in self.weights:
+            scaled = [w / per for w in ws]
+            total = sum(scaled)
+            out.append((start, tuple(w / total for w in scaled)))
+        return tuple(out)
 
     def __len__(self) -> int:
         """The records of all sources together (the loader's index space)."""
         return self.offsets[-1]
 
     def __repr__(self) -> str:
-        w = {n: str(x) for n, x in zip(self.names, self.segments[0][1])}
-        more = f", {len(self.segments) - 1} weight changes" if len(self.segments) > 1 else ""
+        w = {n: str(x) for n, x in zip(self.names, self.weights[0][1])}
+        more = f", {len(self.weights) - 1} weight changes" if len(self.weights) > 1 else ""
         return (
             f"Mixture(sources={dict(zip(self.names, self.sizes))}, weights={w}{more}, "
             f"streams={list(self.stream_names)}, counts={self.counts!r}, sampler={self.sampler!r})"
@@ -641,8 +698,8 @@ class Mixture:
 
     def weights_at(self, step: int) -> dict[str, Fraction]:
         """The normalised weights in force at ``step``."""
-        current = self.segments[0][1]
-        for start, w in self.segments:
+        current = self.weights[0][1]
+        for start, w in self.weights:
             if start <= step:
                 current = w
         return dict(zip(self.names, current))
@@ -657,10 +714,11 @@ class Mixture:
         """What a loader's state records of the mixture (JSON-serialisable)."""
         return {
             "sources": dict(zip(self.names, self.sizes)),
-            "weights": weights_text(self.segments, self.names),
+            "weights": weights_text(self.weights, self.names),
             "counts": self.counts,
             "sampler": self.sampler,
             "source_key": self.source_key,
+            "by": self.by,
         }
 
     def template(self) -> dict[str, Any]:
@@ -673,7 +731,8 @@ class Mixture:
         for s in self.stream_names:
             parts = [(n, self._sources[n][s][1]) for n in self.names]
             if self._sources[self.names[0]][s][0] == "ragged":
-                out[s] = MixtureRaggedStream(s, parts, self.offsets, pads.get(s), offsets_dtype)
+                out[s] = MixtureRaggedStream(s, parts, self.offsets, pads.get(s), offsets_dtype, self.by)
+                out[s].schedule = (len(self.weights) - 1, self.schedule_unit)
             else:
                 out[s] = MixtureStream(s, parts, self.offsets)
         out[self.source_key] = SourceStream(self.offsets)
