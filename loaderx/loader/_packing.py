@@ -88,14 +88,14 @@ def check_layout(sources: Mapping[str, Any], epoch: bool) -> None:
     rows hold records of several sampler steps) and an ``epoch=True`` pass
     (whose steps count records, not tokens)."""
     for name, ds in sources.items():  # token weights need the rows of concat packing
-        if getattr(ds, "by", None) == "tokens" or getattr(getattr(ds, "dataset", None), "by", None) == "tokens":
-            if not (isinstance(ds, PackStream) and ds.pack.mode == "concat"):
-                how = f"packed in mode {ds.pack.mode!r}" if isinstance(ds, PackStream) else "not packed"
-                raise ValueError(
-                    f"stream {name!r} is {how}, but the Mixture weighs its sources by='tokens': token "
-                    f"shares are made of packed rows, so pack it in concat mode (pack={{{name!r}: L}}), or "
-                    "weigh the sources by='records'"
-                )
+        tokens = getattr(ds, "by", None) == "tokens" or getattr(getattr(ds, "dataset", None), "by", None) == "tokens"
+        if tokens and not (isinstance(ds, PackStream) and ds.pack.mode == "concat"):
+            how = f"packed in mode {ds.pack.mode!r}" if isinstance(ds, PackStream) else "not packed"
+            raise ValueError(
+                f"stream {name!r} is {how}, but the Mixture weighs its sources by='tokens': token "
+                f"shares are made of packed rows, so pack it in concat mode (pack={{{name!r}: L}}), or "
+                "weigh the sources by='records'"
+            )
     concat = [name for name, ds in sources.items() if isinstance(ds, PackStream) and ds.pack.mode == "concat"]
     if not concat:
         return

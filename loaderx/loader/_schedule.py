@@ -81,7 +81,9 @@ _BRIDGE_DRAWS = 10**9 - 1
 
 def as_fraction(value: Any, where: str) -> Fraction:
     """An exact, finite, non-negative weight: an int, a Fraction, or a float
-    read from its ``str()`` (``0.1`` is ``1/10``, not the binary fraction)."""
+    read from its ``str()`` (``0.1`` is ``1/10``, not the binary fraction): a
+    NumPy float from the shortest decimal of its own precision, so
+    ``np.float32(0.6)`` is ``3/5`` as typed."""
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{where} is {value!r}; a weight must be a number, not a bool")
     if isinstance(value, Fraction):
@@ -92,7 +94,9 @@ def as_fraction(value: Any, where: str) -> Fraction:
         x = float(value)
         if not math.isfinite(x):
             raise ValueError(f"{where} is {value!r}; weights must be finite and non-negative")
-        f = Fraction(str(x))
+        # the shortest decimal that reads back as this value in its own precision
+        text = np.format_float_positional(value, unique=True, trim="0") if isinstance(value, np.floating) else str(x)
+        f = Fraction(text)
     else:
         raise TypeError(
             f"{where} is {value!r} ({type(value).__name__}); a weight must be an int, a float or a Fraction"
@@ -584,9 +588,15 @@ def compare_mixture(saved: Any, mine: Mapping[str, Any]) -> None:
             f"state_dict is from another mixture: its weights schedule is {saved.get('weights')!r}, "
             f"this loader's is {mine['weights']!r}"
         )
+    if "data" in saved and "data" in mine:
+        from loaderx.loader._fingerprint import compare_fingerprints
+
+        compare_fingerprints(saved["data"], mine["data"], "source")
     for key in mine:
+        if key == "data":
+            continue
         if saved.get(key) != mine[key]:
             raise ValueError(f"state_dict has mixture {key}={saved.get(key)!r} but this loader has {mine[key]!r}")
-    extra = [k for k in saved if k not in mine]
+    extra = [k for k in saved if k not in mine and k != "data"]
     if extra:
         raise ValueError(f"state_dict's mixture has unexpected keys {extra}")

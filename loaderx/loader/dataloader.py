@@ -61,6 +61,7 @@ from loaderx.loader._autoworkers import (
     pace,
 )
 from loaderx.loader._cursor import Parts, make_cursor, parts_of, seek_cursor
+from loaderx.loader._fingerprint import fingerprints
 from loaderx.loader._lookahead import Lookahead, guards_of
 from loaderx.loader._packing import PackPool, PackStream, check_layout, check_packs
 from loaderx.loader._pipeline import ArrayStream as _ArrayStream
@@ -956,7 +957,17 @@ class DataLoader:
             pack=self._packs,
             mixture=None if self._mixture is None else self._mixture.identity(),
             cursor=self._cursor(step) if cursor else None,
+            data=self._fingerprints(),
         )
+
+    def _fingerprints(self) -> dict[str, str] | None:
+        """Each stream's fingerprint (a mixture's are in its identity), once."""
+        if self._mixture is not None:
+            return None
+        got = self.__dict__.get("_data_fingerprints")
+        if got is None:
+            got = self.__dict__["_data_fingerprints"] = fingerprints(self._streams)
+        return got
 
     def _parts(self) -> Parts:
         """What the loader's cursor is about (see :mod:`loaderx.loader._cursor`);

@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from loaderx.errors import CorruptStoreError
+from loaderx.loader._fingerprint import fingerprint
 from loaderx.loader._pipeline import ArrayStream
 from loaderx.loader._ragged import _GROWTH, RaggedStream
 from loaderx.loader._schedule import COUNTS, Schedule, check_schedule, spread, weights_text
@@ -719,7 +720,25 @@ class Mixture:
             "sampler": self.sampler,
             "source_key": self.source_key,
             "by": self.by,
+            # read only where the native library is loaded already: a process
+            # that forks workers (torch's) must not load it to save a state
+            **({"data": self.fingerprint()} if _native.loaded() or "_fingerprint" in self.__dict__ else {}),
         }
+
+    def fingerprint(self) -> dict[str, str]:
+        """``{source name: digest}`` of each source's records (see
+        :mod:`loaderx.loader._fingerprint`), what a state checks its data by;
+        computed once."""
+        got = self.__dict__.get("_fingerprint")
+        if got is None:
+            got = {}
+            for name in self.names:
+                h = hashlib.blake2b(digest_size=8)
+                for s in self.stream_names:
+                    h.update(f"{s}\0{fingerprint(self._sources[name][s][1])}\0".encode())
+                got[name] = h.hexdigest()
+            self.__dict__["_fingerprint"] = got
+        return dict(got)
 
     def template(self) -> dict[str, Any]:
         """The first source's streams: what the loader checks ``pad=`` against."""
