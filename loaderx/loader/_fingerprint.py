@@ -40,15 +40,13 @@ def fingerprints(streams: Any) -> dict[str, str]:
 
 def fingerprint(stream: Any) -> str:
     """The digest of a stream: a DenseDataset, a RaggedDataset or a NumPy array."""
-    from loaderx.store.dataset import RaggedDataset
-
     stream = getattr(stream, "array", stream)  # a NumPy array wrapped as a stream
     n = len(stream)
     h = hashlib.blake2b(digest_size=8)
     shape = tuple(stream.shape[1:]) if isinstance(stream, np.ndarray) else tuple(stream.item_shape)
     h.update(f"{n}\0{np.dtype(stream.dtype).str}\0{shape}".encode())
     if n:
-        if isinstance(stream, RaggedDataset):
+        if hasattr(stream, "lengths"):  # a RaggedDataset: its table's sizes, then records
             h.update(np.ascontiguousarray(stream.lengths(_spread(n, SIZES)), dtype=np.int64).tobytes())
             for rec in stream[_spread(n, RECORDS)]:
                 h.update(np.ascontiguousarray(rec).tobytes())

@@ -68,7 +68,7 @@ def check_packs(pack: Any, streams: Mapping[str, Any], pads: Mapping[str, Any], 
     for key, spec in pack.items():
         if key not in streams or not isinstance(streams[key], ragged):
             names = [k for k, v in streams.items() if isinstance(v, ragged)]
-            what = "no stream" if key not in streams else f"a {type(streams[key]).__name__}, not a ragged stream"
+            what = "no stream" if key not in streams else f"{_kind(streams[key])}, not a ragged stream"
             raise ValueError(
                 f"pack={{{key!r}: {spec!r}}} names {what}; only a ragged stream (RaggedDataset) packs, "
                 f"and the ragged streams are {names}"
@@ -80,6 +80,16 @@ def check_packs(pack: Any, streams: Mapping[str, Any], pads: Mapping[str, Any], 
             )
         out[key] = check_pack(spec, key)
     return out
+
+
+def _kind(stream: Any) -> str:
+    """What a user calls a stream (never a loader-internal class)."""
+    if isinstance(stream, np.ndarray) or hasattr(stream, "array"):
+        return "a NumPy array"
+    for cls in type(stream).__mro__:
+        if cls.__name__ in ("DenseDataset", "RaggedDataset"):
+            return f"a {cls.__name__}"
+    return f"a {type(stream).__name__}"
 
 
 def check_layout(sources: Mapping[str, Any], epoch: bool) -> None:

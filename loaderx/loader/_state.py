@@ -123,10 +123,8 @@ def check_state(state: Any, mine: Mapping[str, Any], end: int | None) -> int:
         raise ValueError(f"state_dict is from a loader over {which}, this loader's is not")
     if "mixture" in state:
         compare_mixture(state["mixture"], mine["mixture"])
-    if "streams" in state:
-        _compare_streams(state["streams"], mine["streams"])
-    if "data" in state and "data" in mine:
-        compare_fingerprints(state["data"], mine["data"], "stream")
+        if isinstance(state["mixture"], Mapping) and "data" in state["mixture"] and "data" in mine["mixture"]:
+            compare_fingerprints(state["mixture"]["data"], mine["mixture"]["data"], "source")
     for key in ("sampler", "seed", "pass"):
         if key in theirs and theirs[key] != mine[key]:
             raise ValueError(f"state_dict has {key}={state[key]!r} but this loader has {key}={mine[key]!r}")
@@ -135,6 +133,10 @@ def check_state(state: Any, mine: Mapping[str, Any], end: int | None) -> int:
         raise ValueError(
             f"state_dict has pack={state.get('pack', {})!r} but this loader has pack={mine.get('pack', {})!r}"
         )
+    if "streams" in state:  # after the packing: concat packing of a mixture leaves out the source stream
+        _compare_streams(state["streams"], mine["streams"])
+    if "data" in state and "data" in mine:  # the same record counts: are they the same records?
+        compare_fingerprints(state["data"], mine["data"], "stream")
     _compare_global_batch(state["batch_size"], theirs["shard"], mine["batch_size"], mine["shard"])
     step = check_step(state["step"])
     if end is not None and step > end:
