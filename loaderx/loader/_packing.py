@@ -324,6 +324,15 @@ def first_fit(lens: np.ndarray, length: int, rows: int, truncate: bool) -> tuple
     return pieces, length - free, dropped
 
 
+def _merge_starts(row_starts: np.ndarray, inside: np.ndarray, length: int) -> np.ndarray:
+    """The sorted segment starts of a step: every row start and every
+    record start ``inside`` it (sorted, distinct), each once."""
+    inside = inside[inside % length != 0]
+    out = np.concatenate([row_starts, inside])
+    out.sort(kind="stable")
+    return out
+
+
 def _fit(slot: list[np.ndarray], i: int, n: int, dtype: Any) -> np.ndarray:
     """``slot[i]``, replaced by a larger array when it has fewer than ``n`` items."""
     if slot[i].size < n:
@@ -367,6 +376,9 @@ class PackStream(RaggedStream):
         self.nbytes_per_item = -(-self.tokens * per_token // batch_size) + 1
         self.index: TokenIndex | None = None
         self._cols = np.arange(self.length, dtype=np.int32)
+        #: 0, 1, ... over a step's flattened tokens (positions are these minus their segment's start)
+        self._tokens_at = np.arange(self.tokens, dtype=np.int32)
+        self._row_starts = np.arange(0, self.tokens, self.length, dtype=np.int64)
         self.draw: Any = None
         self.global_batch = batch_size
         self.rank, self.world = 0, 1
@@ -505,7 +517,7 @@ class PackStream(RaggedStream):
         rows = values[skip : skip + total].reshape((self.rows, length, *self.item_shape))
         # a segment starts at every row start and at every record start inside the step
         inside = doc_start[(doc_start > 0) & (lens[a : b + 1] > 0)]
-        starts = np.union1d(np.arange(0, total, length, dtype=np.int64), inside)
+        starts = _merge_starts(self._row_starts, inside, length)
         which = np.searchsorted(doc_end, starts, side="right")
         s = starts.shape[0]
         rec = _fit(slot, _REC, s, np.int64)[:s]
@@ -525,18 +537,23 @@ class PackStream(RaggedStream):
         padding; all of them when None), and ``cu_seqlens`` with ``starts``
         filled in."""
         total, length = self.tokens, self.length
-        seg = slot[_SEG][:total]
-        seg.fill(0)
-        seg[starts if real is None else real] = 1
-        seg2 = seg.reshape(self.rows, length)
-        np.cumsum(seg2, axis=1, out=seg2)
-        # positions: 1 per token, and at each segment start the step back to 0
-        pos = slot[_POS][:total]
-        pos.fill(1)
         lens = np.diff(starts, append=total)
-        pos[starts[1:]] = 1 - lens[:-1]
-        pos[0] = 0
-        np.cumsum(pos, out=pos)
+        # each segment's id: the real segments of its row up to it (a padding
+        # segment keeps the id before it; the caller zeroes padding)
+        first = np.searchsorted(starts, starts - starts % length)  # the first segment of each one's row
+        if real is None:
+            ids = np.arange(1, starts.shape[0] + 1, dtype=np.int64) - first
+        else:
+            mark = np.zeros(starts.shape[0], dtype=np.int64)
+            mark[np.searchsorted(starts, real)] = 1
+            count = np.cumsum(mark)
+            ids = count - (count[first] - mark[first])
+        seg = slot[_SEG][:total]
+        seg[:] = np.repeat(ids.astype(np.int32), lens)
+        seg2 = seg.reshape(self.rows, length)
+        # positions: each token's offset from its segment's start
+        pos = slot[_POS][:total]
+        np.subtract(self._tokens_at[:total], np.repeat(starts.astype(np.int32), lens), out=pos)
         cu = _fit(slot, _CU, s + 1, self.offsets_dtype)[: s + 1]
         cu[:s] = starts
         nseg = slot[_NSEG][: self.rows]
