@@ -129,12 +129,15 @@ def _run(paths, world: int, rank: int, steps: range, state=None, mode="concat"):
     return out, st
 
 
-@pytest.mark.parametrize("mode", ["concat", "first_fit"])
+@pytest.mark.parametrize("mode", ["concat", "first_fit", None])
 def test_resume_and_elastic_resume_are_exact_across_the_change(stores, mode):
+    """Saved at step 4 by a world of 2, resumed by worlds of 1 and 2 past the
+    change at step 5: the batches of an uninterrupted run of one."""
     paths, _ = stores
     whole, _ = _run(paths, 1, 0, range(12), mode=mode)
     first, state = _run(paths, 2, 0, range(4), mode=mode)  # saved at step 4 by a world of 2
-    assert np.array_equal(np.concatenate(first), np.concatenate([w[:4] for w in whole[:4]]))
+    if mode is not None:  # rank 0's rows are the first half of the global rows
+        assert np.array_equal(np.concatenate(first), np.concatenate([w[:4] for w in whole[:4]]))
     again, _ = _run(paths, 1, 0, range(8), state=state, mode=mode)  # resumed by a world of 1, past the change
     for a, b in zip(again, whole[4:]):
         assert np.array_equal(a, b)

@@ -67,6 +67,10 @@ class _EveryKth:
     """The steps ``offset, offset + stride, ...`` of ``base`` as steps 0, 1,
     ...: the sampler of one torch worker. Pure in the step, like ``base``."""
 
+    #: it draws the steps of a loader over the same streams, a mixture's
+    #: weights included, so a loader over a Mixture takes it
+    keeps_mixture_weights = True
+
     def __init__(self, base: DataLoader, offset: int, stride: int, n: int) -> None:
         self.base = base
         self.offset = offset

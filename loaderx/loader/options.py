@@ -74,7 +74,7 @@ def check_mixture_args(sampler: Any, epoch: Any) -> None:
             f"sampler={sampler!r} with a Mixture: its sources draw with Mixture(sampler=...) "
             "('cyclic', 'iid' or 'sequential'), and the loader's sampler= is left out"
         )
-    if not isinstance(sampler, str):
+    if not isinstance(sampler, str) and not getattr(sampler, "keeps_mixture_weights", False):
         raise ValueError(
             f"sampler={type(sampler).__name__}(...) with a Mixture: the mixture draws each step from its "
             "sources by its weights, and a custom sampler would replace them (its indices would ignore the "
