@@ -43,7 +43,7 @@ relative ones resolved, against it)::
     loader.dataloader  io.arrow
     loader.options  io.multistream
     loader._procpool  loader.mixture
-    loader._shm  loader._cursor
+    loader._shm  loader._cursor  loader._tokenmix
     loader._pipeline  loader._packing
     loader._ragged
     store.converter  store.dataset  store.zrecord
@@ -56,6 +56,7 @@ relative ones resolved, against it)::
     loader.sampler  store._store  integrations.dlpack  loader._state  loader.packing
     store._native
     errors  _args  _progress  store._pages  store._dtypes  loader._autoworkers  loader._schedule  loader._lookahead
+    loader._fingerprint
 
 ``__main__`` runs ``cli``, the ``loaderx`` command line. The third row holds
 the public faces; nothing inside the package imports them, so each public
@@ -78,7 +79,11 @@ packed into fixed rows, concat or first-fit, with segment ids and positions;
 ``loader.packing`` holds its options, ``Pack``, and its batch, ``PackedRows``),
 and ``loader._cursor`` (the resume cursor a state saves, made from and
 sought to by the packed streams and the mixture schedule, for the loader and
-its worker processes alike).
+its worker processes alike); ``loader._tokenmix`` packs a token-weighted
+mixture (``Mixture(by="tokens")``) into rows of one source each, by the
+exact schedule over rows, and ``loader._fingerprint`` (NumPy only, the
+lowest row) digests a stream's records for a saved state to refuse other
+data by.
 ``loader.mixture`` mixes named sources by weight for the loader: its streams
 over the sources' joint index space, and its sampler, which takes each
 step's per-source counts from ``loader._schedule`` (the exact Pfair schedule
