@@ -259,7 +259,7 @@ func TestFaultsNameStepAndStreamAndTheRunGoesOn(t *testing.T) {
 			}
 			tc.bad(bad, idx[5]) // a record of step 3
 			p, err := New(Config{Draw: draw, Batch: batch, Workers: 3, Prefetch: 4, End: 10,
-				Slots: slots(6, batch, []int{4, 4}, 0),
+				Slots:   slots(6, batch, []int{4, 4}, 0),
 				Streams: []Stream{{Name: "ok", Dense: good, Stride: 4}, {Name: "image", Dense: bad, Stride: 4}}})
 			if err != nil {
 				t.Fatal(err)

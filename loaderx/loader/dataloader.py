@@ -62,6 +62,7 @@ from loaderx.loader._autoworkers import (
 )
 from loaderx.loader._cursor import Parts, make_cursor, parts_of, seek_cursor
 from loaderx.loader._lookahead import Lookahead, guards_of
+from loaderx.loader._native_pipe import NativePipeline, native_blocker
 from loaderx.loader._packing import PackPool, PackStream, check_layout, check_packs
 from loaderx.loader._pipeline import ArrayStream as _ArrayStream
 from loaderx.loader._pipeline import Batch, BufferPool, Pipeline, Stream
@@ -353,7 +354,7 @@ class DataLoader:
         start_method: str | None = None,
         **unsupported: Any,
     ) -> None:
-        self._pipe: Pipeline | ProcessPipeline | None = None
+        self._pipe: Pipeline | NativePipeline | ProcessPipeline | None = None
         self._procs: ProcessPool | None = None
         self._closed = False
         self._timer: StepTimer | None = None
@@ -504,6 +505,8 @@ class DataLoader:
         self._step = opts.start_step  # next step to yield while no pipeline runs
         self._ahead: Lookahead | None = None  # the prefetch of datasets in object storage
         self._init_workers()
+        #: why the steps cannot be made by the native pipeline (None: they are)
+        self._native_blocker = native_blocker(self._streams, self.sampler, self._transform, self._workers)
 
     def _global_draw(self, n: int) -> tuple[Any, int, tuple[int, int]]:
         """What packing draws from (packing is global, see
@@ -857,6 +860,11 @@ class DataLoader:
             if self._procs is not None and self._mode == "process":
                 self._pipe = ProcessPipeline(self._procs, self._step, self._end)
                 return self._pipe.next()
+            if self._native_blocker is None and self._mode == "thread" and self._timer is None:
+                pipe = self._pipe = NativePipeline(
+                    self._streams, self.sampler, self._workers, self._prefetch, self._step, self._end
+                )
+                return pipe.next()
             batch_bytes = sum(pool.nbytes for _, _, pool in self._streams)
             pipe = Pipeline(
                 self._streams,
