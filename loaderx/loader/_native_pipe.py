@@ -35,6 +35,7 @@ pipeline instead; :func:`native_blocker` says why.
 from __future__ import annotations
 
 import atexit
+import os
 import sys
 import weakref
 from typing import Any
@@ -54,6 +55,11 @@ HELD_SLOTS = 4
 #: (a Ctrl-C is raised within this much of arriving)
 WAIT_US = 50_000
 
+#: the environment variable that picks the pipeline of the loaders made
+#: after it is set: ``native`` (the default, where the configuration allows
+#: it) or ``python`` (always the Python pipeline)
+ENV_VAR = "LOADERX_PIPELINE"
+
 _LIVE: weakref.WeakSet[NativePipeline] = weakref.WeakSet()
 
 
@@ -63,6 +69,11 @@ def native_blocker(streams: list[Any], sampler: Any, transform: Any, workers: in
     from loaderx.loader._packing import PackStream
     from loaderx.loader.dataloader import _EpochDraw
 
+    forced = os.environ.get(ENV_VAR, "native").strip().lower() or "native"
+    if forced not in ("native", "python"):
+        raise ValueError(f"{ENV_VAR}={forced!r}: want 'native' or 'python'")
+    if forced == "python":
+        return f"{ENV_VAR}=python"
     if transform is not None:
         return "a transform runs on the Python pipeline's worker threads"
     if workers < 1:

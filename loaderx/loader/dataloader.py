@@ -861,8 +861,11 @@ class DataLoader:
                 self._pipe = ProcessPipeline(self._procs, self._step, self._end)
                 return self._pipe.next()
             if self._native_blocker is None and self._mode == "thread" and self._timer is None:
+                # a batch that one gather spreads over every core already is made by one worker
+                batch_bytes = sum(pool.nbytes for _, _, pool in self._streams)
+                workers = 1 if batch_bytes >= SHARED_GATHER_BYTES else self._workers
                 pipe = self._pipe = NativePipeline(
-                    self._streams, self.sampler, self._workers, self._prefetch, self._step, self._end
+                    self._streams, self.sampler, workers, self._prefetch, self._step, self._end
                 )
                 return pipe.next()
             batch_bytes = sum(pool.nbytes for _, _, pool in self._streams)
