@@ -263,6 +263,8 @@ class NativePipeline:
                     part[0] = np.empty(int(needed * _GROWTH), dtype=np.uint8)
                     self._changed.add(k)
                     batch[name] = ds.gather_into(idx, part, step)
+                    # the slot's arrays stay referenced as the baseline counts them
+                    self._pipe.hold(k, self._native_view(slot))
                 else:
                     batch[name] = ds.finish(idx, part, ds.dataset._rows(part[1][:rows], idx), needed)
             except CorruptStoreError as e:

@@ -1351,6 +1351,14 @@ class StepPipe:
         _call(lib.lx_pipe_replace, self.handle, slot, self.kinds, ptrs, lens, len(arrays))
         self._keep[slot] = list(arrays)  # the old ones are the caller's alone now
 
+    def hold(self, slot: int, arrays: Sequence[np.ndarray | None]) -> None:
+        """Note the arrays a held ``slot`` has now (one grew while the caller
+        held it); the native side keeps its old ones, kept alive here too,
+        until :meth:`replace` gives the slot back with these."""
+        old = self._keep[slot]
+        stale = [a for a in old if not any(a is b for b in arrays)]
+        self._keep[slot] = [*arrays, stale]
+
     def close(self) -> None:
         """Stop the workers and wait for them; afterwards no buffer is
         touched. Twice is harmless."""
