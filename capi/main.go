@@ -152,8 +152,9 @@ enum lx_pipe_kind {
 // The int64_t values of lx_pipe_next's io array, by position: TIMEOUT (in,
 // microseconds) and NRELEASE (in, the slots given back, listed after the
 // needed values) are read; KIND (an enum lx_pipe_got), STEP, SLOT, ROWS
-// and STREAM (the failing stream of a step error, -1 for its draw) are
-// written, then from LX_PIPE_IO_HEAD on one value per stream, the bytes a
+// and STREAM (the failing stream of a step error, -1 for its draw) and
+// STATUS (the status returned, which a caller interrupted as the call
+// returned may have missed) are written, then from LX_PIPE_IO_HEAD on one value per stream, the bytes a
 // ragged stream needed. The released slots follow those.
 enum lx_pipe_io {
 	LX_PIPE_IO_TIMEOUT = 0,
@@ -163,7 +164,8 @@ enum lx_pipe_io {
 	LX_PIPE_IO_SLOT = 4,
 	LX_PIPE_IO_ROWS = 5,
 	LX_PIPE_IO_STREAM = 6,
-	LX_PIPE_IO_HEAD = 7
+	LX_PIPE_IO_STATUS = 7,
+	LX_PIPE_IO_HEAD = 8
 };
 
 // What lx_pipe_next handed out (LX_PIPE_IO_KIND).
@@ -257,6 +259,7 @@ const (
 	pipeIOSlot       = C.LX_PIPE_IO_SLOT
 	pipeIORows       = C.LX_PIPE_IO_ROWS
 	pipeIOStream     = C.LX_PIPE_IO_STREAM
+	pipeIOStatus     = C.LX_PIPE_IO_STATUS
 	pipeIOHead       = C.LX_PIPE_IO_HEAD
 	pipeGotBatch     = C.LX_PIPE_GOT_BATCH
 	pipeGotPending   = C.LX_PIPE_GOT_PENDING

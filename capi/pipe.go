@@ -217,7 +217,9 @@ func lx_pipe_new(config *C.int64_t, configLen C.int64_t, streams *C.int64_t, nst
 	})
 }
 
-// lx_pipe_next gives back the slots listed in io and hands out the next
+// lx_pipe_next gives back the slots listed in io (a slot the caller does
+// not hold is passed over: a caller interrupted as an earlier call returned
+// may list one again) and hands out the next
 // step, waiting for it up to the timeout io gives (see enum lx_pipe_io and
 // enum lx_pipe_got): a batch (its step, slot and rows; the slot is the
 // caller's until it gives it back), or nothing yet (PENDING), or the end of
@@ -253,6 +255,7 @@ func lx_pipe_next(h C.int64_t, io *C.int64_t, ioLen C.int64_t, errBuf *C.char, e
 	timeout := time.Duration(v[pipeIOTimeout]) * time.Microsecond
 	b, err := e.p.Next(timeout, release)
 	v[pipeIONRelease] = 0
+	v[pipeIOStatus] = int64(statusOK)
 	var se *steppipe.StepError
 	switch {
 	case err == nil:
@@ -281,9 +284,13 @@ func lx_pipe_next(h C.int64_t, io *C.int64_t, ioLen C.int64_t, errBuf *C.char, e
 		v[pipeIOKind] = pipeGotFailed
 		v[pipeIOStep] = se.Step
 		v[pipeIOStream] = int64(se.Stream)
-		return fail(errBuf, errLen, se.Err)
+		st := fail(errBuf, errLen, se.Err)
+		v[pipeIOStatus] = int64(st)
+		return st
 	}
-	return fail(errBuf, errLen, err)
+	st := fail(errBuf, errLen, err)
+	v[pipeIOStatus] = int64(st)
+	return st
 }
 
 // lx_pipe_replace gives back slot, which the caller holds, with new

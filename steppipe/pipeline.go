@@ -354,7 +354,8 @@ func (p *Pipeline) giveBack(slot int) error {
 	return nil
 }
 
-// Next gives back the slots in release, then hands out the next step: its
+// Next gives back the slots in release (passing over those the consumer
+// does not hold: one listed twice), then hands out the next step: its
 // Batch, or its *StepError (the step counts as handed out either way). It
 // waits up to timeout for the step; ErrPending when it is not ready by
 // then, ErrStarved when it cannot be made before the consumer gives a slot
@@ -364,8 +365,11 @@ func (p *Pipeline) Next(timeout time.Duration, release []int) (Batch, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, s := range release {
-		if err := p.giveBack(s); err != nil {
-			return Batch{}, err
+		if s < 0 || s >= len(p.state) {
+			return Batch{}, fmt.Errorf("%w: slot %d of %d", ErrInvalid, s, len(p.state))
+		}
+		if p.state[s] == slotOut { // one given back twice is passed over
+			_ = p.giveBack(s)
 		}
 	}
 	if len(release) > 0 {

@@ -413,8 +413,11 @@ func TestHeldSlotsAreNeverOverwritten(t *testing.T) {
 	if string(old.Streams[0].Data) != string(hold[0].copy) {
 		t.Fatal("the replaced buffers were written")
 	}
-	if _, err := p.Next(time.Second, []int{b.Slot, b.Slot}); err == nil {
-		t.Fatal("releasing a slot twice succeeded")
+	if _, err := p.Next(time.Second, []int{b.Slot, b.Slot}); err != nil {
+		t.Fatalf("releasing a slot twice: %v", err)
+	}
+	if _, err := p.Next(time.Second, []int{len(p.state)}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("releasing slot %d of %d: %v", len(p.state), len(p.state), err)
 	}
 }
 

@@ -46,7 +46,7 @@ from loaderx.errors import ClosedError, CorruptStoreError
 from loaderx.loader._ragged import _GROWTH, RaggedStream
 from loaderx.loader.sampler import Sampler
 from loaderx.store import _native
-from loaderx.store.dataset import DenseDataset
+from loaderx.store.dataset import DenseDataset, RaggedDataset
 
 #: slots the consumer may hold at once before the oldest is retired
 HELD_SLOTS = 4
@@ -84,8 +84,10 @@ def native_blocker(streams: list[Any], sampler: Any, transform: Any, workers: in
         if isinstance(ds, PackStream):
             return f"stream {name!r} is packed"
         store = ds.dataset if isinstance(ds, RaggedStream) else ds
-        if not isinstance(store, DenseDataset) and not isinstance(ds, RaggedStream):
-            return f"stream {name!r} is a {type(ds).__name__}"
+        if hasattr(ds, "array"):
+            return f"stream {name!r} is a NumPy array (np.take runs in Python threads)"
+        if not isinstance(store, (DenseDataset, RaggedDataset)):
+            return f"stream {name!r} is a {type(store).__name__}"
         if getattr(store, "_guard", None) is not None:
             return f"stream {name!r} is in object storage (its page cache is Python code)"
     return None
@@ -183,35 +185,45 @@ class NativePipeline:
         return out
 
     def _refs(self, slot: list[Any]) -> list[int]:
+        if not self._ragged:  # every entry an array: the slot list is the one holder counted
+            return list(map(sys.getrefcount, slot))
         return [sys.getrefcount(a) for a in self._arrays(slot)]
 
     def _idle(self, k: int) -> bool:
         return self._refs(self.slots[k]) == self._baseline[k]
 
     def _releasable(self) -> list[int]:
-        """The held slots the consumer let go of (taken off ``held``);
-        retires the oldest held ones beyond :data:`HELD_SLOTS`."""
-        held = self.held
-        free = [k for k in held if self._idle(k)]
-        if free:
-            self.held = held = [k for k in held if k not in free]
+        """The held slots the consumer let go of (they stay on ``held``
+        until the native side has them back: see :meth:`_sent`); slots
+        whose arrays changed go back at once with them, and the oldest held
+        ones beyond :data:`HELD_SLOTS` are retired."""
+        free = [k for k in self.held if self._idle(k)]
         changed = self._changed
         if changed:
             for k in [k for k in free if k in changed]:
                 free.remove(k)
                 self._replace(k, self.slots[k])
-        while len(held) >= HELD_SLOTS:
-            self._replace(held.pop(0), None)
+        busy = len(self.held) - len(free)
+        while busy >= HELD_SLOTS:
+            k = next(k for k in self.held if k not in free)
+            self._replace(k, None)
+            busy -= 1
         return free
+
+    def _sent(self, slots: tuple[int, ...]) -> None:
+        """Take the slots the native side has back off ``held``."""
+        if slots:
+            self.held = [k for k in self.held if k not in slots]
 
     def _replace(self, k: int, slot: list[Any] | None) -> None:
         """Give slot ``k`` back with the arrays of ``slot`` (new ones when
         None: the consumer keeps the old)."""
         if slot is None:
             slot = self._new_slot()
+        self._pipe.replace(k, self._native_view(slot))
+        self.held = [j for j in self.held if j != k]
         self.slots[k] = slot
         self._changed.discard(k)
-        self._pipe.replace(k, self._native_view(slot))
         self._baseline[k] = self._refs(slot)
 
     # -- consumption -------------------------------------------------------
@@ -225,29 +237,47 @@ class NativePipeline:
         pipe = self._pipe
         if pipe is None:
             raise ClosedError("the DataLoader is closed")
-        release = self._releasable() if self.held else ()
+        got = self._unclaimed
+        if got is None:
+            got = self._take(pipe)
+        self._unclaimed = None
+        step, k, rows = got
+        try:
+            self.next_out = step + 1
+            if k not in self.held:
+                self.held.append(k)
+            slot = self.slots[k]
+            if self._ragged:
+                return self._batch_ragged(step, k, slot, rows)
+            if rows == self.batch:
+                return dict(zip(self._names, slot[1:]))
+            return {name: a[:rows] for name, a in zip(self._names, slot[1:])}
+        except KeyboardInterrupt:  # the step stays the next one handed out
+            self._unclaimed = got
+            self.next_out = step
+            raise
+
+    _unclaimed: tuple[int, int, int] | None = None
+
+    def _take(self, pipe: Any) -> tuple[int, int, int]:
+        """``(step, slot, rows)`` of the next step from the native side."""
+        release = self._releasable() if self.held and not pipe.stashed else ()
         while True:
             try:
                 got, step, k, rows = pipe.next(WAIT_US, release)
             except ClosedError:
                 raise ClosedError("the DataLoader is closed") from None
             except Exception as e:
+                self._sent(pipe.sent)
                 self._failed(e)
+            self._sent(pipe.sent)
             release = ()
             if got == "batch":
-                break
+                return step, k, rows
             if got == "end":
                 raise StopIteration
             if got == "starved":  # the consumer holds every slot: retire the oldest
-                self._replace(self.held.pop(0), None)
-        self.next_out = step + 1
-        self.held.append(k)
-        slot = self.slots[k]
-        if self._ragged:
-            return self._batch_ragged(step, k, slot, rows)
-        if rows == self.batch:
-            return dict(zip(self._names, slot[1:]))
-        return {name: a[:rows] for name, a in zip(self._names, slot[1:])}
+                self._replace(self.held[0], None)
 
     def _batch_ragged(self, step: int, k: int, slot: list[Any], rows: int) -> dict[str, Any]:
         idx = slot[0][:rows]

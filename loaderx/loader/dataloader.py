@@ -742,7 +742,10 @@ class DataLoader:
              "num_workers", "prefetch",
              "measured": {"steps", "gather_s", "transform_s", "blocked_s",
                  "kernel_s"}
-                 (means per step) once workers="auto" judged, else None}
+                 (means per step) once workers="auto" judged, else None,
+             "pipeline": "native" (the native step pipeline makes the steps),
+                 "python" (worker threads of this process) or "process",
+             "pipeline_reason": why not native, or None}
         """
         v = self._verdict
         measured = None
@@ -760,7 +763,19 @@ class DataLoader:
             "num_workers": self._workers,
             "prefetch": self._prefetch,
             "measured": measured,
+            "pipeline": self._pipeline_kind(),
+            "pipeline_reason": self._native_blocker,
         }
+
+    def _pipeline_kind(self) -> str:
+        pipe = self._pipe
+        if isinstance(pipe, NativePipeline):
+            return "native"
+        if isinstance(pipe, ProcessPipeline) or (pipe is None and self._mode == "process"):
+            return "process"
+        if pipe is None and self._native_blocker is None and self._mode == "thread" and self._timer is None:
+            return "native"
+        return "python"
 
     # -- properties --------------------------------------------------------
 

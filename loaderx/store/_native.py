@@ -1246,7 +1246,7 @@ class StepPipe:
     hands it out and the one that gives it back.
     """
 
-    __slots__ = ("handle", "kinds", "io", "_io_len", "_head", "_keep", "_err", "__weakref__")
+    __slots__ = ("handle", "kinds", "io", "_io_len", "_head", "_keep", "_err", "_stash", "sent", "__weakref__")
 
     def __init__(
         self,
@@ -1292,6 +1292,12 @@ class StepPipe:
         self._io_len = self._head + len(streams) + len(slots) * 2 + 1
         self.io = _new("int64_t[]", self._io_len)
         self._err = _new(_CHAR_ARRAY, ERRLEN)
+        #: what a call interrupted as it returned handed out (a result, or
+        #: the exception of a failed step), for the next call to return
+        self._stash: Any = None
+        #: the slots the last call that returned (or was interrupted as it
+        #: returned) gave back
+        self.sent: tuple[int, ...] = ()
 
     @staticmethod
     def _buffers(arrays: Sequence[np.ndarray | None]) -> tuple[Any, Any]:
@@ -1308,15 +1314,32 @@ class StepPipe:
             lens[j] = a.nbytes
         return ptrs, lens
 
-    def next(self, timeout_us: int, release: Sequence[int]) -> tuple[int, int, int, int]:
+    @property
+    def stashed(self) -> bool:
+        """Whether the next :meth:`next` returns what an interrupted call
+        handed out (it then gives nothing back: pass no slots)."""
+        return self._stash is not None
+
+    def next(self, timeout_us: int, release: Sequence[int]) -> tuple[str, int, int, int]:
         """Give back the slots ``release`` and take the next step, waiting
         up to ``timeout_us``: ``(got, step, slot, rows)``, ``got`` one of
         :data:`PIPE_GOT` (``"batch"``, ``"pending"``, ``"end"``,
-        ``"starved"``). A failed step raises its exception (the status's
-        class, the native message); :meth:`failed` then names its step and
-        stream."""
+        ``"starved"``); :attr:`sent` says which slots went back. A failed
+        step raises its exception (the status's class, the native message);
+        :meth:`failed` then names its step and stream.
+
+        A KeyboardInterrupt raised as the native call returns (a signal
+        that arrived while it waited) would lose the step it handed out:
+        that step is kept and the next call returns it, without a native
+        call."""
         if _forked:
             raise ForkError(FORK_MESSAGE)
+        stash = self._stash
+        if stash is not None:
+            self._stash = None
+            if isinstance(stash, BaseException):
+                raise stash
+            return stash
         io = self.io
         io[0] = timeout_us
         io[2] = -1
@@ -1327,9 +1350,26 @@ class StepPipe:
             for k in range(n):
                 io[at + k] = release[k]
         err = self._err
-        status = _lx_pipe_next(self.handle, io, self._io_len, err, ERRLEN)
+        try:
+            status = _lx_pipe_next(self.handle, io, self._io_len, err, ERRLEN)
+        except KeyboardInterrupt:
+            if io[2] >= 0:  # the call completed: keep what it handed out
+                self.sent = tuple(release)
+                self._stash = self._result(int(io[_PIPE["IO_STATUS"]]))
+            raise
+        self.sent = tuple(release)
         if status:
             _raise(status, err)
+        return PIPE_GOT[io[2]], io[3], io[4], io[5]
+
+    def _result(self, status: int) -> Any:
+        """What the last call handed out: its result, or its failure."""
+        if status:
+            try:
+                _raise(status, self._err)
+            except Exception as e:
+                return e
+        io = self.io
         return PIPE_GOT[io[2]], io[3], io[4], io[5]
 
     def needed(self, stream: int) -> int:
