@@ -72,7 +72,7 @@ def test_the_default_loader_takes_the_native_path_and_others_say_why(stores, tmp
 
 
 def test_native_batches_match_the_python_pipeline(stores, monkeypatch):
-    ds, x, y = stores
+    ds, _, _ = stores
     for kwargs in (dict(seed=3), dict(sampler="iid", seed=5), dict(epoch=True, seed=1),
                    dict(sampler="sequential", epoch=True, shard=(1, 3)), dict(shard=(2, 3), start_step=7)):
         want = []
@@ -241,7 +241,7 @@ def _ragged(tmp_path):
 
 def test_ragged_streams_packed_and_padded_on_the_native_path(stores, tmp_path, monkeypatch):
     ds, x, _ = stores
-    recs, rs = _ragged(tmp_path)
+    _, rs = _ragged(tmp_path)
     with rs:
         for pad in ({}, {"r": "max"}):
             monkeypatch.setenv("LOADERX_PIPELINE", "python")
@@ -249,9 +249,13 @@ def test_ragged_streams_packed_and_padded_on_the_native_path(stores, tmp_path, m
                 want = [tuple(np.array(a) for a in b["r"]) for b in ref]
             monkeypatch.delenv("LOADERX_PIPELINE")
             # the buffers grow while batches are held
-            grown = []
-            gather_into = RaggedStream.gather_into
-            monkeypatch.setattr(RaggedStream, "gather_into", lambda *a: grown.append(1) or gather_into(*a))
+            grown: list[int] = []
+
+            def counted(*a, grown=grown, gather_into=RaggedStream.gather_into):
+                grown.append(1)
+                return gather_into(*a)
+
+            monkeypatch.setattr(RaggedStream, "gather_into", counted)
             with DataLoader({"r": rs, "x": ds["x"]}, batch_size=12, steps=30, pad=pad, seed=9) as loader:
                 assert loader.stats()["pipeline"] == "native"
                 got = []

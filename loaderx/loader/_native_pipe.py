@@ -35,6 +35,7 @@ pipeline instead; :func:`native_blocker` says why.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 import weakref
@@ -43,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from loaderx.errors import ClosedError, CorruptStoreError
+from loaderx.loader._packing import PackStream
 from loaderx.loader._ragged import _GROWTH, RaggedStream
 from loaderx.loader.sampler import Sampler
 from loaderx.store import _native
@@ -66,9 +68,6 @@ _LIVE: weakref.WeakSet[NativePipeline] = weakref.WeakSet()
 def native_blocker(streams: list[Any], sampler: Any, transform: Any, workers: int) -> str | None:
     """Why these streams and this draw cannot run on the native pipeline,
     or None when they can."""
-    from loaderx.loader._packing import PackStream
-    from loaderx.loader.dataloader import _EpochDraw
-
     forced = os.environ.get(ENV_VAR, "native").strip().lower() or "native"
     if forced not in ("native", "python"):
         raise ValueError(f"{ENV_VAR}={forced!r}: want 'native' or 'python'")
@@ -78,7 +77,7 @@ def native_blocker(streams: list[Any], sampler: Any, transform: Any, workers: in
         return "a transform runs on the Python pipeline's worker threads"
     if workers < 1:
         return "num_workers=0 makes every step in the caller"
-    if not isinstance(sampler, (Sampler, _EpochDraw)):
+    if native_draw(sampler) is None:
         return f"the draw ({type(sampler).__name__}) is Python code"
     for name, ds, _ in streams:
         if isinstance(ds, PackStream):
@@ -91,6 +90,16 @@ def native_blocker(streams: list[Any], sampler: Any, transform: Any, workers: in
         if getattr(store, "_guard", None) is not None:
             return f"stream {name!r} is in object storage (its page cache is Python code)"
     return None
+
+
+def native_draw(sampler: Any) -> tuple[Any, ...] | None:
+    """The draw of ``sampler`` as the native pipeline takes it, or None:
+    a :class:`loaderx.loader.sampler.Sampler`, or a draw that describes
+    itself (``native_draw()``, as the loader's epoch pass does)."""
+    if isinstance(sampler, Sampler):
+        return ("sampler", sampler.mode, sampler.n, sampler.batch_size, sampler.seed, *sampler.shard)
+    describe = getattr(sampler, "native_draw", None)
+    return None if describe is None else describe()
 
 
 class NativePipeline:
@@ -132,14 +141,8 @@ class NativePipeline:
         for (_, ds, _), kind in zip(streams, self._kinds):
             store = ds.dataset if kind == "ragged" else ds
             native_streams.append((store._h, kind, 0 if kind == "ragged" else store._stride))
-        if isinstance(sampler, Sampler):
-            draw: tuple[Any, ...] = ("sampler", sampler.mode, sampler.n, sampler.batch_size, sampler.seed,
-                                     *sampler.shard)
-        else:
-            order = sampler.order
-            if order is not None:
-                order = np.ascontiguousarray(order, dtype=np.int64)
-            draw = ("epoch", sampler.n, sampler.batch_size, sampler.rank, sampler.world, order)
+        draw = native_draw(sampler)
+        assert draw is not None
         self._pipe = _native.StepPipe(draw, native_streams, [self._native_view(s) for s in self.slots],
                                       num_workers, prefetch, start_step, end)
         self._baseline = [self._refs(s) for s in self.slots]
@@ -337,10 +340,8 @@ class NativePipeline:
         _LIVE.discard(self)
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.stop()
-        except Exception:
-            pass
 
 
 @atexit.register

@@ -110,6 +110,13 @@ class _EpochDraw:
         self.global_batch = g
         self.steps = epoch_steps(n, g, drop_last)
 
+    def native_draw(self) -> tuple[Any, ...]:
+        """This pass as the native step pipeline draws it (see
+        :func:`loaderx.loader._native_pipe.native_draw`)."""
+        order = None if self.order is None else np.ascontiguousarray(self.order, dtype=np.int64)
+        self.order = order  # the array the native side reads stays this one
+        return ("epoch", self.n, self.batch_size, self.rank, self.world, order)
+
     def __call__(self, step: int, out: np.ndarray) -> np.ndarray:
         if not 0 <= step < self.steps:
             raise ValueError(f"step {step} is past the end of the pass ({self.steps} steps)")

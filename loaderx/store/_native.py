@@ -1263,7 +1263,8 @@ class StepPipe:
         order = None
         if draw[0] == "sampler":
             _, mode, n, batch, seed, rank, world = draw
-            cfg.update(draw=_PIPE["DRAW_SAMPLER"], mode=SAMPLER_MODES[mode], seed=seed - (1 << 64) if seed >= 1 << 63 else seed)
+            signed = seed - (1 << 64) if seed >= 1 << 63 else seed  # the bits of a uint64 in an int64_t
+            cfg.update(draw=_PIPE["DRAW_SAMPLER"], mode=SAMPLER_MODES[mode], seed=signed)
         elif draw[0] == "epoch":
             _, n, batch, rank, world, order = draw
             cfg.update(draw=_PIPE["DRAW_EPOCH"])
