@@ -55,6 +55,7 @@ macOS, ``loaderx.dll`` on Windows) unless the environment variable
 
 from __future__ import annotations
 
+import contextlib
 import dis
 import hashlib
 import importlib.util
@@ -1303,7 +1304,8 @@ class StepPipe:
         self._ring = prefetch + 1
         self._wake = (-1, -1)
         bb, blen = _NULL, 0
-        if _BOARD_CPU and os.environ.get("LOADERX_PIPE_BOARD", "1") != "0" and all(kind == "dense" for _, kind, _ in streams):  # the ring has no ragged needs
+        dense = all(kind == "dense" for _, kind, _ in streams)  # the ring carries no ragged stream's needs
+        if _BOARD_CPU and dense and os.environ.get("LOADERX_PIPE_BOARD", "1") != "0":
             arr = np.zeros(_PIPE["BOARD_HEAD"] + 3 * self._ring + len(slots), dtype=np.int64)
             self._keep.append(arr)
             self.board = _from_buffer(_I64_ARRAY, arr, True)
@@ -1353,20 +1355,16 @@ class StepPipe:
         """Tell the workers that wait for room that there is some (call it
         when the board's WAITING is nonzero)."""
         if self._wake[1] >= 0:
-            try:
+            with contextlib.suppress(OSError):  # a wake-up is pending already (or the pipe is gone)
                 os.write(self._wake[1], b"\x01")
-            except OSError:  # a wake-up is pending already (or the pipe is gone)
-                pass
 
     def _close_wake(self) -> None:
         r, w = self._wake
         self._wake = (-1, -1)
         for fd in (w, r):
             if fd >= 0:
-                try:
+                with contextlib.suppress(OSError):
                     os.close(fd)
-                except OSError:
-                    pass
 
     @property
     def stashed(self) -> bool:
