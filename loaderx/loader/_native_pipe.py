@@ -240,7 +240,10 @@ class NativePipeline:
 
     def next(self) -> Any:
         """The batch of the next step, in step order (see
-        :meth:`loaderx.loader._pipeline.Pipeline.next`)."""
+        :meth:`loaderx.loader._pipeline.Pipeline.next`): a ForkError in a
+        child of ``os.fork()``, whose copy of the board and buffers belongs
+        to the parent's pipeline."""
+        _native.check_fork()
         pipe = self._pipe
         if pipe is None:
             raise ClosedError("the DataLoader is closed")
