@@ -168,17 +168,6 @@ enum lx_pipe_io {
 	LX_PIPE_IO_HEAD = 8
 };
 
-// The board lx_pipe_new shares with the caller (steppipe.Board): the
-// counters CONSUMED (the steps the caller took) and WAITING (the workers
-// waiting for room), then from LX_PIPE_BOARD_HEAD on the ring of R
-// entries three times (each entry's step+1, its slot, its rows), then one
-// release flag per slot.
-enum lx_pipe_board {
-	LX_PIPE_BOARD_CONSUMED = 0,
-	LX_PIPE_BOARD_WAITING = 1,
-	LX_PIPE_BOARD_HEAD = 2
-};
-
 // What lx_pipe_next handed out (LX_PIPE_IO_KIND).
 enum lx_pipe_got {
 	LX_PIPE_GOT_BATCH = 0,
@@ -278,9 +267,6 @@ const (
 	pipeGotStarved   = C.LX_PIPE_GOT_STARVED
 	pipeGotFailed    = C.LX_PIPE_GOT_FAILED
 	maxRecordSize    = C.LX_MAX_RECORD_SIZE
-	boardConsumed    = C.LX_PIPE_BOARD_CONSUMED
-	boardWaiting     = C.LX_PIPE_BOARD_WAITING
-	boardHead        = C.LX_PIPE_BOARD_HEAD
 )
 
 // createReplace is lx_store_create's flag LX_CREATE_REPLACE.

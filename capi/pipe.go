@@ -97,10 +97,7 @@ func slotBuffers(ptrs []unsafe.Pointer, lens []int64, kinds []int64, k int) (ste
 // and their lengths in bytes: each slot's indices (batch int64_t), then per
 // stream its data buffer and (ragged) its sizes (batch int64_t; NULL for a
 // dense stream). order, with order_len values, is the permutation of an
-// epoch draw, or NULL. board, with board_len values, is NULL or the board
-// shared with the caller (enum lx_pipe_board; its ring is (board_len -
-// LX_PIPE_BOARD_HEAD - nslots) / 3 entries, more than prefetch), and wake
-// and wake_w the two ends of the caller's wake pipe (-1 without one). The pipeline writes into every buffer, and reads
+// epoch draw, or NULL. The pipeline writes into every buffer, and reads
 // order, until lx_pipe_close returns: the caller keeps them alive until
 // then, and reads a slot only while it holds it (from the lx_pipe_next
 // that hands it out to the one that gives it back).
@@ -108,7 +105,6 @@ func slotBuffers(ptrs []unsafe.Pointer, lens []int64, kinds []int64, k int) (ste
 //export lx_pipe_new
 func lx_pipe_new(config *C.int64_t, configLen C.int64_t, streams *C.int64_t, nstreams C.int64_t,
 	bufs *unsafe.Pointer, bufLens *C.int64_t, nslots C.int64_t, order *C.int64_t, orderLen C.int64_t,
-	board *C.int64_t, boardLen C.int64_t, wake C.int64_t, wakeW C.int64_t,
 	handle *C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
 	return call("lx_pipe_new", errBuf, errLen, func() error {
 		if handle == nil {
@@ -206,23 +202,6 @@ func lx_pipe_new(config *C.int64_t, configLen C.int64_t, streams *C.int64_t, nst
 				return err
 			}
 			cfg.Slots = append(cfg.Slots, s)
-		}
-		if board != nil {
-			bv, err := int64s(board, boardLen, "board")
-			if err != nil {
-				return err
-			}
-			ring := (len(bv) - boardHead - int(nslots)) / 3
-			if ring <= 0 || boardHead+3*ring+int(nslots) != len(bv) {
-				return invalidf("board of %d values: want %d + 3 * ring + %d slots", len(bv), boardHead, nslots)
-			}
-			r := bv[boardHead:]
-			cfg.Board = &steppipe.Board{Consumed: &bv[boardConsumed], Waiting: &bv[boardWaiting],
-				Steps: r[:ring], Slots: r[ring : 2*ring], Rows: r[2*ring : 3*ring], Release: r[3*ring:],
-				Wake: int(wake), WakeW: int(wakeW)}
-			if (wake < 0) != (wakeW < 0) {
-				return invalidf("wake pipe ends %d and %d: give both or neither", wake, wakeW)
-			}
 		}
 		p, err := steppipe.New(cfg)
 		if err != nil {

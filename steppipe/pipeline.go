@@ -72,8 +72,6 @@ type Config struct {
 	// Start is the first step handed out; End the first step not made, or
 	// negative for an endless pipeline.
 	Start, End int64
-	// Board, when not nil, is shared with the consumer (see Board).
-	Board *Board
 }
 
 // Batch is a step handed to the consumer: its slot and how many records it
@@ -138,7 +136,6 @@ type Pipeline struct {
 	nextClaim int64         // the next step a worker claims
 	free      []int         // free slots, the most recently released last
 	state     []slotState
-	stepOf    []int64 // the step each slot was last filled with
 	results   map[int64]result
 	closed    bool
 	done      chan struct{}
@@ -157,7 +154,6 @@ func New(cfg Config) (*Pipeline, error) {
 		nextOut:   cfg.Start,
 		nextClaim: cfg.Start,
 		state:     make([]slotState, len(cfg.Slots)),
-		stepOf:    make([]int64, len(cfg.Slots)),
 		results:   make(map[int64]result),
 		done:      make(chan struct{}),
 	}
@@ -193,25 +189,6 @@ func check(cfg *Config) error {
 	for k := range cfg.Slots {
 		if err := checkSlot(cfg, k, cfg.Slots[k]); err != nil {
 			return err
-		}
-	}
-	if b := cfg.Board; b != nil {
-		r := len(b.Steps)
-		switch {
-		case b.Consumed == nil || b.Waiting == nil:
-			return fmt.Errorf("%w: a board without its counters", ErrInvalid)
-		case r <= cfg.Prefetch || len(b.Slots) != r || len(b.Rows) != r:
-			return fmt.Errorf("%w: a board ring of %d/%d/%d entries for a prefetch of %d", ErrInvalid, r, len(b.Slots), len(b.Rows), cfg.Prefetch)
-		case len(b.Release) != len(cfg.Slots):
-			return fmt.Errorf("%w: %d release flags for %d slots", ErrInvalid, len(b.Release), len(cfg.Slots))
-		}
-		*b.Consumed = cfg.Start
-		*b.Waiting = 0
-		for i := range b.Steps {
-			b.Steps[i] = 0
-		}
-		for k := range b.Release {
-			b.Release[k] = 0
 		}
 	}
 	return nil
@@ -256,23 +233,13 @@ func (p *Pipeline) Start() {
 	for range p.cfg.Workers {
 		go p.work()
 	}
-	if b := p.cfg.Board; b != nil && b.Wake >= 0 {
-		p.wg.Add(1)
-		go p.readWakes()
-	}
 }
-
-// boardPoll is how often a worker waiting for room looks at the board
-// whatever happens (see Board).
-const boardPoll = time.Millisecond
 
 // claim waits for a step inside the window and a free slot; ok is false when
 // the pipeline closes or a finite pass is fully claimed.
 func (p *Pipeline) claim() (step int64, slot int, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	b := p.cfg.Board
-	var poll *time.Timer
 	for {
 		if p.closed || (p.cfg.End >= 0 && p.nextClaim >= p.cfg.End) {
 			return 0, 0, false
@@ -280,36 +247,13 @@ func (p *Pipeline) claim() (step int64, slot int, ok bool) {
 		if p.nextClaim < p.nextOut+int64(p.cfg.Prefetch) && len(p.free) > 0 {
 			break
 		}
-		if b != nil {
-			atomic.AddInt64(b.Waiting, 1) // then look again: the consumer may have made room meanwhile
-			if p.sync() {
-				atomic.AddInt64(b.Waiting, -1)
-				continue
-			}
-		}
 		ch := p.changed
 		p.mu.Unlock()
-		if b == nil {
-			select {
-			case <-ch:
-			case <-p.done:
-			}
-		} else {
-			if poll == nil {
-				poll = time.NewTimer(boardPoll)
-				defer poll.Stop()
-			} else {
-				poll.Reset(boardPoll)
-			}
-			select {
-			case <-ch:
-			case <-p.done:
-			case <-poll.C:
-			}
-			atomic.AddInt64(b.Waiting, -1)
+		select {
+		case <-ch:
+		case <-p.done:
 		}
 		p.mu.Lock()
-		p.sync()
 	}
 	step = p.nextClaim
 	p.nextClaim++
@@ -339,12 +283,8 @@ func (p *Pipeline) work() {
 			r.slot = -1
 		} else {
 			p.state[slot] = slotReady
-			p.stepOf[slot] = step
 		}
 		p.results[step] = r
-		if b := p.cfg.Board; b != nil {
-			b.publish(step, r.slot, r.rows)
-		}
 		p.signal()
 		p.mu.Unlock()
 	}
@@ -424,7 +364,6 @@ func (p *Pipeline) giveBack(slot int) error {
 func (p *Pipeline) Next(timeout time.Duration, release []int) (Batch, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.sync()
 	for _, s := range release {
 		if s < 0 || s >= len(p.state) {
 			return Batch{}, fmt.Errorf("%w: slot %d of %d", ErrInvalid, s, len(p.state))
@@ -478,7 +417,6 @@ func (p *Pipeline) Next(timeout time.Duration, release []int) (Batch, error) {
 			expired = true
 		}
 		p.mu.Lock()
-		p.sync()
 		if expired {
 			if _, ok := p.results[p.nextOut]; !ok && !p.closed {
 				return Batch{}, ErrPending
@@ -500,7 +438,6 @@ func (p *Pipeline) makeHere(step int64) (Batch, error) {
 		return Batch{}, r.err
 	}
 	p.state[slot] = slotOut
-	p.stepOf[slot] = step
 	return Batch{Step: step, Slot: slot, Rows: r.rows, Needed: r.needed}, nil
 }
 
@@ -512,7 +449,6 @@ func (p *Pipeline) Replace(slot int, s Slot) error {
 	if p.closed {
 		return ErrClosed
 	}
-	p.sync() // a slot taken from the board is the consumer's once seen so
 	if slot < 0 || slot >= len(p.state) {
 		return fmt.Errorf("%w: slot %d of %d", ErrInvalid, slot, len(p.state))
 	}
@@ -538,9 +474,6 @@ func (p *Pipeline) Close() {
 		close(p.done)
 		p.results = nil
 		p.signal()
-		if b := p.cfg.Board; b != nil && b.Wake >= 0 && p.started {
-			writeWake(b.WakeW) // the reader of the wake pipe sees the close
-		}
 	}
 	p.mu.Unlock()
 	p.wg.Wait()

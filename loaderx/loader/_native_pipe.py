@@ -145,13 +145,9 @@ class NativePipeline:
         assert draw is not None
         self._pipe = _native.StepPipe(draw, native_streams, [self._native_view(s) for s in self.slots],
                                       num_workers, prefetch, start_step, end)
-        #: the board the native side shares (dense streams on x86-64), read here directly
-        self._board = self._pipe.board
-        self._layout = self._pipe.layout
         self._baseline = [self._refs(s) for s in self.slots]
-        #: the slots the consumer holds, oldest first, and the step each holds
+        #: the slots the consumer holds, oldest first
         self.held: list[int] = []
-        self._step_of = [0] * nslots
         #: slots whose arrays changed while held (a ragged buffer grown)
         self._changed: set[int] = set()
         self._end_seen = False
@@ -241,47 +237,21 @@ class NativePipeline:
     def next(self) -> Any:
         """The batch of the next step, in step order (see
         :meth:`loaderx.loader._pipeline.Pipeline.next`): a ForkError in a
-        child of ``os.fork()``, whose copy of the board and buffers belongs
-        to the parent's pipeline."""
+        child of ``os.fork()``, whose copy of the buffers belongs to the
+        parent's pipeline."""
         _native.check_fork()
         pipe = self._pipe
         if pipe is None:
             raise ClosedError("the DataLoader is closed")
         got = self._unclaimed
-        board = self._board
-        wake = False
-        if got is None and board is not None and not pipe.stashed:
-            # the step from the board, without a native call, when it is made already
-            step = self.next_out
-            ring, at, flags, consumed, waiting = self._layout
-            i = at + step % ring
-            if board[i] == step + 1:
-                k = board[i + ring]
-                held = self.held
-                if k >= 0 and len(held) < HELD_SLOTS:
-                    if held:
-                        refs, base, slots, step_of = sys.getrefcount, self._baseline, self.slots, self._step_of
-                        kept = []
-                        for j in held:
-                            if list(map(refs, slots[j])) == base[j]:
-                                board[flags + j] = step_of[j] + 1  # given back
-                            else:
-                                kept.append(j)
-                        self.held = kept
-                    got = (step, k, board[i + 2 * ring])
-                    board[consumed] = step + 1
-                    wake = board[waiting] != 0
         if got is None:
             got = self._take(pipe)
         self._unclaimed = None
         step, k, rows = got
         try:
             self.next_out = step + 1
-            self._step_of[k] = step
             if k not in self.held:
                 self.held.append(k)
-            if wake:
-                pipe.wake()
             slot = self.slots[k]
             if self._ragged:
                 return self._batch_ragged(step, k, slot, rows)
@@ -368,7 +338,6 @@ class NativePipeline:
         """Stop the native workers and wait for them (each finishes the
         gather it is in); the buffers are then the loader's alone."""
         pipe, self._pipe = self._pipe, None
-        self._board = None
         if pipe is not None:
             pipe.close()
         _LIVE.discard(self)

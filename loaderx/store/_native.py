@@ -55,13 +55,11 @@ macOS, ``loaderx.dll`` on Windows) unless the environment variable
 
 from __future__ import annotations
 
-import contextlib
 import dis
 import hashlib
 import importlib.util
 import json
 import os
-import platform
 import struct
 import sys
 import threading
@@ -242,7 +240,6 @@ def _bind() -> None:
     global EXISTS, CANCELED, NOT_RESIDENT, STATUS_EXCEPTIONS, _EXCEPTIONS, CODEC_NAMES, SAMPLER_MODES, STATS_FIELDS
     global MAX_DIMS, MAX_RECORD_SIZE, _ERROR_HEAD, _CREATE_REPLACE, SAMPLE_SPEC_FIELDS, _from_buffer, _cast
     global PROBE_FIELDS, PIPE_CONFIG_FIELDS, PIPE_GOT, _PIPE, _lx_pipe_next
-    global _BOARD_CONSUMED, _BOARD_WAITING, _BOARD_RING
     global _new, _string, _I64, _I64_ARRAY, _CHAR_ARRAY, _NULL, _lx_sample, _lx_store_gather
     global _lx_store_gather_packed, _lx_store_gather_ragged, _lx_store_len, _SAMPLE_SPEC, _pack_spec
     ffi, lib, library_path = _load()
@@ -324,7 +321,7 @@ def _bind() -> None:
     _PIPE = {}
     for enum, prefix in (("lx_pipe_io", "LX_PIPE_IO_"), ("lx_pipe_got", "LX_PIPE_GOT_"),
                          ("lx_pipe_draw", "LX_PIPE_DRAW_"), ("lx_pipe_stream", "LX_PIPE_STREAM_"),
-                         ("lx_pipe_kind", "LX_PIPE_"), ("lx_pipe_board", "LX_PIPE_BOARD_")):
+                         ("lx_pipe_kind", "LX_PIPE_")):
         tag = prefix[len("LX_PIPE_"):]
         _PIPE.update({f"{tag}{k}".upper(): v for k, v in _enum(enum, prefix).items()})
     want = {"IO_TIMEOUT": 0, "IO_NRELEASE": 1, "IO_KIND": 2, "IO_STEP": 3, "IO_SLOT": 4, "IO_ROWS": 5}
@@ -333,7 +330,6 @@ def _bind() -> None:
     #: What lx_pipe_next handed out, by its number (enum lx_pipe_got).
     PIPE_GOT = _dense({k[4:].lower(): v for k, v in _PIPE.items() if k.startswith("GOT_")}, "pipeline results")
     _lx_pipe_next = lib.lx_pipe_next
-    _BOARD_CONSUMED, _BOARD_WAITING, _BOARD_RING = _PIPE["BOARD_CONSUMED"], _PIPE["BOARD_WAITING"], _PIPE["BOARD_HEAD"]
 
     # Hot-path names, bound once.
     _from_buffer = ffi.from_buffer
@@ -1228,12 +1224,6 @@ def get_threads() -> int:
 
 # --- the step pipeline -------------------------------------------------------
 
-#: Whether the step pipeline's board may be shared (see steppipe.Board): its
-#: protocol takes plain loads and stores, which keep their order on x86-64 only.
-#: ``LOADERX_PIPE_BOARD=0`` leaves it out (every step through lx_pipe_next),
-#: read as each pipeline is made.
-_BOARD_CPU = platform.machine().lower() in ("x86_64", "amd64")
-
 
 class StepPipe:
     """A native step pipeline (lx_pipe_*): the steps of a loader drawn and
@@ -1256,8 +1246,7 @@ class StepPipe:
     hands it out and the one that gives it back.
     """
 
-    __slots__ = ("handle", "kinds", "io", "_io_len", "_head", "_keep", "_err", "_stash", "sent", "board",
-                 "_ring", "_wake", "layout", "__weakref__")
+    __slots__ = ("handle", "kinds", "io", "_io_len", "_head", "_keep", "_err", "_stash", "sent", "__weakref__")
 
     def __init__(
         self,
@@ -1297,34 +1286,9 @@ class StepPipe:
         #: what the native side writes (and reads) until close: kept alive here
         self._keep = [list(slot) for slot in slots] + [order]
         cell = _new("int64_t[1]")
-        #: the board shared with the native side (steppipe.Board), or None
-        #: where its plain loads and stores are not enough (not x86-64), or
-        #: for a ragged stream (whose needed bytes it does not carry)
-        self.board: Any = None
-        self._ring = prefetch + 1
-        self._wake = (-1, -1)
-        bb, blen = _NULL, 0
-        dense = all(kind == "dense" for _, kind, _ in streams)  # the ring carries no ragged stream's needs
-        if _BOARD_CPU and dense and os.environ.get("LOADERX_PIPE_BOARD", "1") != "0":
-            arr = np.zeros(_PIPE["BOARD_HEAD"] + 3 * self._ring + len(slots), dtype=np.int64)
-            self._keep.append(arr)
-            self.board = _from_buffer(_I64_ARRAY, arr, True)
-            bb, blen = self.board, len(arr)
-            if hasattr(os, "pipe") and sys.platform != "win32":
-                r, w = os.pipe()
-                os.set_blocking(w, False)
-                self._wake = (r, w)
-        try:
-            _call(lib.lx_pipe_new, config, len(config), _new("int64_t[]", st or [0]), len(streams), ptrs, lens,
-                  len(slots), ob, 0 if order is None else len(order), bb, blen, self._wake[0], self._wake[1], cell)
-        except BaseException:
-            self._close_wake()
-            raise
+        _call(lib.lx_pipe_new, config, len(config), _new("int64_t[]", st or [0]), len(streams), ptrs, lens,
+              len(slots), ob, 0 if order is None else len(order), cell)
         self.handle = int(cell[0])
-        #: where the board's parts are, for the caller that takes steps from
-        #: it (steppipe.Board says how): (ring entries, the ring's first
-        #: value, the release flags' first, CONSUMED, WAITING)
-        self.layout = (self._ring, _BOARD_RING, _BOARD_RING + 3 * self._ring, _BOARD_CONSUMED, _BOARD_WAITING)
         self._head = _PIPE["IO_HEAD"]
         self._io_len = self._head + len(streams) + len(slots) * 2 + 1
         self.io = _new("int64_t[]", self._io_len)
@@ -1350,21 +1314,6 @@ class StepPipe:
             ptrs[j] = _cast("void *", _from_buffer(_CHAR_ARRAY, a, True))
             lens[j] = a.nbytes
         return ptrs, lens
-
-    def wake(self) -> None:
-        """Tell the workers that wait for room that there is some (call it
-        when the board's WAITING is nonzero)."""
-        if self._wake[1] >= 0:
-            with contextlib.suppress(OSError):  # a wake-up is pending already (or the pipe is gone)
-                os.write(self._wake[1], b"\x01")
-
-    def _close_wake(self) -> None:
-        r, w = self._wake
-        self._wake = (-1, -1)
-        for fd in (w, r):
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
 
     @property
     def stashed(self) -> bool:
@@ -1458,8 +1407,6 @@ class StepPipe:
         if h and not _forked:
             _call(lib.lx_pipe_close, h)
             self._keep = []
-            self.board = None
-            self._close_wake()
 
 
 def pipe_live() -> int:
