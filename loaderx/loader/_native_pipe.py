@@ -200,7 +200,12 @@ class NativePipeline:
         until the native side has them back: see :meth:`_sent`); slots
         whose arrays changed go back at once with them, and the oldest held
         ones beyond :data:`HELD_SLOTS` are retired."""
-        free = [k for k in self.held if self._idle(k)]
+        held = self.held
+        if self._ragged:
+            free = [k for k in held if self._idle(k)]
+        else:  # the common case, spelled out: a slot list of arrays each
+            refs, slots, base = sys.getrefcount, self.slots, self._baseline
+            free = [k for k in held if list(map(refs, slots[k])) == base[k]]
         changed = self._changed
         if changed:
             for k in [k for k in free if k in changed]:
@@ -213,7 +218,7 @@ class NativePipeline:
             busy -= 1
         return free
 
-    def _sent(self, slots: tuple[int, ...]) -> None:
+    def _sent(self, slots: Any) -> None:
         """Take the slots the native side has back off ``held``."""
         if slots:
             self.held = [k for k in self.held if k not in slots]
@@ -223,7 +228,14 @@ class NativePipeline:
         None: the consumer keeps the old)."""
         if slot is None:
             slot = self._new_slot()
-        self._pipe.replace(k, self._native_view(slot))
+        try:
+            self._pipe.replace(k, self._native_view(slot))
+        except ValueError:
+            if isinstance(self._pipe, _native.StepPipe) and k in self.held:
+                # given back already by a call a Ctrl-C cut short: the slot is not ours to change
+                self.held = [j for j in self.held if j != k]
+                return
+            raise
         self.held = [j for j in self.held if j != k]
         self.slots[k] = slot
         self._changed.discard(k)

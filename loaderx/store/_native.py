@@ -1298,7 +1298,7 @@ class StepPipe:
         self._stash: Any = None
         #: the slots the last call that returned (or was interrupted as it
         #: returned) gave back
-        self.sent: tuple[int, ...] = ()
+        self.sent: Sequence[int] = ()
 
     @staticmethod
     def _buffers(arrays: Sequence[np.ndarray | None]) -> tuple[Any, Any]:
@@ -1355,10 +1355,10 @@ class StepPipe:
             status = _lx_pipe_next(self.handle, io, self._io_len, err, ERRLEN)
         except KeyboardInterrupt:
             if io[2] >= 0:  # the call completed: keep what it handed out
-                self.sent = tuple(release)
+                self.sent = release
                 self._stash = self._result(int(io[_PIPE["IO_STATUS"]]))
             raise
-        self.sent = tuple(release)
+        self.sent = release
         if status:
             _raise(status, err)
         return PIPE_GOT[io[2]], io[3], io[4], io[5]
