@@ -44,6 +44,7 @@ relative ones resolved, against it)::
     loader.options  io.multistream
     loader._procpool  loader.mixture
     loader._shm  loader._cursor  loader._tokenmix
+    loader._native_pipe
     loader._pipeline  loader._packing
     loader._ragged
     store.converter  store.dataset  store.zrecord
@@ -68,8 +69,11 @@ batches put onto devices with a sharding and prefetched), and
 shard per write task, committed once; a datasource reading by shard and
 record range); each imports its framework, so nothing else imports them. ``loader.dataloader`` is the public
 loader, its arguments checked into a ``LoaderOptions`` by ``loader.options``,
-over ``loader._pipeline`` (worker threads, the step window, recycled batch
-buffers), ``loader._procpool`` (worker processes handing batches back in
+over ``loader._native_pipe`` (the default path: steps drawn and gathered
+ahead by the native step pipeline, one native call per step, the batch
+buffers recycled once the consumer lets go) or ``loader._pipeline`` (worker
+threads, the step window, recycled batch buffers: a transform, or streams
+the native pipeline cannot read), ``loader._procpool`` (worker processes handing batches back in
 shared memory, for ``workers="process"``, over the segments and slot layout
 of ``loader._shm``), ``loader._autoworkers`` (the timing of the first steps
 on threads and the verdict of ``workers="auto"``: stay on threads or move to
