@@ -107,6 +107,13 @@ class _SourceDraw:
         self._last = threading.local()
 
     def positions(self, a: int, b: int) -> np.ndarray:
+        last = getattr(self._last, "block", None)
+        if last is not None and self.mode != "sequential":  # most calls: inside the block the last one drew
+            size = self.n if self.mode == "cyclic" else _IID_STEP
+            frame, y0 = divmod(a, size)
+            start, block = last[1], last[2]
+            if last[0] == frame and start <= y0 and y0 + b - a <= start + block.size:
+                return block[y0 - start : y0 - start + b - a].copy()
         out = np.empty(b - a, dtype=np.int64)
         if self.mode == "sequential":
             np.remainder(np.arange(a, b, dtype=np.int64), self.n, out=out)
