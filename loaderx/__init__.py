@@ -45,7 +45,7 @@ relative ones resolved, against it)::
     loader._procpool  loader.mixture
     loader._shm  loader._cursor  loader._tokenmix
     loader._native_pipe
-    loader._pipeline  loader._packing
+    loader._pipeline  loader._packing  loader._mixstreams
     loader._ragged
     store.converter  store.dataset  store.zrecord
     store._parallel  io.remote
@@ -89,7 +89,9 @@ exact schedule over rows, and ``loader._fingerprint`` (NumPy only, the
 lowest row) digests a stream's records for a saved state to refuse other
 data by.
 ``loader.mixture`` mixes named sources by weight for the loader: its streams
-over the sources' joint index space, and its sampler, which takes each
+over the sources' joint index space (``loader._mixstreams``: one native
+gather per batch over a set of the sources' stores, or per source into a
+staging area), and its sampler, which takes each
 step's per-source counts from ``loader._schedule`` (the exact Pfair schedule
 or the sampled counts, and the checks of weights and of a saved mixture,
 plain Python). ``io.arrow`` converts Arrow tables,

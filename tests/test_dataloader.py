@@ -124,6 +124,7 @@ def test_resume_equals_an_uninterrupted_run(streams, mode, workers):
     assert_batches_equal(take(first, k), reference[:k])
     state = json.loads(json.dumps(first.state_dict()))  # survives a JSON checkpoint
     first.close()
+    assert set(state.pop("data")) == {"image", "label", "label16"}  # a fingerprint of each stream's records
     assert state == {
         "step": k, "seed": 42, "sampler": mode, "batch_size": 8, "shard": [0, 1],
         "streams": {"image": N, "label": N, "label16": N},

@@ -11,7 +11,7 @@ import pytest
 import loaderx
 from loaderx.converter import from_iterator
 from loaderx.dataset import RaggedDataset
-from loaderx.loader import mixture as mixture_mod
+from loaderx.loader import _mixstreams as mixture_mod
 
 
 def _records(rng: np.random.Generator, n: int, lo: int, hi: int, row: tuple[int, ...], dtype: str) -> list[np.ndarray]:

@@ -346,7 +346,7 @@ class PackStream(RaggedStream):
     Args:
         name: the stream's name (for messages).
         dataset: the store, or a mixture's ragged stream
-            (:class:`loaderx.loader.mixture.MixtureRaggedStream`), whose
+            (:class:`loaderx.loader._mixstreams.MixtureRaggedStream`), whose
             records are those of its sources over the global index space.
         pack: how it is packed.
         offsets_dtype: the dtype of ``cu_seqlens``.

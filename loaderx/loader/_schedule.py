@@ -433,6 +433,14 @@ class Schedule:
         self.weights = [tuple(w) for _, w in segments]
         # records of each source before segment k, for the segments known so far
         self._offsets: dict[int, list[int]] = {0: [0] * self.n}
+        self._last = threading.local()  # this thread's last window
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_last"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._last = threading.local()
 
     def segment(self, step: int) -> int:
         """The weights segment that ``step`` belongs to."""
@@ -458,11 +466,16 @@ class Schedule:
 
     def window(self, step: int) -> tuple[list[int], list[int]]:
         """``(records of each source before step, records of each in step)``."""
+        last = self._last.__dict__.get("w")
+        if last is not None and last[0] == step:
+            return last[1]
         k = self.segment(step)
         part, t = self.parts[k], step - self.starts[k]
         a, b = part.before(t), part.before(t + 1)
         off = self._offset(k)
-        return [x + y for x, y in zip(off, a)], [y - x for x, y in zip(a, b)]
+        got = [x + y for x, y in zip(off, a)], [y - x for x, y in zip(a, b)]
+        self._last.w = (step, got)  # the streams of one step ask again
+        return got
 
     def anchors(self, steps: Sequence[int]) -> list[list[Any]]:
         """What a cursor records of an exact schedule for a loader that
