@@ -295,6 +295,11 @@ class NativePipeline:
             if got == "end":
                 raise StopIteration
             if got == "starved":  # the consumer holds every slot: retire the oldest
+                if not self.held:
+                    raise RuntimeError(
+                        f"the native pipeline has no free slot at step {self.next_out} and this loader "
+                        "holds none of them: its slot bookkeeping is lost; close the loader and make another"
+                    )
                 self._replace(self.held[0], None)
 
     def _batch_ragged(self, step: int, k: int, slot: list[Any], rows: int) -> dict[str, Any]:
