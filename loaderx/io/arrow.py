@@ -51,9 +51,9 @@ import numpy as np
 from loaderx._args import CONVERT_CODECS, check_codec
 from loaderx._progress import Progress
 from loaderx.errors import StoreExistsError
-from loaderx.io import remote
 from loaderx.io.multistream import META_FILE, MSDataset, is_multistream
-from loaderx.store import _autocodec, _cache, _native, _parallel
+from loaderx.remote import _cache, upload
+from loaderx.store import _autocodec, _native, _parallel
 from loaderx.store._dtypes import check_narrow, check_storable, narrow_element, schema_name
 from loaderx.store.converter import DICT_TIERS, train_dict
 
@@ -511,7 +511,7 @@ def from_arrow(
             from_arrow(local, source, columns, codec=codec, dict_tier=dict_tier, batch_bytes=batch_bytes,
                        progress=progress, num_shards=num_shards, sync=False).close()
 
-        remote.publish(str(path), write, overwrite=overwrite, storage_options=storage_options, staging=staging)
+        upload.publish(str(path), write, overwrite=overwrite, storage_options=storage_options, staging=staging)
         return MSDataset(str(path), columns, storage_options=storage_options)
     if storage_options is not None or staging is not None:
         raise ValueError(f"storage_options= and staging= are for s3:// URLs, not {path!r}")

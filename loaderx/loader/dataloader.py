@@ -61,6 +61,7 @@ from loaderx.loader._autoworkers import (
     pace,
 )
 from loaderx.loader._cursor import Parts, make_cursor, parts_of, seek_cursor
+from loaderx.loader._fingerprint import fingerprints
 from loaderx.loader._lookahead import Lookahead, guards_of
 from loaderx.loader._native_pipe import NativePipeline, native_blocker
 from loaderx.loader._packing import PackPool, PackStream, check_layout, check_packs
@@ -81,6 +82,7 @@ from loaderx.loader._ragged import (
     check_pad,
 )
 from loaderx.loader._state import CURSOR, check_state, epoch_steps, make_state, sampler_identity
+from loaderx.loader._tokenmix import pack_stream
 from loaderx.loader.mixture import Mixture
 from loaderx.loader.options import TORCH_ARGS, LoaderOptions, check_mixture_args, check_sampler
 from loaderx.loader.sampler import IndexSampler, Sampler
@@ -435,7 +437,7 @@ class DataLoader:
             if not isinstance(name, str):
                 raise TypeError(f"stream names must be str, got {name!r}")
             if name in packs:
-                ds = PackStream(name, ds, packs[name], offsets_dt, self.options.batch_size)
+                ds = pack_stream(name, ds, packs[name], offsets_dt, self.options.batch_size)
             elif isinstance(ds, RaggedDataset):
                 ds = RaggedStream(name, ds, pads.get(name), offsets_dt)
             elif isinstance(ds, np.ndarray):
@@ -988,7 +990,17 @@ class DataLoader:
             pack=self._packs,
             mixture=None if self._mixture is None else self._mixture.identity(),
             cursor=self._cursor(step) if cursor else None,
+            data=self._fingerprints(),
         )
+
+    def _fingerprints(self) -> dict[str, str] | None:
+        """Each stream's fingerprint (a mixture's are in its identity), once."""
+        if self._mixture is not None:
+            return None
+        got = self.__dict__.get("_data_fingerprints")
+        if got is None:
+            got = self.__dict__["_data_fingerprints"] = fingerprints(self._streams)
+        return got
 
     def _parts(self) -> Parts:
         """What the loader's cursor is about (see :mod:`loaderx.loader._cursor`);

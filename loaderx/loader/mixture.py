@@ -40,8 +40,11 @@ schedule is part of the loader's state, and a state from another mixture
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import threading
+import weakref
 from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
@@ -49,8 +52,9 @@ from typing import Any
 import numpy as np
 
 from loaderx.errors import CorruptStoreError
+from loaderx.loader._fingerprint import fingerprint
 from loaderx.loader._pipeline import ArrayStream
-from loaderx.loader._ragged import RaggedStream
+from loaderx.loader._ragged import _GROWTH, RaggedStream
 from loaderx.loader._schedule import COUNTS, Schedule, check_schedule, spread, weights_text
 from loaderx.loader.sampler import sample
 from loaderx.store import _native
@@ -60,6 +64,10 @@ __all__ = ["Mixture"]
 
 #: how a source's stream of record indices is drawn
 SOURCE_SAMPLERS = ("cyclic", "iid", "sequential")
+#: what a mixture's weights count
+BY = ("records", "tokens")
+#: what the keys of a weights schedule count
+SCHEDULE_UNITS = ("steps", "record_batches")
 #: positions per step of the native iid sampler a source's iid stream reads
 _IID_STEP = 1 << 20
 #: the fewest positions one native call of a source's stream draws: a loader
@@ -142,6 +150,7 @@ class MixtureDraw:
         self, mixture: Mixture, batch_size: int, seed: int, shard: tuple[int, int], schedule: Schedule | None = None
     ) -> None:
         self.batch_size = batch_size
+        self.seed = seed
         self.rank, self.world = shard
         self.global_batch = batch_size * self.world
         #: the per-step counts; the draws of one global batch (each rank's and
@@ -276,9 +285,11 @@ class MixtureRaggedStream(_Parts, RaggedStream):
 
     def __init__(
         self, name: str, parts: list[tuple[str, RaggedDataset]], offsets: tuple[int, ...],
-        pad: tuple[str, int] | None, offsets_dtype: np.dtype,
+        pad: tuple[str, int] | None, offsets_dtype: np.dtype, by: str = "records",
     ) -> None:
         self.name = name
+        #: what the mixture's weights count ("records" or "tokens")
+        self.by = by
         self.parts = parts
         self.offsets = tuple(offsets)
         self.starts = np.asarray(offsets[:-1], dtype=np.int64)
@@ -293,50 +304,215 @@ class MixtureRaggedStream(_Parts, RaggedStream):
         per = [RaggedStream(name, ds, None, offsets_dtype).nbytes_per_item for _, ds in parts]
         self.nbytes_per_item = max(per)
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in _JOINED_FIELDS}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def with_parts(self, parts: list[tuple[str, Any]]) -> Any:
+        new = super().with_parts(parts)
+        for k in _JOINED_FIELDS:
+            new.__dict__.pop(k, None)
+        return new
+
+    def _joined(self) -> int | None:
+        """One native read handle over all the sources, in order (a set of
+        fresh read-only handles on their stores, whose global indices are the
+        mixture's), opened on first use in each process; None when a source
+        is not one local read-only store (a sharded dataset, one in object
+        storage, a writable one), which then read through :func:`_read`."""
+        pid = os.getpid()
+        if self.__dict__.get("_joined_pid") == pid:
+            return self.__dict__["_joined_h"]
+        with _JOIN_LOCK:
+            if self.__dict__.get("_joined_pid") != pid:
+                h = _join([ds for _, ds in self.parts], self.offsets)
+                if h is not None:
+                    weakref.finalize(self, _close_quietly, h, pid)
+                self.__dict__["_joined_h"] = h
+                self.__dict__["_joined_pid"] = pid
+        return self.__dict__["_joined_h"]
+
     def lengths(self, idx: np.ndarray) -> np.ndarray:
         """The first-axis length of each record ``idx`` (global indices), as
         int64, from the sources' tables: what packing plans a step with."""
+        h = self._joined()
+        if h is not None:
+            sizes = np.asarray(_native.store_sizes(h, np.ascontiguousarray(idx, dtype=np.int64)), dtype=np.int64)
+            return self._rows_of(sizes, idx)
         out = np.empty(idx.shape[0], dtype=np.int64)
         for i, rows, local in self._plan(np.asarray(idx, dtype=np.int64)):
             out[rows] = self.parts[i][1].lengths(local)
         return out
 
     def gather_into(self, idx: np.ndarray, slot: list[np.ndarray], step: int = 0) -> Any:
+        """The records ``idx`` back to back in batch order in ``slot[0]``
+        (see :meth:`RaggedStream.gather_into`). A batch of one source is
+        one native gather straight into the slot; otherwise each source's
+        records are one native gather into this thread's staging area,
+        sources one after another, then copied to their places in the
+        batch, a run of consecutive batch rows of one source at a time."""
         k = idx.shape[0]
         sizes = slot[1][:k]
-        got = []
-        for i, rows, local in self._groups(idx):
-            ds = self.parts[i][1]
-            part_sizes = np.empty(rows.size, dtype=np.int64)
-            buf = np.empty(max(1, rows.size * self.nbytes_per_item), dtype=np.uint8)
-            local = np.ascontiguousarray(local)
+        h = self._joined()
+        if h is not None:  # one native gather over all the sources, as over one store
             while True:
-                needed = int(ds._guarded(
-                    local, lambda d=ds, i=local, s=part_sizes, b=buf: _native.store_gather_ragged(d._h, i, s, b)
-                ))
-                if needed <= buf.size:
+                needed = int(_native.store_gather_ragged(h, idx, sizes, slot[0]))
+                if needed <= slot[0].size:
                     break
-                buf = np.empty(needed, dtype=np.uint8)
-            sizes[rows] = part_sizes
-            got.append((rows, part_sizes, buf[:needed]))
-        starts = np.zeros(k + 1, dtype=np.int64)
-        np.cumsum(sizes, out=starts[1:])
-        needed = int(starts[-1])
-        if needed > slot[0].size:
-            slot[0] = np.empty(int(needed * 1.25), dtype=np.uint8)
-        for rows, part_sizes, data in got:
-            if data.size:
-                here = np.cumsum(part_sizes) - part_sizes  # each record's start in its part's buffer
-                dest = np.repeat(starts[rows] - here, part_sizes) + np.arange(data.size, dtype=np.int64)
-                slot[0][dest] = data
-        if self.row_bytes and (sizes % self.row_bytes).any():
-            j = int(np.argmax(sizes % self.row_bytes != 0))
+                slot[0] = np.empty(int(needed * _GROWTH), dtype=np.uint8)
+            return self.finish(idx, slot, self._rows_of(sizes, idx), needed)
+        groups = self._groups(idx)
+        if len(groups) == 1:
+            i, _, local = groups[0]
+            slot[0], needed = _read(self.parts[i][1], local, sizes, slot[0], 0)
+        else:
+            stage = getattr(_STAGE, "buf", None)
+            if stage is None:
+                stage = np.empty(max(1 << 16, k * self.nbytes_per_item), dtype=np.uint8)
+            at = 0
+            placed = []
+            for i, rows, local in groups:
+                part = np.empty(rows.size, dtype=np.int64)
+                stage, got = _read(self.parts[i][1], local, part, stage, at)
+                sizes[rows] = part
+                placed.append((rows, part, at))
+                at += got
+            _STAGE.buf = stage
+            starts = np.empty(k + 1, dtype=np.int64)
+            starts[0] = 0
+            np.cumsum(sizes, out=starts[1:])
+            needed = int(starts[-1])
+            if needed > slot[0].size:
+                slot[0] = np.empty(int(needed * _GROWTH), dtype=np.uint8)
+            _scatter(placed, starts, stage, slot[0], self.dtype.itemsize)
+        return self.finish(idx, slot, self._rows_of(sizes, idx), needed)
+
+    def _rows_of(self, sizes: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        """The rows of records of ``sizes`` bytes (``idx``: their global
+        indices, for the message of a size that is not whole rows)."""
+        if not self.row_bytes:
+            return np.zeros_like(sizes)
+        rows, rem = np.divmod(sizes, self.row_bytes)
+        if rem.any():
+            j = int(np.argmax(rem != 0))
             raise CorruptStoreError(
                 f"stream {self.name!r}: record {int(idx[j])} is {int(sizes[j])} bytes, not a multiple of "
                 f"one row ({self.row_bytes} bytes)"
             )
-        rows_per = sizes // self.row_bytes if self.row_bytes else np.zeros_like(sizes)
-        return self.finish(idx, slot, rows_per, needed)
+        return rows
+
+
+#: the attributes of a mixture's ragged stream that hold its joined handle
+#: (per process: never pickled nor copied to a stream over other parts)
+_JOINED_FIELDS = ("_joined_h", "_joined_pid")
+_JOIN_LOCK = threading.Lock()
+
+
+def _join(parts: list[Any], offsets: tuple[int, ...]) -> int | None:
+    """A native set of fresh read-only handles on the stores of ``parts``
+    (every one a local, read-only, single-store RaggedDataset of the length
+    ``offsets`` gives it, reading verified as the part does), or None."""
+    for ds in parts:
+        if not isinstance(ds, RaggedDataset):
+            return None
+        ds._h  # noqa: B018 -- opens a deferred (unpickled) dataset, so that what it is is known
+        if ds._guard is not None or getattr(ds, "_sharded", None) is not None or getattr(ds, "_writable", True):
+            return None
+    handles: list[int] = []
+    try:
+        for k, ds in enumerate(parts):
+            h = _native.store_open(ds.path, readonly=True)
+            handles.append(h)
+            if _native.store_len(h) != offsets[k + 1] - offsets[k]:
+                raise ValueError("changed since it was opened")
+            if not _native.store_stats(ds._h)["verified"]:
+                _native.store_set_verify(h, False)
+        joined = int(_native.set_open(handles))
+    except Exception:  # any trouble: the sources read one by one, as they are
+        for h in handles:
+            _close_quietly(h, os.getpid())
+        return None
+    return joined
+
+
+def _close_quietly(h: int, pid: int) -> None:
+    """Close a native handle opened in process ``pid`` (nothing in another:
+    a forked child has no use of it)."""
+    if os.getpid() == pid:
+        with contextlib.suppress(Exception):  # at exit or after a failure: nothing to report it to
+            _native.store_close(h)
+
+
+#: each thread's staging bytes of a mixture's ragged gather (grown as needed)
+_STAGE = threading.local()
+#: below this many bytes per run, the runs of a scatter are copied by one
+#: index per item instead of one slice copy each
+_SLICE_BYTES = 512
+
+
+def _read(ds: RaggedDataset, local: np.ndarray, sizes: np.ndarray, buf: np.ndarray, at: int) -> tuple[np.ndarray, int]:
+    """One packed native gather of the records ``local`` of ``ds`` into
+    ``buf`` from byte ``at`` on, their sizes into ``sizes``; ``buf`` is
+    replaced by a larger one (its first ``at`` bytes kept) when they do not
+    fit. Returns ``(buf, bytes gathered)``."""
+    h = ds._h
+    while True:
+        view = buf[at:]
+        if ds._guard is None:
+            needed = int(_native.store_gather_ragged(h, local, sizes, view))
+        else:  # a dataset in object storage: its pages held in the cache meanwhile
+            needed = int(ds._guarded(local, lambda v=view: _native.store_gather_ragged(h, local, sizes, v)))
+        if needed <= view.size:
+            return buf, needed
+        bigger = np.empty(int((at + needed) * _GROWTH) + 1, dtype=np.uint8)
+        bigger[:at] = buf[:at]
+        buf = bigger
+
+
+def _scatter(
+    placed: list[tuple[np.ndarray, np.ndarray, int]], starts: np.ndarray, stage: np.ndarray, out: np.ndarray,
+    item: int,
+) -> None:
+    """Copy each source's staged records to their places in the batch:
+    ``(batch rows, sizes, first staged byte)`` per source, the records'
+    batch starts in ``starts``. Consecutive batch rows of one source are
+    consecutive in its staging too, so each such run is one copy."""
+    src, dst, size = [], [], []
+    for rows, part, at in placed:
+        if not rows.size:
+            continue
+        brk = np.flatnonzero(np.diff(rows) != 1) + 1
+        first = np.concatenate(([0], brk))
+        last = np.concatenate((brk, [rows.size])) - 1
+        here = np.cumsum(part) - part + at  # each record's first staged byte
+        src.append(here[first])
+        dst.append(starts[rows[first]])
+        size.append(here[last] + part[last] - here[first])
+    s, d, n = (np.concatenate(x) for x in (src, dst, size))
+    keep = n > 0
+    s, d, n = s[keep], d[keep], n[keep]
+    total = int(n.sum())
+    if not total:
+        return
+    if total >= _SLICE_BYTES * n.size:  # long runs: a slice copy each
+        to, fro = memoryview(out), memoryview(stage)
+        for a, b, m in zip(s.tolist(), d.tolist(), n.tolist()):
+            to[b : b + m] = fro[a : a + m]
+        return
+    # short runs: the runs tile the batch's bytes, so in batch order they are
+    # one gather by index, in items of the dtype when every run aligns
+    order = np.argsort(d, kind="stable")
+    s, n = s[order], n[order]
+    unit = item if item > 1 and not ((s | n) % item).any() else 1
+    if unit > 1:
+        s, n, total = s // unit, n // unit, total // unit
+    kind = np.dtype(f"V{unit}") if unit > 1 else np.dtype(np.uint8)
+    pos = np.repeat(s - (np.cumsum(n) - n), n)
+    pos += np.arange(total, dtype=np.int64)
+    src_items = stage[: stage.size - stage.size % unit].view(kind)
+    np.take(src_items, pos, out=out[: total * unit].view(kind))
 
 
 class SourceStream:
@@ -405,6 +581,8 @@ class Mixture:
         counts: str = "exact",
         sampler: str = "cyclic",
         source_key: str = "source",
+        by: str = "records",
+        schedule_unit: str = "steps",
     ) -> None:
         if not isinstance(sources, Mapping) or not sources:
             raise TypeError(
@@ -416,6 +594,13 @@ class Mixture:
             raise ValueError(f"sampler must be one of {', '.join(map(repr, SOURCE_SAMPLERS))}, got {sampler!r}")
         if not isinstance(source_key, str):
             raise TypeError(f"source_key must be a str, got {source_key!r}")
+        if by not in BY:
+            raise ValueError(f"by must be 'records' or 'tokens' (what the weights count), got {by!r}")
+        if schedule_unit not in SCHEDULE_UNITS:
+            raise ValueError(
+                f"schedule_unit must be 'steps' (loader steps) or 'record_batches' (the global batches of "
+                f"records a concat-packed stream is made of), got {schedule_unit!r}"
+            )
         parsed: dict[str, dict[str, tuple[str, Any]]] = {}
         sizes = []
         first_name: str | None = None
@@ -453,19 +638,60 @@ class Mixture:
         self.sizes: tuple[int, ...] = tuple(sizes)
         #: the global index of each source's first record, and the total at the end
         self.offsets: tuple[int, ...] = tuple(int(x) for x in np.cumsum([0, *sizes]))
-        #: ``((start step, weights summing to 1), ...)``
-        self.segments = check_schedule(weights, self.names)
+        #: what the weights count: ``"records"`` or ``"tokens"``
+        self.by = by
+        #: the weights as given, normalised: ``((start step, weights summing to 1), ...)``
+        self.weights = check_schedule(weights, self.names)
+        #: the weights of records per step: the weights themselves, or for
+        #: ``by="tokens"`` over dense sources, each divided by its tokens per record
+        self.segments = self.weights
+        if by == "tokens":
+            self.segments = self._token_segments(parsed)
         self.counts = counts
         self.sampler = sampler
         self.source_key = source_key
+        #: what a weights schedule's keys count (see the class docs)
+        self.schedule_unit = schedule_unit
+
+    def _token_segments(self, parsed: Mapping[str, Mapping[str, tuple[str, Any]]]) -> Any:
+        """The record weights of ``by="tokens"``: over dense sources, each
+        token weight divided by the tokens of one record (the first axis of
+        the first stream); over ragged ones the token weights themselves
+        (concat packing makes rows of them), after refusing a source with no
+        tokens at all."""
+        first = self.stream_names[0]
+        kind, ref = parsed[self.names[0]][first]
+        if kind == "ragged":
+            for name in self.names:
+                ds = parsed[name][first][1]
+                n = len(ds)
+                probe = np.unique(np.linspace(0, n - 1, min(n, 1024)).astype(np.int64))
+                if not ds.lengths(probe).any() and not ds.lengths().any():
+                    raise ValueError(
+                        f"source {name!r} has no tokens (all its {n} records of stream {first!r} have length "
+                        "0): by='tokens' cannot give it a share"
+                    )
+            return self.weights
+        per = int(ref.item_shape[0]) if ref.item_shape else 1
+        if per == 0:
+            raise ValueError(
+                f"stream {first!r} has records of shape {tuple(ref.item_shape)}, no tokens: by='tokens' cannot "
+                "weigh the sources"
+            )
+        out = []
+        for start, ws in self.weights:
+            scaled = [w / per for w in ws]
+            total = sum(scaled)
+            out.append((start, tuple(w / total for w in scaled)))
+        return tuple(out)
 
     def __len__(self) -> int:
         """The records of all sources together (the loader's index space)."""
         return self.offsets[-1]
 
     def __repr__(self) -> str:
-        w = {n: str(x) for n, x in zip(self.names, self.segments[0][1])}
-        more = f", {len(self.segments) - 1} weight changes" if len(self.segments) > 1 else ""
+        w = {n: str(x) for n, x in zip(self.names, self.weights[0][1])}
+        more = f", {len(self.weights) - 1} weight changes" if len(self.weights) > 1 else ""
         return (
             f"Mixture(sources={dict(zip(self.names, self.sizes))}, weights={w}{more}, "
             f"streams={list(self.stream_names)}, counts={self.counts!r}, sampler={self.sampler!r})"
@@ -473,8 +699,8 @@ class Mixture:
 
     def weights_at(self, step: int) -> dict[str, Fraction]:
         """The normalised weights in force at ``step``."""
-        current = self.segments[0][1]
-        for start, w in self.segments:
+        current = self.weights[0][1]
+        for start, w in self.weights:
             if start <= step:
                 current = w
         return dict(zip(self.names, current))
@@ -489,11 +715,30 @@ class Mixture:
         """What a loader's state records of the mixture (JSON-serialisable)."""
         return {
             "sources": dict(zip(self.names, self.sizes)),
-            "weights": weights_text(self.segments, self.names),
+            "weights": weights_text(self.weights, self.names),
             "counts": self.counts,
             "sampler": self.sampler,
             "source_key": self.source_key,
+            "by": self.by,
+            # read only where the native library is loaded already: a process
+            # that forks workers (torch's) must not load it to save a state
+            **({"data": self.fingerprint()} if _native.loaded() or "_fingerprint" in self.__dict__ else {}),
         }
+
+    def fingerprint(self) -> dict[str, str]:
+        """``{source name: digest}`` of each source's records (see
+        :mod:`loaderx.loader._fingerprint`), what a state checks its data by;
+        computed once."""
+        got = self.__dict__.get("_fingerprint")
+        if got is None:
+            got = {}
+            for name in self.names:
+                h = hashlib.blake2b(digest_size=8)
+                for s in self.stream_names:
+                    h.update(f"{s}\0{fingerprint(self._sources[name][s][1])}\0".encode())
+                got[name] = h.hexdigest()
+            self.__dict__["_fingerprint"] = got
+        return dict(got)
 
     def template(self) -> dict[str, Any]:
         """The first source's streams: what the loader checks ``pad=`` against."""
@@ -505,7 +750,8 @@ class Mixture:
         for s in self.stream_names:
             parts = [(n, self._sources[n][s][1]) for n in self.names]
             if self._sources[self.names[0]][s][0] == "ragged":
-                out[s] = MixtureRaggedStream(s, parts, self.offsets, pads.get(s), offsets_dtype)
+                out[s] = MixtureRaggedStream(s, parts, self.offsets, pads.get(s), offsets_dtype, self.by)
+                out[s].schedule = (len(self.weights) - 1, self.schedule_unit)
             else:
                 out[s] = MixtureStream(s, parts, self.offsets)
         out[self.source_key] = SourceStream(self.offsets)

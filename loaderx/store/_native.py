@@ -55,6 +55,7 @@ macOS, ``loaderx.dll`` on Windows) unless the environment variable
 
 from __future__ import annotations
 
+import contextlib
 import dis
 import hashlib
 import importlib.util
@@ -549,6 +550,18 @@ def _byte_view(obj: Any, name: str, writable: bool = False) -> Any:
         raise _buffer_error(name, obj, e, writable) from None
 
 
+def _release(*views: Any) -> None:
+    """End cffi's exports of the buffers behind ``views`` (``_byte_view``'s
+    results), for a call that failed over a caller's buffer. The exception
+    raised next keeps the failing frame, and with it the buffer, alive; a
+    memoryview still exported when the garbage collector breaks such a
+    cycle crashes CPython before 3.13 (its tp_clear frees what the export
+    still uses), so the exports end before the exception leaves."""
+    for v in views:
+        with contextlib.suppress(Exception):  # not a from_buffer view, or released already
+            ffi.release(v)
+
+
 def _pack(records: Sequence[Any], name: str) -> tuple[bytes, np.ndarray]:
     """Pack a list of bytes-like records into one buffer and n+1 offsets."""
     if isinstance(records, (bytes, bytearray, memoryview, str, np.ndarray)):
@@ -758,8 +771,13 @@ def store_append_packed(h: int, data: Any, offsets: np.ndarray) -> int:
     d = _byte_view(data, "data")
     o = _i64_view(offsets, "offsets")
     if len(o) == 0:
+        _release(d)
         raise ValueError("offsets must hold n+1 values for n records, at least one")
-    return _call(lib.lx_store_append, h, d, len(d), o, len(o) - 1, _OUT)
+    try:
+        return _call(lib.lx_store_append, h, d, len(d), o, len(o) - 1, _OUT)
+    except BaseException:
+        _release(d)
+        raise
 
 
 def store_append(h: int, records: Sequence[Any]) -> int:
@@ -797,6 +815,7 @@ def store_gather(h: int, indices: np.ndarray, out: Any, stride: int) -> None:
         err = _new_context().err
     status = _lx_store_gather(h, ib, len(ib), ob, len(ob), stride, err, ERRLEN)
     if status:
+        _release(ob)
         _raise(status, err)
 
 
@@ -860,7 +879,10 @@ def store_check_table(h: int, store: int, seg: int, base: int, buf: Any) -> None
     checked against its own checksum and the chunk files. Raises
     CorruptStoreError naming the segment file and the first bad record."""
     bb = _byte_view(buf, "buf")
-    _call(lib.lx_store_check_table, h, store, seg, base, bb, len(bb))
+    try:
+        _call(lib.lx_store_check_table, h, store, seg, base, bb, len(bb))
+    finally:
+        _release(bb)
 
 
 def store_check_bytes(h: int, store: int, indices: np.ndarray, chunk: int, base: int, buf: Any) -> None:
@@ -871,7 +893,10 @@ def store_check_bytes(h: int, store: int, indices: np.ndarray, chunk: int, base:
     match, ValueError for a record outside that range."""
     ib = _i64_view(indices, "indices")
     bb = _byte_view(buf, "buf")
-    _call(lib.lx_store_check_bytes, h, store, ib, len(ib), chunk, base, bb, len(bb))
+    try:
+        _call(lib.lx_store_check_bytes, h, store, ib, len(ib), chunk, base, bb, len(bb))
+    finally:
+        _release(bb)
 
 
 def store_gather_packed(h: int, indices: np.ndarray, out: Any, offsets: np.ndarray) -> None:
@@ -886,10 +911,12 @@ def store_gather_packed(h: int, indices: np.ndarray, out: Any, offsets: np.ndarr
     ob = _byte_view(out, "out", True)
     offs = _i64_view(offsets, "offsets")
     if len(offs) != len(ib) + 1:
+        _release(ob)
         raise ValueError(f"offsets must hold len(indices) + 1 = {len(ib) + 1} values, not {len(offs)}")
     err = _errbuf()
     status = _lx_store_gather_packed(h, ib, len(ib), ob, len(ob), offs, err, ERRLEN)
     if status:
+        _release(ob)
         _raise(status, err)
 
 
@@ -917,6 +944,7 @@ def store_gather_ragged(h: int, indices: np.ndarray, sizes: np.ndarray, out: Any
         ctx = _new_context()
     status = _lx_store_gather_ragged(h, ib, len(ib), sb, ob, len(ob), ctx.cell, ctx.err, ERRLEN)
     if status:
+        _release(ob)
         _raise(status, ctx.err)
     return ctx.cell[0]
 
@@ -1039,11 +1067,15 @@ def store_create_dict(
     p = _cpath(path)
     t = _cstr(dict_tier, "dict_tier")
     d = _byte_view(dictionary, "dictionary")
-    kind, dtype, shape, ndim = _create_schema_args(schema)
-    return _call(
-        lib.lx_store_create_dict, p, t, d, len(d), kind, dtype, shape, ndim,
-        _CREATE_REPLACE if overwrite else 0, _OUT,
-    )
+    try:
+        kind, dtype, shape, ndim = _create_schema_args(schema)
+        return _call(
+            lib.lx_store_create_dict, p, t, d, len(d), kind, dtype, shape, ndim,
+            _CREATE_REPLACE if overwrite else 0, _OUT,
+        )
+    except BaseException:
+        _release(d)
+        raise
 
 
 # --- schema --------------------------------------------------------------------
@@ -1133,10 +1165,12 @@ def codec_probe(
     offs = _i64_view(offsets, "offsets")
     d = b"" if dictionary is None else dictionary
     out = _new("int64_t[]", len(PROBE_FIELDS))
-    _call(
-        lib.lx_codec_probe, c, t, _byte_view(d, "dictionary"), len(d), _byte_view(data, "data"),
-        len(memoryview(data).cast("B")), offs, len(offsets) - 1, out, len(PROBE_FIELDS),
-    )
+    dv = _byte_view(d, "dictionary")
+    bv = _byte_view(data, "data")
+    try:
+        _call(lib.lx_codec_probe, c, t, dv, len(dv), bv, len(bv), offs, len(offsets) - 1, out, len(PROBE_FIELDS))
+    finally:
+        _release(dv, bv)
     return {name: int(out[i]) for i, name in enumerate(PROBE_FIELDS)}
 
 

@@ -51,8 +51,8 @@ import numpy as np
 from loaderx._args import CONVERT_CODECS, as_int, check_codec
 from loaderx._progress import Progress
 from loaderx.errors import StoreExistsError
-from loaderx.io import remote
-from loaderx.store import _autocodec, _cache, _native, _parallel
+from loaderx.remote import _cache, upload
+from loaderx.store import _autocodec, _native, _parallel
 from loaderx.store._dtypes import check_narrow, check_storable, narrow_element, schema_name
 from loaderx.store._pages import PageReleaser as _PageReleaser
 from loaderx.store._store import packed_offsets
@@ -335,7 +335,7 @@ def _published(path: Any, overwrite: bool, storage_options: dict[str, Any] | Non
     directory and publish it there (``io.remote.publish``), and True. For a
     local path False, after refusing the options only a URL takes."""
     if _cache.is_url(path):
-        remote.publish(str(path), write, overwrite=overwrite, storage_options=storage_options, staging=staging)
+        upload.publish(str(path), write, overwrite=overwrite, storage_options=storage_options, staging=staging)
         return True
     if storage_options is not None or staging is not None:
         raise ValueError(f"storage_options= and staging= are for s3:// URLs, not {path!r}")

@@ -293,6 +293,35 @@ TARGETS += [
 ]
 
 
+TARGETS += [
+    Target("packing", "loaderx mixture", versus, target, metric=f"{key}_{rows}",
+           reason=why)
+    for rows in (16, 64)
+    for versus, key, target, why in (
+        ("loaderx one store", "vs_one_store", 0.9,
+         "a mixture of local stores gathers through one native set of them: one call per batch, as one store"),
+        ("numpy packer", "vs_numpy", 1.5,
+         "one native gather and whole-array placement arithmetic against per-document slicing and "
+         "concatenation in NumPy"),
+    )
+]
+
+
+def _mixpack_checks(results: dict[str, Any], add: Callable[..., None]) -> None:
+    mp = results.get("mixture_packing")
+    if not mp:
+        return
+    by = {r["rows"]: r for r in mp["rows"]}
+    for t in TARGETS:
+        if t.layer != "packing":
+            continue
+        key, rows = t.metric.rsplit("_", 1)
+        r = by.get(int(rows))
+        if r is not None:
+            add(t, f"packed mixture / {t.versus}, concat, {rows} rows of {mp['length']}", r[key],
+                fmt_ratio(r[key]), f"≥ {t.target:g}x")
+
+
 def _paired(a: Sequence[float], b: Sequence[float]) -> float | None:
     """Median of per-run ratios a/b (runs measured side by side)."""
     return median([x / y for x, y in zip(a, b) if y])
@@ -526,6 +555,7 @@ def checks(results: dict[str, Any]) -> None:
     _memory_checks(results, add)
     _remote_checks(results, add)
     _resume_checks(results, add)
+    _mixpack_checks(results, add)
     if lines:
         out("## Checks")
         out()

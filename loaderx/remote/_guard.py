@@ -1,7 +1,7 @@
 """Keeping a handle's reads inside the pages its process holds.
 
 A :class:`Guard` is made per native handle of a dataset in object storage
-(``store._remote.RemoteTree.guard``). It gives each store behind the handle
+(``remote._tree.RemoteTree.guard``). It gives each store behind the handle
 its residency map (a sharded dataset's stores when a read first touches
 them), so a warm read runs as one native call; for a read the maps refused
 it works out the batch's table pages from its indices (global index, shard,
@@ -10,7 +10,7 @@ entries name, and runs the read again; it checks the pages of a read that
 met damaged bytes again and fetches those that fail; it fetches ahead for
 the loader; it lets go of this process's idle pins when the cache needs
 room; and it checks every page and record for ``verify()``. See
-``store._cache`` for the design. It stays one file past 700 lines: the pins,
+``remote._cache`` for the design. It stays one file past 700 lines: the pins,
 the pages of the batches in flight and the fast-path count it keeps are what
 every one of those steps must agree on to be right.
 """
@@ -28,8 +28,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from loaderx.errors import CorruptStoreError, NotResidentError
+from loaderx.remote._cache import _PIN_DEADLINE, ENTRY, SEG_SHIFT, StoreFiles, _ofd
 from loaderx.store import _native
-from loaderx.store._cache import _PIN_DEADLINE, ENTRY, SEG_SHIFT, StoreFiles, _ofd
 
 __all__ = ["Guard"]
 
@@ -39,6 +39,9 @@ _MASK = (1 << SEG_SHIFT) - 1
 #: bytes whose chunk pages it holds at once
 _VERIFY_RECORDS = 1 << 14
 _VERIFY_BYTES = 256 << 20
+
+#: records of reads kept for their pages' stamps before a flush is forced
+_TOUCH_MAX = 1 << 16
 
 #: a check of a fetched page's bytes (raises CorruptStoreError), or None
 _Check = Callable[[Any], None] | None
@@ -121,6 +124,11 @@ class Guard:
         #: reads that met bytes failing their checks, whose pages were then
         #: checked from the mirror (and fetched again where they failed)
         self.repairs = 0
+        #: the touch table: the indices of the reads since the last flush,
+        #: whose pages get this moment's stamp when eviction next looks
+        #: (a warm read pays one list append, not a write per page)
+        self._touched: list[np.ndarray] = []
+        self._touched_n = 0
         try:
             if lazy:
                 _native.set_require_residency(h)
@@ -317,7 +325,9 @@ class Guard:
             self.fast += 1
         damaged = False
         try:
-            return fn()
+            out = fn()
+            self._touch(idx)
+            return out
         except NotResidentError:
             pass
         except CorruptStoreError:
@@ -331,7 +341,9 @@ class Guard:
             for attempt in range(2):
                 try:
                     with self.reading(idx, chunks, repair=damaged):
-                        return fn()
+                        out = fn()
+                    self._touch(idx)
+                    return out
                 except CorruptStoreError as e:
                     if attempt or damaged:
                         raise self._named(e) from None
@@ -341,6 +353,38 @@ class Guard:
             # what this read pinned beyond the limit goes now, not at the
             # next fetch: an idle process keeps no more than the limit
             self.tree.cache.make_room(0)
+
+    def _touch(self, idx: np.ndarray) -> None:
+        """Note that the records at ``idx`` were read (for the LRU stamps)."""
+        self._touched.append(idx)
+        self._touched_n += idx.size
+        if self._touched_n > _TOUCH_MAX:
+            self.flush_touches()
+
+    def flush_touches(self) -> None:
+        """Give the pages of the reads noted since the last flush stamps in
+        the order of the reads (the last read newest, so eviction's order
+        among them is theirs): their table pages by arithmetic, their chunk
+        pages from their entries (skipped for entries no longer held)."""
+        with self.mu:
+            items, self._touched, self._touched_n = self._touched, [], 0
+        if not items or self.closed:
+            return
+        st = self.pages
+        now = time.time_ns()
+        for k, idx in enumerate(items):
+            if idx.size == 0:
+                continue
+            # best effort: a handle closed meanwhile, or entries no longer
+            # held, leave those pages' stamps as they were
+            try:
+                pages = self._table_need(idx).pages
+                with contextlib.suppress(Exception):
+                    pages = np.concatenate([pages, self._chunk_need(idx).pages])
+            except Exception:
+                continue
+            pages = pages[(pages >= 0) & (pages < st.npages)]
+            st.stamps[pages] = (now - (len(items) - k)) // st.stamp_scale
 
     def whole(self, fn: Callable[[], _T]) -> _T:
         """``fn()``, a native call that reads every table entry of the
@@ -440,7 +484,7 @@ class Guard:
         instead of raised."""
         present, held = self.pages.present, self.held
         missing: list[int] = []
-        now = int(time.time())
+        now = self.pages.now()
         for p in slots[~held[slots]].tolist():
             self._lock(p)
             if present[p] == 1:
@@ -454,7 +498,7 @@ class Guard:
             _ = self.tree.client  # a forked child fails here, before it starts a fetch
         except BaseException:
             with self.mu:
-                for p in missing:
+                for p in missing if not self.closed else ():
                     _ofd(self.fd, fcntl.F_UNLCK, p, 1)
             raise
         self.tree.cache.make_room(int(self.layout.page_sizes()[missing].sum()))
@@ -485,12 +529,18 @@ class Guard:
                     if not isinstance(got, BaseException):
                         total += got
                     elif failures is not None and isinstance(got, CorruptStoreError):
-                        failures.append((p, got))
+                        failures.append((p, got.with_traceback(None)))
                         failed.add(p)
                     else:
                         first_error = first_error or got
+                del got, outcomes
                 if first_error is not None:
-                    raise first_error
+                    # raised with no local left naming it, so that its
+                    # traceback (which holds this frame) makes no cycle
+                    try:
+                        raise first_error
+                    finally:
+                        first_error = None
                 again = []
                 for p in missing:
                     if p in failed:
@@ -509,7 +559,7 @@ class Guard:
             raise
         finally:
             with self.mu:
-                for p in failed:
+                for p in failed if not self.closed else ():
                     if not held[p]:
                         _ofd(self.fd, fcntl.F_UNLCK, p, 1)
 
@@ -705,6 +755,8 @@ class Guard:
 
     def _release_locked(self) -> None:
         """release_idle's work, under ``mu`` with no fast-path read in flight."""
+        if self.closed:
+            return
         keep = np.zeros(self.held.size, dtype=bool)
         for slots in self.inflight.values():
             keep[slots] = True
@@ -716,14 +768,19 @@ class Guard:
         self.held[free] = False
 
     def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
+        with self.mu:
+            if self.closed:
+                return
+            self.closed = True
+            # nothing is held once the descriptor goes: a release after this
+            # must not unlock through a descriptor number reused since
+            self.held[:] = False
+            fd, self.fd = self.fd, -1
         for k in list(self.files):
             with contextlib.suppress(Exception):  # the handle may be closed already, which removed the maps
                 _native.store_set_residency(self.h, k, None, None, 0)
         with contextlib.suppress(OSError):
-            os.close(self.fd)  # closing the descriptor drops its pins
+            os.close(fd)  # closing the descriptor drops its pins
 
     def stats(self) -> dict[str, int]:
         sizes = self.layout.page_sizes()
