@@ -278,3 +278,16 @@ def test_env_var_picks_the_pipeline(stores, monkeypatch):
     monkeypatch.setenv("LOADERX_PIPELINE", "fast")
     with pytest.raises(ValueError, match="LOADERX_PIPELINE='fast'"):
         DataLoader(ds, batch_size=8)
+
+
+def test_a_store_closed_under_the_loader_fails_its_step_naming_it(stores):
+    ds, _, _ = stores
+    with DataLoader(ds, batch_size=8, num_workers=1, prefetch=1) as loader:
+        next(loader)
+        ds["y"].close()
+        with pytest.raises(ClosedError) as info:
+            for _ in range(10):  # a step or two may have been made before the close
+                next(loader)
+        assert "stream 'y'" in str(info.value) and "DataLoader is closed" not in str(info.value), info.value
+    with pytest.raises(ClosedError, match="the DataLoader is closed"):
+        next(loader)

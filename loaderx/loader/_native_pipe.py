@@ -283,11 +283,11 @@ class NativePipeline:
         while True:
             try:
                 got, step, k, rows = pipe.next(WAIT_US, release)
-            except ClosedError:
-                raise ClosedError("the DataLoader is closed") from None
             except Exception as e:
                 self._sent(pipe.sent)
-                self._failed(e)
+                if isinstance(e, ClosedError) and pipe.failed() is None:
+                    raise ClosedError("the DataLoader is closed") from None
+                self._failed(e)  # a step's failure (a store closed under it: ClosedError naming it)
             self._sent(pipe.sent)
             release = ()
             if got == "batch":
@@ -295,6 +295,11 @@ class NativePipeline:
             if got == "end":
                 raise StopIteration
             if got == "starved":  # the consumer holds every slot: retire the oldest
+                if not self.held:
+                    raise RuntimeError(
+                        f"the native pipeline has no free slot at step {self.next_out} and this loader "
+                        "holds none of them: its slot bookkeeping is lost; close the loader and make another"
+                    )
                 self._replace(self.held[0], None)
 
     def _batch_ragged(self, step: int, k: int, slot: list[Any], rows: int) -> dict[str, Any]:
@@ -329,8 +334,8 @@ class NativePipeline:
         if i < 0:
             raise error
         name, ds, _ = self.streams[i]
-        if isinstance(error, CorruptStoreError):
-            raise CorruptStoreError(f"step {step}, stream {name!r}: {error}") from error
+        if isinstance(error, (CorruptStoreError, ClosedError)):
+            raise type(error)(f"step {step}, stream {name!r}: {error}") from error
         if isinstance(error, ValueError) and not isinstance(error, ClosedError) and isinstance(ds, DenseDataset):
             # a record of another size than the schema's: damage, named as the Python path names it
             idx = self.sampler(step, np.empty(self.batch, dtype=np.int64))
