@@ -384,7 +384,8 @@ def test_a_mirror_damaged_on_disk_is_repaired_in_place(s3server, pushed, tmp_pat
         path.write_bytes(bytes(b))
 
     damage()
-    assert _run_child(job)["passes"] == [None]
+    got = _run_child(job)
+    assert got["passes"] == [None] and got["stats"]["repaired_files"] == 1, got
     damage()
     assert _run_child({**job, "again": True, "damage": str(path)})["passes"] == [None, None]
 

@@ -17,6 +17,7 @@ every one of those steps must agree on to be right.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import os
@@ -40,8 +41,9 @@ _MASK = (1 << SEG_SHIFT) - 1
 _VERIFY_RECORDS = 1 << 14
 _VERIFY_BYTES = 256 << 20
 
-#: records of reads kept for their pages' stamps before a flush is forced
-_TOUCH_MAX = 1 << 16
+#: the reads the touch table keeps: the last ones before an eviction pass
+#: are what it refreshes (older ones keep the stamps of their fetch or pin)
+_TOUCH_READS = 1024
 
 #: a check of a fetched page's bytes (raises CorruptStoreError), or None
 _Check = Callable[[Any], None] | None
@@ -127,8 +129,7 @@ class Guard:
         #: the touch table: the indices of the reads since the last flush,
         #: whose pages get this moment's stamp when eviction next looks
         #: (a warm read pays one list append, not a write per page)
-        self._touched: list[np.ndarray] = []
-        self._touched_n = 0
+        self._touched: collections.deque[np.ndarray] = collections.deque(maxlen=_TOUCH_READS)
         try:
             if lazy:
                 _native.set_require_residency(h)
@@ -253,25 +254,37 @@ class Guard:
                     part.append(v)
         return _TableNeed(_cat(pages), _cat(owner), _cat(segs), tuple(_cat(c) for c in cut))  # type: ignore[arg-type]
 
-    def _chunk_need(self, idx: np.ndarray,
-                    spans: tuple[np.ndarray, ...] | None = None) -> _ChunkNeed:
-        """The chunk pages of the records at ``idx``, from their entries
-        (whose table pages the caller holds)."""
+    def _chunk_pages(self, idx: np.ndarray, spans: tuple[np.ndarray, ...] | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
+        """The chunk pages of the records at ``idx`` (record after record)
+        and how many each record has, from their entries (whose table pages
+        the caller holds); then the spans and each record's first and last
+        page."""
         if spans is None:
             spans = _native.store_spans(self.h, idx)
         s, c, o, ln = (a.astype(np.int64) for a in spans)
-        _, local = self._route(idx)
         cp = self.cpage
-        first = np.empty(idx.size, dtype=np.int64)
-        for k in np.unique(s).tolist():
-            at = s == k
-            first[at] = self.files[k].chunk_base[c[at]]
+        if len(self.rels) == 1:
+            first = self.files[0].chunk_base[c]
+        else:
+            first = np.empty(idx.size, dtype=np.int64)
+            for k in np.unique(s).tolist():
+                at = s == k
+                first[at] = self.files[k].chunk_base[c[at]]
         last = first + (o + np.maximum(ln, 1) - 1) // cp
         first += o // cp
         count = np.where(ln > 0, last - first + 1, 0)
         total = int(count.sum())
         starts = np.cumsum(count) - count
         pages = np.repeat(first, count) + (np.arange(total, dtype=np.int64) - np.repeat(starts, count))
+        return pages, count, (s, c, o, ln, first, last)
+
+    def _chunk_need(self, idx: np.ndarray,
+                    spans: tuple[np.ndarray, ...] | None = None) -> _ChunkNeed:
+        """The chunk pages of the records at ``idx``, from their entries
+        (whose table pages the caller holds)."""
+        pages, _, (s, c, o, ln, first, last) = self._chunk_pages(idx, spans)
+        _, local = self._route(idx)
         one = (ln > 0) & (first == last)
         order = np.argsort(first[one], kind="stable")
         ones = tuple(a[one][order] for a in (first, s, c, local))
@@ -356,35 +369,58 @@ class Guard:
 
     def _touch(self, idx: np.ndarray) -> None:
         """Note that the records at ``idx`` were read (for the LRU stamps)."""
-        self._touched.append(idx)
-        self._touched_n += idx.size
-        if self._touched_n > _TOUCH_MAX:
-            self.flush_touches()
+        self._touched.append(idx)  # a bounded deque: the oldest drop off
 
     def flush_touches(self) -> None:
         """Give the pages of the reads noted since the last flush stamps in
-        the order of the reads (the last read newest, so eviction's order
-        among them is theirs): their table pages by arithmetic, their chunk
-        pages from their entries (skipped for entries no longer held)."""
+        the order of the reads (a page gets the stamp of the last read that
+        used it, so eviction's order among them is the reads'): their table
+        pages by arithmetic, their chunk pages from their entries (left
+        alone for entries no longer held). One native call for them all."""
         with self.mu:
-            items, self._touched, self._touched_n = self._touched, [], 0
+            items = list(self._touched)
+            self._touched.clear()
         if not items or self.closed:
             return
         st = self.pages
-        now = time.time_ns()
-        for k, idx in enumerate(items):
+        # best effort: a handle closed meanwhile, or entries no longer held,
+        # leave those pages' stamps as they were
+        try:
+            idx = np.concatenate(items).astype(np.int64, copy=False)
             if idx.size == 0:
+                return
+            rank = np.repeat(np.arange(len(items), dtype=np.int32), [a.size for a in items])
+            # each page gets the rank of the last read that used it: a dense
+            # array over the pages, no sort
+            newest = np.full(st.npages, -1, dtype=np.int32)
+            pages, ranks = self._table_pages_of(idx, rank)
+            np.maximum.at(newest, pages, ranks)
+            with contextlib.suppress(Exception):
+                pages, count, _ = self._chunk_pages(idx)
+                np.maximum.at(newest, pages, np.repeat(rank, count))
+        except Exception:
+            return
+        p = np.flatnonzero(newest >= 0)
+        now = time.time_ns()
+        st.stamps[p] = (now - (len(items) - newest[p].astype(np.int64))) // st.stamp_scale
+
+    def _table_pages_of(self, u: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The table pages of the (unique, registered) records ``u`` and the
+        rank of each: one or two a record, in no particular order."""
+        ks, local = self._route(u)
+        tp = self.tpage
+        pages, ranks = [], []
+        for k in np.unique(ks).tolist() if ks is not None else [0]:
+            f = self.files.get(k)
+            if f is None or f.table_base is None:
                 continue
-            # best effort: a handle closed meanwhile, or entries no longer
-            # held, leave those pages' stamps as they were
-            try:
-                pages = self._table_need(idx).pages
-                with contextlib.suppress(Exception):
-                    pages = np.concatenate([pages, self._chunk_need(idx).pages])
-            except Exception:
-                continue
-            pages = pages[(pages >= 0) & (pages < st.npages)]
-            st.stamps[pages] = (now - (len(items) - k)) // st.stamp_scale
+            at = ks == k if ks is not None else slice(None)
+            loc = local[at]
+            off = (loc & _MASK) * ENTRY
+            base = f.table_base[loc >> SEG_SHIFT]
+            pages += [base + off // tp, base + (off + ENTRY - 1) // tp]
+            ranks += [rank[at], rank[at]]
+        return _cat(pages), _cat(ranks)
 
     def whole(self, fn: Callable[[], _T]) -> _T:
         """``fn()``, a native call that reads every table entry of the
@@ -793,4 +829,5 @@ class Guard:
         return {"fetched_bytes": self.tree.fetched_bytes, "fetches": self.tree.fetches, "cached_bytes": present,
                 "pinned_bytes": held, "cache_used_bytes": self.tree.cache.used(),
                 "cache_limit_bytes": self.tree.cache.limit(), "evicted_bytes": self.tree.cache.evicted_bytes,
-                "repairs": self.repairs}
+                "repairs": self.repairs, "refetched_pages": self.tree.refetched_bad,
+                "repaired_files": self.tree.repaired_files}

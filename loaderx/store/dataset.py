@@ -434,9 +434,13 @@ class _StoreView(StoreHandle):
         ``cached_bytes`` (this dataset's pages in the cache),
         ``pinned_bytes`` (what this process holds pinned), ``cache_used_bytes``
         and ``cache_limit_bytes`` (the whole cache directory),
-        ``evicted_bytes`` (what this process evicted from it) and ``repairs``
+        ``evicted_bytes`` (what this process evicted from it), ``repairs``
         (reads that met cached bytes failing their checks, whose pages were
-        checked again and fetched again where they failed). The bytes count
+        checked again and fetched again where they failed),
+        ``refetched_pages`` (fetched pages that failed their checks, a byte
+        flipped in transit, and were fetched again) and ``repaired_files``
+        (small files of the mirror found damaged at an open and downloaded
+        again). The bytes count
         record pages and record-table pages alike. ValueError for a local
         dataset."""
         _ = self._h
