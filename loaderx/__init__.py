@@ -43,8 +43,9 @@ relative ones resolved, against it)::
     loader.dataloader  io.arrow
     loader.options  io.multistream
     loader._procpool  loader.mixture
-    loader._shm  loader._cursor
-    loader._pipeline  loader._packing
+    loader._shm  loader._cursor  loader._tokenmix
+    loader._native_pipe
+    loader._pipeline  loader._packing  loader._mixstreams
     loader._ragged
     store.converter  store.dataset  store.zrecord
     store._parallel  io.remote
@@ -56,6 +57,7 @@ relative ones resolved, against it)::
     loader.sampler  store._store  integrations.dlpack  loader._state  loader.packing
     store._native
     errors  _args  _progress  store._pages  store._dtypes  loader._autoworkers  loader._schedule  loader._lookahead
+    loader._fingerprint
 
 ``__main__`` runs ``cli``, the ``loaderx`` command line. The third row holds
 the public faces; nothing inside the package imports them, so each public
@@ -67,8 +69,11 @@ batches put onto devices with a sharding and prefetched), and
 shard per write task, committed once; a datasource reading by shard and
 record range); each imports its framework, so nothing else imports them. ``loader.dataloader`` is the public
 loader, its arguments checked into a ``LoaderOptions`` by ``loader.options``,
-over ``loader._pipeline`` (worker threads, the step window, recycled batch
-buffers), ``loader._procpool`` (worker processes handing batches back in
+over ``loader._native_pipe`` (the default path: steps drawn and gathered
+ahead by the native step pipeline, one native call per step, the batch
+buffers recycled once the consumer lets go) or ``loader._pipeline`` (worker
+threads, the step window, recycled batch buffers: a transform, or streams
+the native pipeline cannot read), ``loader._procpool`` (worker processes handing batches back in
 shared memory, for ``workers="process"``, over the segments and slot layout
 of ``loader._shm``), ``loader._autoworkers`` (the timing of the first steps
 on threads and the verdict of ``workers="auto"``: stay on threads or move to
@@ -78,9 +83,15 @@ packed into fixed rows, concat or first-fit, with segment ids and positions;
 ``loader.packing`` holds its options, ``Pack``, and its batch, ``PackedRows``),
 and ``loader._cursor`` (the resume cursor a state saves, made from and
 sought to by the packed streams and the mixture schedule, for the loader and
-its worker processes alike).
+its worker processes alike); ``loader._tokenmix`` packs a token-weighted
+mixture (``Mixture(by="tokens")``) into rows of one source each, by the
+exact schedule over rows, and ``loader._fingerprint`` (NumPy only, the
+lowest row) digests a stream's records for a saved state to refuse other
+data by.
 ``loader.mixture`` mixes named sources by weight for the loader: its streams
-over the sources' joint index space, and its sampler, which takes each
+over the sources' joint index space (``loader._mixstreams``: one native
+gather per batch over a set of the sources' stores, or per source into a
+staging area), and its sampler, which takes each
 step's per-source counts from ``loader._schedule`` (the exact Pfair schedule
 or the sampled counts, and the checks of weights and of a saved mixture,
 plain Python). ``io.arrow`` converts Arrow tables,

@@ -12,3 +12,9 @@ from __future__ import annotations
 from loaderx.io.arrow import BATCH_BYTES, MSDataset, arrow_source, from_arrow, is_multistream
 
 __all__ = ["BATCH_BYTES", "MSDataset", "arrow_source", "from_arrow", "is_multistream"]
+
+import loaderx.io.arrow as _impl
+
+# help() on this face shows the full documentation of the module behind it
+__doc__ = f"{__doc__}\n{_impl.__doc__ or ''}"
+del _impl

@@ -11,3 +11,9 @@ from __future__ import annotations
 from loaderx.store.converter import DICT_TIERS, MAX_RECORD_BYTES, from_iterator, from_numpy, train_dict
 
 __all__ = ["DICT_TIERS", "MAX_RECORD_BYTES", "from_iterator", "from_numpy", "train_dict"]
+
+import loaderx.store.converter as _impl
+
+# help() on this face shows the full documentation of the module behind it
+__doc__ = f"{__doc__}\n{_impl.__doc__ or ''}"
+del _impl

@@ -31,3 +31,9 @@ __all__ = [
     "PackedBatch",
     "PaddedBatch",
 ]
+
+import loaderx.loader.dataloader as _impl
+
+# help() on this face shows the full documentation of the module behind it
+__doc__ = f"{__doc__}\n{_impl.__doc__ or ''}"
+del _impl

@@ -12,3 +12,9 @@ from __future__ import annotations
 from loaderx.store.dataset import CacheOptions, DenseDataset, RaggedDataset, pad
 
 __all__ = ["DenseDataset", "RaggedDataset", "pad", "CacheOptions"]
+
+import loaderx.store.dataset as _impl
+
+# help() on this face shows the full documentation of the module behind it
+__doc__ = f"{__doc__}\n{_impl.__doc__ or ''}"
+del _impl

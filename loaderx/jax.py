@@ -10,3 +10,9 @@ from __future__ import annotations
 from loaderx.integrations.jax import DeviceLoader
 
 __all__ = ["DeviceLoader"]
+
+import loaderx.integrations.jax as _impl
+
+# help() on this face shows the full documentation of the module behind it
+__doc__ = f"{__doc__}\n{_impl.__doc__ or ''}"
+del _impl

@@ -10,3 +10,9 @@ from __future__ import annotations
 from loaderx.loader.mixture import Mixture
 
 __all__ = ["Mixture"]
+
+import loaderx.loader.mixture as _impl
+
+# help() on this face shows the full documentation of the module behind it
+__doc__ = f"{__doc__}\n{_impl.__doc__ or ''}"
+del _impl

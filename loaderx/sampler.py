@@ -10,3 +10,9 @@ from __future__ import annotations
 from loaderx.loader.sampler import MODES, IndexSampler, Sampler, WeightedSampler, sample
 
 __all__ = ["MODES", "IndexSampler", "Sampler", "WeightedSampler", "sample"]
+
+import loaderx.loader.sampler as _impl
+
+# help() on this face shows the full documentation of the module behind it
+__doc__ = f"{__doc__}\n{_impl.__doc__ or ''}"
+del _impl

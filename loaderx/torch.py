@@ -10,3 +10,9 @@ from __future__ import annotations
 from loaderx.integrations.torch import LoaderIterable
 
 __all__ = ["LoaderIterable"]
+
+import loaderx.integrations.torch as _impl
+
+# help() on this face shows the full documentation of the module behind it
+__doc__ = f"{__doc__}\n{_impl.__doc__ or ''}"
+del _impl

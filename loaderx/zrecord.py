@@ -10,3 +10,9 @@ from __future__ import annotations
 from loaderx.store.zrecord import Fault, VerifyReport, Zrecord
 
 __all__ = ["Fault", "VerifyReport", "Zrecord"]
+
+import loaderx.store.zrecord as _impl
+
+# help() on this face shows the full documentation of the module behind it
+__doc__ = f"{__doc__}\n{_impl.__doc__ or ''}"
+del _impl

@@ -45,6 +45,7 @@ start methods work.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Union
 
@@ -65,6 +66,10 @@ __all__ = ["LoaderIterable"]
 class _EveryKth:
     """The steps ``offset, offset + stride, ...`` of ``base`` as steps 0, 1,
     ...: the sampler of one torch worker. Pure in the step, like ``base``."""
+
+    #: it draws the steps of a loader over the same streams, a mixture's
+    #: weights included, so a loader over a Mixture takes it
+    keeps_mixture_weights = True
 
     def __init__(self, base: DataLoader, offset: int, stride: int, n: int) -> None:
         self.base = base
@@ -103,7 +108,9 @@ class LoaderIterable(torch.utils.data.IterableDataset):
             :class:`~loaderx.dataloader.DataLoader`).
         drop_last: with ``epoch=True``, drop the short last batch.
         transform: called on each batch dict in the worker that made it.
-        num_threads: loaderx gather threads inside each torch worker.
+        num_workers: loaderx gather threads inside each torch worker (the
+            loader's ``num_workers``, one per torch worker by default).
+        num_threads: the former name of ``num_workers``, deprecated.
         pad: ``{ragged stream name: length}``, as the loader's ``pad=``.
         pack: ``{ragged stream name: L or loaderx.Pack}``, as the loader's
             ``pack=``. With several torch workers, each makes its steps one
@@ -131,18 +138,28 @@ class LoaderIterable(torch.utils.data.IterableDataset):
         epoch: bool = False,
         drop_last: bool = False,
         transform: Callable[[dict[str, np.ndarray]], Any] | None = None,
-        num_threads: int = 1,
+        num_workers: int = 1,
+        num_threads: int | None = None,
         pad: Mapping[str, Any] | None = None,
         pack: Mapping[str, Any] | None = None,
         offsets_dtype: Any = np.int64,
     ) -> None:
         super().__init__()
+        if num_threads is not None:
+            if num_workers != 1:
+                raise TypeError(
+                    f"num_workers={num_workers!r} and num_threads={num_threads!r}: num_threads is the former "
+                    "name of num_workers; give num_workers only"
+                )
+            warnings.warn("LoaderIterable(num_threads=) is now num_workers=, as in DataLoader",
+                          DeprecationWarning, stacklevel=2)
+            num_workers = num_threads
         self.mixture = streams if isinstance(streams, Mixture) else None
         if self.mixture is None and (not isinstance(streams, Mapping) or not streams):
             raise TypeError(f"streams must be a non-empty dict of name -> store path or dataset, got {streams!r}")
         # the argument checks of the loader, without opening anything
         self.options = LoaderOptions(
-            batch_size=batch_size, num_workers=num_threads, sampler=sampler, seed=seed, shard=shard,
+            batch_size=batch_size, num_workers=num_workers, sampler=sampler, seed=seed, shard=shard,
             start_step=start_step, steps=steps, epoch=epoch, drop_last=drop_last,
         )
         if transform is not None and not callable(transform):

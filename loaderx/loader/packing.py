@@ -172,6 +172,18 @@ class PackedRows(NamedTuple):
     sources: np.ndarray
 
     @property
+    def token_sources(self) -> np.ndarray:
+        """``(rows, L)`` int32: the source of every token (its position in
+        :attr:`loaderx.mixture.Mixture.names`, 0 for a single store, -1 on
+        padding), from ``sources`` and ``cu_seqlens``; in every mode,
+        concat included, where a row holds records of several sources."""
+        cu = np.asarray(self.cu_seqlens, dtype=np.int64)
+        rows, length = self.segment_ids.shape[:2]
+        n = np.asarray(self.sources).shape[0]
+        out = np.repeat(np.asarray(self.sources), np.diff(cu[: n + 1]))
+        return out.reshape(rows, length)
+
+    @property
     def padding(self) -> float:
         """The fraction of the batch's tokens that are padding."""
         seg = self.segment_ids
