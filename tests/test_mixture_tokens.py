@@ -187,3 +187,37 @@ def test_a_record_weighted_concat_schedule_says_its_unit(stores):
     DataLoader(mix, batch_size=4, num_workers=0, pack={"t": L}).close()
     with pytest.raises(ValueError, match="schedule_unit must be"):
         _mix(paths, by="records", schedule_unit="tokens")
+
+
+def test_a_state_deep_in_a_run_resumes_from_its_cursor(stores):
+    """The cursor gives each source's position and the rows' anchors: a
+    resumed loader seeks there, counting a chunk per source, not every step."""
+    from loaderx.loader._packing import TokenIndex
+
+    paths, _ = stores
+    weights = {"web": 5, "code": 3, "books": 1}  # 8 rows: a period of 9 steps
+
+    def make():
+        return DataLoader(_mix(paths, weights), batch_size=8, num_workers=0, seed=2, pack={"t": Pack(L)})
+
+    with make() as dl:
+        dl.load_state_dict({**dl.state_dict(), "step": 3000})  # no cursor: counts from step 0
+        state = dl.state_dict()
+        want = [next(dl)["t"].values.copy() for _ in range(3)]
+    entry = state["cursor"]["pack"]["t"]
+    assert len(entry["sources"]) == 3 and entry["rows"]
+    before = TokenIndex.counted
+    with make() as again:
+        again.load_state_dict(state)
+        got = [next(again)["t"].values.copy() for _ in range(3)]
+    assert TokenIndex.counted - before <= 3 * 2 * 1024  # a chunk or two per source, not 3,000 steps' worth
+    for a, b in zip(got, want):
+        assert np.array_equal(a, b)
+    bad = {**state, "cursor": {**state["cursor"]}}
+    src = [list(x) for x in entry["sources"]]
+    src[2][2] += 1
+    bad["cursor"]["pack"] = {"t": {"sources": src, "rows": entry["rows"]}}
+    from loaderx.loader._state import seal_cursor
+    bad["cursor"] = seal_cursor({k: v for k, v in bad["cursor"].items() if k != "check"})
+    with make() as other, pytest.raises(ValueError, match="for source 2.*does not fit the data"):
+        other.load_state_dict(bad)

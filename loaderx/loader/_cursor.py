@@ -62,7 +62,8 @@ def make_cursor(step: int, parts: Parts) -> dict[str, Any] | None:
     draws = [step]  # the sampler steps the loader draws next
     if parts.packs:
         body["pack"] = {name: ds.cursor(step) for name, ds in parts.packs.items()}
-        draws += [c[0] for c in body["pack"].values()]
+        # the sampler steps a concat stream draws next (a token-weighted one draws from its sources' own streams)
+        draws += [c[0] for c in body["pack"].values() if isinstance(c, list)]
     if parts.schedule is not None:
         body["mixture"] = parts.schedule.anchors(draws)
     return seal_cursor(body)

@@ -191,6 +191,24 @@ def _count(value: Any, what: str) -> int:
     return value
 
 
+def _triple(entry: Any, what: str) -> None:
+    if not isinstance(entry, (list, tuple)) or len(entry) != 3:
+        raise ValueError(f"state_dict's cursor has {what}={entry!r}, not [t, r, n]")
+    for label, v in zip("trn", entry):
+        _count(v, f"{what} {label}")
+
+
+def _anchors(anchors: Any, what: str) -> None:
+    if not isinstance(anchors, (list, tuple)):
+        raise ValueError(f"state_dict's cursor has {what}={anchors!r}, not a list of [step, counts]")
+    for entry in anchors:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 2 or not isinstance(entry[1], (list, tuple)):
+            raise ValueError(f"state_dict's cursor has a {what} anchor {entry!r}, not [step, [counts]]")
+        _count(entry[0], f"a {what} anchor's step")
+        for v in entry[1]:
+            _count(v, f"a count of the {what} anchor at step {entry[0]}")
+
+
 def check_cursor(cursor: Any) -> dict[str, Any]:
     """A saved cursor's entries, after checking their shapes and the digest.
 
@@ -217,19 +235,18 @@ def check_cursor(cursor: Any) -> dict[str, Any]:
     if not isinstance(packs, Mapping):
         raise ValueError(f"state_dict's cursor has pack={packs!r}, not a dict of stream name -> [t, r, n]")
     for name, entry in packs.items():
-        if not isinstance(entry, (list, tuple)) or len(entry) != 3:
-            raise ValueError(f"state_dict's cursor has pack[{name!r}]={entry!r}, not [t, r, n]")
-        for label, v in zip("trn", entry):
-            _count(v, f"pack[{name!r}] {label}")
-    anchors = cursor.get("mixture", [])
-    if not isinstance(anchors, (list, tuple)):
-        raise ValueError(f"state_dict's cursor has mixture={anchors!r}, not a list of [step, counts]")
-    for entry in anchors:
-        if not isinstance(entry, (list, tuple)) or len(entry) != 2 or not isinstance(entry[1], (list, tuple)):
-            raise ValueError(f"state_dict's cursor has a mixture anchor {entry!r}, not [step, [counts]]")
-        _count(entry[0], "a mixture anchor's step")
-        for v in entry[1]:
-            _count(v, f"a count of the mixture anchor at step {entry[0]}")
+        if isinstance(entry, Mapping):  # a token-weighted mixture's: per source, and its rows' anchors
+            if sorted(entry) != ["rows", "sources"] or not isinstance(entry["sources"], (list, tuple)):
+                raise ValueError(
+                    f"state_dict's cursor has pack[{name!r}]={entry!r}, not {{'sources': [[t, r, n], ...], "
+                    "'rows': [[step, counts], ...]}"
+                )
+            for k, triple in enumerate(entry["sources"]):
+                _triple(triple, f"pack[{name!r}] source {k}")
+            _anchors(entry["rows"], f"pack[{name!r}] rows")
+            continue
+        _triple(entry, f"pack[{name!r}]")
+    _anchors(cursor.get("mixture", []), "mixture")
     if cursor["check"] != cursor_digest(cursor):
         raise ValueError(
             f"state_dict's cursor does not match its check {cursor['check']!r}: it was changed since the "

@@ -25,6 +25,11 @@ one native call when the sources are local stores.
 
 A weights schedule ``{step: weights}`` counts loader steps here: the counts
 of step ``s`` are the schedule's at ``s``, whatever the records' lengths.
+
+A state's cursor holds, for such a stream, where each source's next row
+starts in its token stream and the rows schedule's anchors at the step
+(:meth:`TokenMixStream.cursor`), so a resume deep into a run seeks there,
+counting a chunk of blocks per source, not every step before it.
 """
 
 from __future__ import annotations
@@ -57,11 +62,11 @@ class _Positions:
 
 class TokenMixStream(PackStream):
     """A mixture's ragged stream packed in concat mode with token weights
-    (see the module docs). Made by :func:`pack_stream`. Its state has no
-    cursor of its own: a resumed loader sums each source's record lengths
-    (from the tables) up to where the step's rows start, once per process."""
-
-    keeps_cursor = False
+    (see the module docs). Made by :func:`pack_stream`. Its entry in a
+    state's cursor is ``{"sources": [[t, r, n] per source], "rows": anchors}``:
+    where each source's next row starts in its token stream (token ``r`` of
+    the ``n`` of block ``t`` of its index stream) and the rows schedule's
+    anchors, so a resumed loader seeks there without summing from step 0."""
 
     def __init__(
         self, name: str, dataset: Any, pack: Pack, offsets_dtype: np.dtype, batch_size: int
@@ -91,8 +96,55 @@ class TokenMixStream(PackStream):
         self.indices = [TokenIndex(_Positions(src, off), BLOCK) for src, off in zip(draw.draws, draw.offsets)]
         self.index = None
 
-    def cursor(self, step: int) -> list[int]:
-        raise RuntimeError(f"stream {self.name!r}: a token-weighted stream keeps no cursor")
+    def cursor(self, step: int) -> dict[str, Any]:  # type: ignore[override]
+        """Where the global step ``step`` starts in each source's token
+        stream, and the rows schedule's anchors there (see the class docs)."""
+        sched = self._schedule()
+        before = sched.before(step)
+        sources = []
+        for i, index in enumerate(self.indices):
+            t, r, n = index.locate(before[i] * self.length, self.dataset)
+            sources.append([t, r, n])
+        return {"sources": sources, "rows": sched.anchors([step]) if sched.exact else []}
+
+    def seek(self, step: int, cursor: Any) -> None:
+        """Take each source's position at global step ``step`` from a saved
+        cursor entry, after checking it against the data.
+
+        Raises:
+            ValueError: the entry does not fit (the message says how).
+        """
+        sched = self._schedule()
+        where = f"stream {self.name!r}: the cursor's entry"
+        if not isinstance(cursor, dict) or sorted(cursor) != ["rows", "sources"]:
+            raise ValueError(f"{where} {cursor!r} is not {{'sources': [...], 'rows': [...]}}")
+        if len(cursor["sources"]) != len(self.indices):
+            raise ValueError(f"{where} has {len(cursor['sources'])} sources, this mixture {len(self.indices)}")
+        if cursor["rows"]:
+            try:
+                sched.seek(cursor["rows"])
+            except ValueError as e:
+                raise ValueError(f"{where} does not fit the rows' schedule: {e}") from None
+        before = sched.before(step)
+        buf = np.empty(BLOCK, dtype=np.int64)
+        for i, (index, (t, r, n)) in enumerate(zip(self.indices, cursor["sources"])):
+            here = int(self.dataset.lengths(index.draw(t, buf)).sum())
+            first = before[i] * self.length
+            if here != n or not 0 <= r < n or r > first:
+                raise ValueError(
+                    f"{where} for source {i}, [t, r, n] = {[t, r, n]}, does not fit the data: block {t} of its "
+                    f"records holds {here} tokens here, and {first} of its tokens come before step {step} "
+                    "(a state saved over other data?)"
+                )
+            try:
+                index.seek(t, first - r)
+            except ValueError as e:
+                raise ValueError(f"{where} for source {i} does not fit what this loader counted: {e}") from None
+
+    def _schedule(self) -> Schedule:
+        if self.rows_schedule is None:
+            raise RuntimeError(f"stream {self.name!r}: a token-weighted stream was not given its mixture")
+        return self.rows_schedule
 
     def _slice(self, counts: list[int]) -> list[tuple[int, np.ndarray, int]]:
         """``(source, this rank's batch rows, first j)`` per source of a step
