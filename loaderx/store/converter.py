@@ -710,8 +710,9 @@ def from_iterator(
             known only then; then every shard is encoded from the spool at
             once. The spool costs a sequential write and read of the raw
             records and as much disk until the call returns.
-        storage_options, staging: for an ``s3://`` ``path``, as for
+        storage_options: for an ``s3://`` ``path``, as for
             :func:`from_numpy`.
+        staging: for an ``s3://`` ``path``, as for :func:`from_numpy`.
 
     Raises:
         TypeError: an unsupported dtype, or an array whose dtype differs from

@@ -907,7 +907,8 @@ class RaggedDataset(_StoreView):
             its ``s3://`` URL (see :class:`DenseDataset`).
         writable: open for :meth:`append`, :meth:`delete` and
             :meth:`compact` (one writer per store at a time).
-        cache, storage_options: for a URL, as for :class:`DenseDataset`.
+        cache: for a URL, as for :class:`DenseDataset`.
+        storage_options: for a URL, as for :class:`DenseDataset`.
         max_open_shards: for a sharded dataset, the most shards kept open at
             once, as for :class:`DenseDataset`.
 
