@@ -1,8 +1,17 @@
 """Raw byte records: :class:`Zrecord`, the store engine underneath every
 dataset, and the :class:`VerifyReport` / :class:`Fault` its ``verify`` returns.
 
-The public face of :mod:`loaderx.store.zrecord`, where the code and its full
-documentation live; import from here.
+A :class:`Zrecord` is a directory holding N records, each an opaque byte
+string, addressed by a dense index space ``0..N``. Every operation is a batch:
+``append`` takes a list, ``gather`` takes a list of indices, and one record is
+just a batch of one. Type interpretation is the caller's job; the dataset
+classes in :mod:`loaderx.dataset` add a dtype and shape on top.
+
+Deleting swaps the last record into the hole, so an index is stable only until
+something is deleted. ``gather`` and ``append`` may run concurrently from any
+number of threads; ``delete`` and ``compact`` need the store to themselves.
+
+The code lives in :mod:`loaderx.store.zrecord`; import the names from here.
 """
 
 from __future__ import annotations

@@ -1,30 +1,7 @@
 """The step-based data loader: endless, or one finite pass.
 
-A :class:`DataLoader` yields one batch per step, forever (or for ``steps``
-steps, or for one ``epoch=True`` pass over the records): a dict
-``{name: array}`` where each array is the ``(batch_size, *item_shape)`` batch
-of one dense stream (a store or a NumPy array), or the packed (or padded)
-batch of a ragged store, all streams gathered at the same indices. The
-indices of step ``s`` come from the sampler as a pure function of
-``(seed, s)``, so the loader's position is the step number:
-:meth:`DataLoader.state_dict` saves it and :meth:`DataLoader.load_state_dict`
-seeks back to it. Where a step also depends on the ones before it (a stream
-packed in concat mode starts where the last step's tokens ended; an exact
-mixture's counts follow a schedule), the state adds a cursor at the step
-(:mod:`loaderx.loader._cursor`), so seeking costs the same at any step.
-
-Work runs on threads: each worker claims the next step, draws its indices,
-gathers every stream (the copy runs natively with the GIL released) and runs
-the ``transform`` callback; batches are handed out strictly in step order, so
-the output is the same whatever ``num_workers`` is. The threads, the step
-window and the recycled batch buffers live in :mod:`loaderx.loader._pipeline`. With
-``workers="process"`` the same steps are made in spawned worker processes
-that hand finished batches back through shared memory
-(:mod:`loaderx.loader._procpool`), for transforms whose Python code the GIL would
-serialise. The default, ``workers="auto"``, starts on threads, measures the
-first steps (:mod:`loaderx.loader._autoworkers`) and moves to worker processes at a
-step boundary when the transform holds the GIL and the move is safe; the
-batches are the same either way.
+The user documentation of these names is the docstring of :mod:`loaderx.dataloader`,
+their public face (``help(loaderx.dataloader)`` and the API reference show it).
 
 The module stays past 700 lines because :class:`DataLoader` is one state
 machine over one set of fields (the running pipeline, the position, the

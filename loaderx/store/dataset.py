@@ -1,17 +1,7 @@
 """Typed views of a store: :class:`DenseDataset` and :class:`RaggedDataset`.
 
-A dense store (written by :func:`loaderx.converter.from_numpy`) holds records
-of one fixed item shape, so a batch is a single fixed-stride gather into an
-array of shape ``(B, *item_shape)``. A ragged store (written by
-:func:`loaderx.converter.from_iterator`) holds records whose first axis
-varies; a batch comes back as a list of arrays, and :func:`pad` turns such a
-list into a dense array when needed.
-
-Both open the store read-only by default; gathers from many threads at once
-are safe and release the GIL for the copy. Opened with ``writable=True`` they
-grow: :meth:`DenseDataset.append` / :meth:`RaggedDataset.append` add records
-of the store's own dtype and shape (the schema never changes), and
-``delete`` / ``compact`` pass through to the store.
+The user documentation of these names is the docstring of :mod:`loaderx.dataset`,
+their public face (``help(loaderx.dataset)`` and the API reference show it).
 
 Both classes stay in one module with the native schema reader they share:
 what one of them reads of a store, the other reads the same way. Reading
