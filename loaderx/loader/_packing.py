@@ -279,7 +279,7 @@ class PackStream(RaggedStream):
     """
 
     def __init__(
-        self, name: str, dataset: RaggedDataset, pack: Pack, offsets_dtype: np.dtype, batch_size: int
+        self, name: str, dataset: Any, pack: Pack, offsets_dtype: np.dtype, batch_size: int
     ) -> None:
         super().__init__(name, dataset, None, offsets_dtype)
         self.pack = pack

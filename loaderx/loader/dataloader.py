@@ -465,14 +465,15 @@ class DataLoader:
             )
         batch_bytes = sum(opts.batch_size * ds.nbytes_per_item for ds in sources.values())
         self._prefetch = opts.resolved_prefetch(batch_bytes)
-        workers = opts.worker_threads
-        self._workers = workers
-        capacity = self._prefetch + workers + 3
+        self._workers: int = opts.worker_threads
+        capacity = self._prefetch + self._workers + 3
         self._streams: list[Stream] = [
             (
                 name,
                 ds,
-                (PackPool if isinstance(ds, PackStream) else RaggedPool)(ds, opts.batch_size, capacity)
+                PackPool(ds, opts.batch_size, capacity)
+                if isinstance(ds, PackStream)
+                else RaggedPool(ds, opts.batch_size, capacity)
                 if isinstance(ds, RaggedStream)
                 else BufferPool((opts.batch_size, *ds.item_shape), ds.dtype, capacity),
             )
@@ -739,8 +740,10 @@ class DataLoader:
     # -- properties --------------------------------------------------------
 
     @property
-    def streams(self) -> dict[str, DenseDataset | RaggedDataset | np.ndarray]:
-        """The streams, by name (as they were given)."""
+    def streams(self) -> dict[str, Any]:
+        """The streams, by name: each :class:`DenseDataset`, :class:`RaggedDataset`
+        or NumPy array as it was given; over a :class:`Mixture`, the mixture's
+        streams over its sources' joint index space."""
         return {
             name: ds.array if isinstance(ds, _ArrayStream) else getattr(ds, "dataset", ds)
             for name, ds, _ in self._streams

@@ -172,6 +172,8 @@ class _Parts:
 
     parts: list[tuple[str, Any]]
     starts: np.ndarray
+    offsets: tuple[int, ...]
+    total: int
 
     @property
     def mixture_parts(self) -> list[tuple[str, Any]]:

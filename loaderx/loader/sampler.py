@@ -7,7 +7,7 @@ their public face (``help(loaderx.sampler)`` and the API reference show it).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -117,6 +117,8 @@ class Sampler:
     batch_size: int
     seed: int = 0
     shard: tuple[int, int] = (0, 1)
+    if TYPE_CHECKING:  # an instance attribute that __post_init__ sets, not a field
+        _args: ClassVar[tuple[str, int, int, int, int, int]]
 
     def __post_init__(self) -> None:
         check_mode(self.mode)

@@ -64,7 +64,7 @@ import struct
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from cffi import FFI
@@ -229,6 +229,51 @@ def _dense(names: dict[str, int], what: str) -> tuple[str, ...]:
     if sorted(names.values()) != list(range(len(names))):
         raise ImportError(f"{library_path}: {what} are not numbered 0..{len(names) - 1}: {names}")
     return tuple(names)
+
+if TYPE_CHECKING:
+    # What _bind sets once the library is loaded, declared for type checkers
+    # (at run time these names do not exist until the first native call).
+    ffi: FFI
+    lib: Any
+    library_path: str
+    OK: int
+    INVALID: int
+    OUT_OF_RANGE: int
+    NOT_FOUND: int
+    CORRUPT: int
+    CLOSED: int
+    IO: int
+    BUSY: int
+    INTERNAL: int
+    EXISTS: int
+    CANCELED: int
+    NOT_RESIDENT: int
+    STATUS_EXCEPTIONS: dict[int, type[BaseException]]
+    _EXCEPTIONS: tuple[type[BaseException], ...]
+    CODEC_NAMES: tuple[str, ...]
+    SAMPLER_MODES: dict[str, int]
+    STATS_FIELDS: tuple[str, ...]
+    PROBE_FIELDS: tuple[str, ...]
+    MAX_DIMS: int
+    MAX_RECORD_SIZE: int
+    _ERROR_HEAD: int
+    _CREATE_REPLACE: int
+    SAMPLE_SPEC_FIELDS: tuple[str, ...]
+    _from_buffer: Any
+    _cast: Any
+    _new: Any
+    _string: Any
+    _I64: np.dtype[np.int64]
+    _I64_ARRAY: Any
+    _CHAR_ARRAY: Any
+    _NULL: Any
+    _lx_sample: Any
+    _lx_store_gather: Any
+    _lx_store_gather_packed: Any
+    _lx_store_gather_ragged: Any
+    _lx_store_len: Any
+    _SAMPLE_SPEC: struct.Struct
+    _pack_spec: Any
 
 
 def _bind() -> None:

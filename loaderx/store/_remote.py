@@ -27,7 +27,7 @@ import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -245,7 +245,7 @@ class RemoteTree:
                 ) from None
             raise _s3.remote_error(e, self.url, self._key(rel), "read") from None
         data = bytes(got) if start is None else memoryview(got)
-        want = size if start is None else end - start
+        want = size if start is None else cast(int, end) - start  # a range has both ends
         if len(data) != want:
             raise CorruptStoreError(
                 f"{self.object_url(rel)}: got {len(data)} bytes where {want} were asked for "
@@ -349,7 +349,7 @@ class RemoteTree:
         """The mirror's bytes of page ``p`` (or of bytes ``[lo, hi)`` of its
         file), as the cache holds them."""
         j, plo, phi = self.layout.span(p)
-        lo, hi = (plo, phi) if lo is None else (lo, hi)
+        lo, hi = (plo, phi) if lo is None else (lo, cast(int, hi))  # both or neither
         fd = os.open(self.pages.path(j), os.O_RDONLY)
         try:
             return os.pread(fd, hi - lo, lo)

@@ -22,7 +22,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -207,12 +207,12 @@ class _Output:
 
     def create(self, *args: Any) -> int:
         """Run :func:`_create_store` with ``args`` and return the handle."""
-        done = self._done
+        done = cast("list[tuple[bool, Any]]", self._done)  # __init__ made it a list
         finished = self._finished
 
         def run() -> None:
             try:
-                done.append((True, _create_store(*args, cancel=self._cancel)))
+                done.append((True, _create_store(*args, cancel=self._cancel)))  # type: ignore[misc]  # args end before cancel
             except BaseException as e:  # handed to the waiting thread
                 done.append((False, e))
             finally:
@@ -237,7 +237,7 @@ class _Output:
     @property
     def handle(self) -> int:
         """The open handle (after :meth:`create` returned)."""
-        return self._done[0][1]
+        return cast("list[tuple[bool, Any]]", self._done)[0][1]
 
     def finish(self, failed: bool, sync: bool = True) -> None:
         """Close the store, syncing it first when ``sync``; with ``failed``
@@ -995,6 +995,7 @@ def train_dict(
     records = []
     total = 0
     for i, value in enumerate(samples):
+        rec: np.ndarray | memoryview
         if isinstance(value, np.ndarray):
             rec = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
         else:

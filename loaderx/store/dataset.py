@@ -597,8 +597,8 @@ def _reopen_writable(cls: type, path: str) -> Any:
     return cls(path, writable=True)
 
 
-def _reopen_sharded(cls: type, path: str, resolved: tuple[str, str, shards.Manifest],
-                    max_open: int | None = None) -> Any:
+def _reopen_sharded(cls: type[DenseDataset] | type[RaggedDataset], path: str,
+                    resolved: tuple[str, str, shards.Manifest], max_open: int | None = None) -> Any:
     obj = cls._deferred(path)
     obj._sharded = resolved
     obj._max_open = max_open

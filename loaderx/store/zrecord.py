@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -90,7 +90,9 @@ class Zrecord(StoreHandle):
             size = 0 if dict_size is None else as_int(dict_size, "dict_size")
             if size < 0:
                 raise ValueError(f"dict_size must not be negative, got {dict_size!r}")
-            kwargs: dict[str, Any] = {"samples": list(samples), "dict_size": size} if codec == "zstd_dict" else {}
+            kwargs: dict[str, Any] = (
+                {"samples": list(cast(Sequence[Any], samples)), "dict_size": size} if codec == "zstd_dict" else {}
+            )
             if codec == "narrow":
                 if element is None:
                     raise ValueError(
@@ -197,7 +199,7 @@ class Zrecord(StoreHandle):
         if not idx.size:
             return []
         buf, offsets, _ = self._read_packed(idx)
-        mv = memoryview(buf)
+        mv = memoryview(buf)  # type: ignore[arg-type]  # numpy's stubs give ndarray the buffer protocol from 3.12 on
         bounds = offsets.tolist()
         return [bytes(mv[bounds[k] : bounds[k + 1]]) for k in range(len(idx))]
 
