@@ -20,7 +20,7 @@ import logging
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -61,6 +61,9 @@ from loaderx.loader.mixture import Mixture
 from loaderx.loader.options import TORCH_ARGS, LoaderOptions, check_mixture_args, check_sampler
 from loaderx.loader.sampler import IndexSampler, Sampler
 from loaderx.store.dataset import DenseDataset, RaggedDataset
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = ["DataLoader", "LoaderOptions", "PackedBatch", "PaddedBatch"]
 
@@ -782,7 +785,7 @@ class DataLoader:
             )
         return self._end
 
-    def indices(self, step: int) -> np.ndarray:
+    def indices(self, step: int) -> NDArray[np.int64]:
         """The record indices gathered at ``step`` (this rank's part of the
         global batch): ``batch_size`` of them, fewer only for the short last
         batch of an ``epoch`` pass or when a custom sampler draws fewer.

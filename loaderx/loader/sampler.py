@@ -23,6 +23,9 @@ from loaderx._args import (
 )
 from loaderx.store import _native
 
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
 __all__ = ["MODES", "IndexSampler", "Sampler", "WeightedSampler", "sample"]
 
 
@@ -33,7 +36,7 @@ class IndexSampler(Protocol):
     least one, for a short batch such as the last of a pass), a pure function
     of ``step`` (the same step gives the same indices in every process)."""
 
-    def indices(self, step: int) -> np.ndarray:
+    def indices(self, step: int) -> NDArray[np.int64]:
         """The record indices of ``step``."""
         ...
 
@@ -46,8 +49,8 @@ def sample(
     *,
     seed: int = 0,
     shard: tuple[int, int] = (0, 1),
-    out: np.ndarray | None = None,
-) -> np.ndarray:
+    out: NDArray[np.int64] | None = None,
+) -> NDArray[np.int64]:
     """The indices this rank reads at ``step``, in one native call.
 
     Args:
@@ -143,7 +146,7 @@ class Sampler:
             return None
         return self.n // self.global_batch_size
 
-    def __call__(self, step: int, out: np.ndarray | None = None) -> np.ndarray:
+    def __call__(self, step: int, out: NDArray[np.int64] | None = None) -> NDArray[np.int64]:
         """The indices of ``step`` (see :func:`sample`)."""
         if out is None:
             out = np.empty(self.batch_size, dtype=np.int64)
@@ -234,7 +237,7 @@ class WeightedSampler:
         key = np.array([self.seed, step], dtype=np.uint64)
         return np.random.Generator(np.random.Philox(key=key))
 
-    def indices(self, step: int) -> np.ndarray:
+    def indices(self, step: int) -> NDArray[np.int64]:
         """This rank's ``batch_size`` indices of ``step`` (int64)."""
         step = check_step(step)
         rng = self._rng(step)

@@ -39,6 +39,8 @@ from loaderx.store._store import (
 _INT64 = np.dtype(np.int64)
 
 if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
     from loaderx._args import IndexLike, PathLike
 
 __all__ = ["DenseDataset", "RaggedDataset", "VerifyReport", "pad", "verify_sharded", "CacheOptions"]
@@ -956,7 +958,7 @@ class RaggedDataset(_StoreView):
             )
         return rows
 
-    def lengths(self, indices: IndexLike | None = None) -> np.ndarray:
+    def lengths(self, indices: IndexLike | None = None) -> NDArray[np.int64]:
         """The first-axis length of each record (all records if ``indices`` is
         None), as int64, without reading the records."""
         idx, shape = self._indices(slice(None) if indices is None else indices)

@@ -18,6 +18,8 @@ from loaderx.store._dtypes import check_narrow
 from loaderx.store._store import Fault, StoreHandle, VerifyReport, compact_handle, open_logged
 
 if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
     from loaderx._args import IndexLike, PathLike
 
 __all__ = ["CODECS", "Fault", "VerifyReport", "Zrecord"]
@@ -183,7 +185,7 @@ class Zrecord(StoreHandle):
 
     # -- reading -----------------------------------------------------------
 
-    def sizes(self, indices: IndexLike) -> np.ndarray:
+    def sizes(self, indices: IndexLike) -> NDArray[np.int64]:
         """The byte size of each record, as an int64 array of the key's shape."""
         idx, shape = self._indices(indices)
         if not idx.size:
