@@ -35,14 +35,26 @@ README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 FENCE = re.compile(r"^```(\S*)\s*$")
 
+# Pages whose ```sh blocks run too, after their python blocks, with bash in the same
+# directory, `loaderx` being this checkout's command line (python -m loaderx).
+SHELL_PAGES = {"docs/guides/cli.md"}
+
 # Runs in the child: argv[1] is the file name, argv[2] a JSON list of [first line, source] blocks.
 # A block whose first line reads "# NAME.py: run with python3 NAME.py" is a script
 # of its own (worker processes import it by name): it is written to NAME.py and
 # run so, with a failure's traceback pointing at the page's line.
 DRIVER = """
-import json, re, subprocess, sys
+import json, os, re, subprocess, sys
 namespace = {"__name__": "__main__"}
 for line, source in json.loads(sys.argv[2]):
+    if source.startswith("#!sh\\n"):
+        shell = 'set -euo pipefail\\nloaderx() { "$LOADERX_PYTHON" -m loaderx "$@"; }\\n' + source[4:]
+        proc = subprocess.run(["bash", "-c", shell], capture_output=True, text=True,
+                              env={**os.environ, "LOADERX_PYTHON": sys.executable})
+        sys.stdout.write(proc.stdout)
+        if proc.returncode:
+            sys.exit(f"{sys.argv[1]}, the sh block of line {line} exited {proc.returncode}:\\n{proc.stdout[-2000:]}{proc.stderr}")
+        continue
     script = re.match(r"# (\\w+\\.py): run with python3 \\1\\n", source)
     if script:
         with open(script.group(1), "w") as f:
@@ -81,6 +93,22 @@ def python_blocks(text: str, by_section: bool = True) -> dict[str, list[tuple[in
     return sections
 
 
+def shell_blocks(text: str) -> list[tuple[int, str]]:
+    """[(line of the first code line, code), ...] of every ```sh block."""
+    out, lang, start, body = [], None, 0, []
+    for number, line in enumerate(text.splitlines(), start=1):
+        fence = FENCE.match(line)
+        if lang is None and fence:
+            lang, start, body = fence.group(1), number + 1, []
+        elif lang is not None and fence and not fence.group(1):
+            if lang == "sh":
+                out.append((start, "\n".join(body) + "\n"))
+            lang = None
+        elif lang is not None:
+            body.append(line)
+    return out
+
+
 def pages() -> list[Path]:
     return [README, *sorted(DOCS.rglob("*.md"))]
 
@@ -93,6 +121,10 @@ def units() -> dict[str, tuple[Path, list[tuple[int, str]]]]:
         found = python_blocks(page.read_text(encoding="utf-8"), by_section=page == README)
         for section, blocks in found.items():
             out[f"{rel}: {section}" if page == README else rel] = (page, blocks)
+        if rel in SHELL_PAGES:  # marked for the driver; they run after the python blocks
+            sh = [(line, "#!sh\n" + src) for line, src in shell_blocks(page.read_text(encoding="utf-8"))]
+            assert sh, f"{rel} has no sh block"
+            out[rel] = (page, [*out.get(rel, (page, []))[1], *sh])
     return out
 
 
@@ -104,13 +136,14 @@ def test_every_python_block_is_found() -> None:
     for page in pages():
         total += len(re.findall(r"^```python\s*$", page.read_text(encoding="utf-8"), re.M))
     assert total >= 20, "the README and the docs pages hold the project's examples"
-    assert sum(len(blocks) for _, blocks in UNITS.values()) == total
+    ran = sum(1 for _, blocks in UNITS.values() for _, src in blocks if not src.startswith("#!sh\n"))
+    assert ran == total
 
 
 def test_every_guide_has_an_example() -> None:
     guides = sorted(p.relative_to(ROOT).as_posix() for p in (DOCS / "guides").glob("*.md"))
     assert len(guides) >= 12
-    without = [g for g in guides if g not in UNITS and g != "docs/guides/cli.md"]
+    without = [g for g in guides if g not in UNITS]
     assert not without, f"guides without a tested python example: {without}"
 
 
