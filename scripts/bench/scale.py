@@ -32,6 +32,7 @@ import argparse
 import gc
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -115,6 +116,7 @@ def child(spec: dict[str, Any]) -> None:
     for path, n, seed in spec["paths"]:
         idx = np.random.default_rng(seed).integers(0, n, BATCH)
         r0, f0, m0 = rss(), fds(), maps()
+        maj0 = resource.getrusage(resource.RUSAGE_SELF).ru_majflt
         t0 = time.perf_counter()
         if spec["kind"] == "npy":
             arr = np.load(path, mmap_mode="r")
@@ -123,12 +125,13 @@ def child(spec: dict[str, Any]) -> None:
             arr = DenseDataset(path)
             got = arr[idx]
         dt = time.perf_counter() - t0
+        majors = resource.getrusage(resource.RUSAGE_SELF).ru_majflt - maj0
         want = ((idx[:, None] * 4 + np.arange(4)) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
         if not np.array_equal(got, want):
             raise SystemExit(f"{path}: the first batch differs from the records written")
         r1 = rss()
         results.append({"seconds": dt, "rss_anon": r1[0] - r0[0], "rss_file": r1[1] - r0[1],
-                        "fds": fds() - f0, "maps": maps() - m0,
+                        "fds": fds() - f0, "maps": maps() - m0, "major_faults": majors,
                         "table_kib": table_kib(path) if spec["kind"] != "npy" else 0})
         keep.append(arr)
     print(json.dumps(results))
@@ -232,6 +235,7 @@ def bench_scale(args: argparse.Namespace, results: dict[str, Any], tmp: str) -> 
                 "npy_s": med(npy, "seconds"),
                 "rss_anon": med(first, "rss_anon"), "rss_file": med(first, "rss_file"),
                 "fds": med(first, "fds"), "maps": med(first, "maps"),
+                "major_faults": med(second or first, "major_faults"),
                 "table_kib": med(first, "table_kib"),
                 "vs_npy": (med(npy, "seconds") or 0) / (med(second, "seconds") or med(first, "seconds") or 1),
                 "runs": {"first": first, "second": second, "npy": npy},
@@ -242,16 +246,22 @@ def bench_scale(args: argparse.Namespace, results: dict[str, Any], tmp: str) -> 
     out("### Open and first batch")
     out()
     out(table(["records", "page cache", "first open in a process", "open, library loaded", "np.load mmap",
-               "np / loaderx", "memory added", "file pages mapped in", "of the table", "descriptors", "mappings"],
+               "np / loaderx", "pages read from disk", "memory added", "file pages mapped in", "of the table",
+               "descriptors", "mappings"],
               [[f"{r['records']:,}", r["state"], f"{r['first_s'] * 1e3:.1f} ms",
                 f"{r['second_s'] * 1e3:.1f} ms" if r["second_s"] else "n/a", f"{r['npy_s'] * 1e3:.1f} ms",
-                fmt_ratio(r["vs_npy"]), human_bytes(r["rss_anon"]), human_bytes(r["rss_file"]),
+                fmt_ratio(r["vs_npy"]), f"{r.get('major_faults') or 0:.0f}", human_bytes(r["rss_anon"]),
+                human_bytes(r["rss_file"]),
                 human_bytes(r["table_kib"] * 1024), f"{r['fds']:.0f}", f"{r['maps']:.0f}"] for r in open_rows]))
     out()
-    out("Memory added is the process's anonymous resident memory (the library, its runtime, the batch); "
-        "file pages mapped in are page-cache pages of the store's files (shared, not copied) that the "
-        "batch's reads mapped in: the kernel maps up to 64 KiB around each page a read touches, so they "
-        "follow the batch, not the store.")
+    out("Pages read from disk are the major page faults of the open and batch (with the library loaded): a "
+        "warm row with some is a row where the page cache had already lost pages of the store to other "
+        "work, and pays a disk read for each. Memory added is the process's anonymous resident memory (the "
+        "library, its runtime, the batch); file pages mapped in are page-cache pages of the store's files "
+        "(shared, not copied) that the batch's reads mapped in: the kernel maps up to 64 KiB around each "
+        "page a read touches, or the whole of a large page-cache folio (a conversion's writes leave folios "
+        "of up to 512 KiB, up to 2 MiB mapped at once where the mapping allows), so they follow the batch "
+        "and the page cache, not the store's size.")
     out()
     if not cold_ok:
         out("(cold rows left out: this process may not write /proc/sys/vm/drop_caches)")
