@@ -12,6 +12,7 @@ which keeps each run under a second.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -42,16 +43,22 @@ CASES = [
 @pytest.fixture(scope="module")
 def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("typed")
+    # copytree keeps the files' times, so the checkout's cache holds for the copy
     shutil.copytree(ROOT / "loaderx", root / "loaderx",
                     ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.dylib", "*.dll"))
-    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
-    if (ROOT / ".mypy_cache").is_dir():
-        shutil.copytree(ROOT / ".mypy_cache", root / ".mypy_cache")
+    shutil.copy2(ROOT / "pyproject.toml", root / "pyproject.toml")
     return root
 
 
 def mypy(root: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "mypy", "--no-color-output"], cwd=root,
+    """mypy over the copy, from a fresh copy of the checkout's cache each time: a
+    cache that saw a changed file could take the restored one (same size, same
+    second) for the changed one."""
+    cache = root / "mypy-cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    if (ROOT / ".mypy_cache").is_dir():
+        shutil.copytree(ROOT / ".mypy_cache", cache)
+    return subprocess.run([sys.executable, "-m", "mypy", "--no-color-output", "--cache-dir", str(cache)], cwd=root,
                           capture_output=True, text=True, timeout=600)
 
 
@@ -68,11 +75,13 @@ def test_a_wrong_annotation_fails_the_check(copy: Path, case: tuple[str, str, st
     text = path.read_text(encoding="utf-8")
     assert text.count(right) == 1, f"{rel} no longer has {right!r}: update this test"
     line = text[: text.index(right)].count("\n") + 1
+    times = path.stat()
     path.write_text(text.replace(right, wrong), encoding="utf-8")
     try:
         res = mypy(copy)
     finally:
         path.write_text(text, encoding="utf-8")
+        os.utime(path, ns=(times.st_atime_ns, times.st_mtime_ns))
     assert res.returncode == 1, res.stdout[-4000:]
     errors = [ln for ln in res.stdout.splitlines() if ": error: " in ln]
     assert errors and all(ln.startswith(f"{rel}:") for ln in errors), res.stdout[-4000:]
