@@ -8,7 +8,9 @@ over the DevTools protocol. It checks that every page renders its article,
 that the search index and the rendered search both find ``pack=``, and that
 the API reference has an entry for every public name: each of
 ``loaderx.__all__`` and each name in the ``__all__`` of every module a
-reference page documents, with a signature for the functions and the classes other than exceptions. It also checks
+reference page documents, with a signature for the functions and the classes other than exceptions,
+and that each public face's docstring (what help() shows) is the documentation and reads the
+same on its reference page. It also checks
 that the strict build refuses what it must: a broken anchor and a docstring
 that does not match its signature. Screenshots of the home page and of the
 packing guide are written to ``$LOADERX_DOCS_SCREENSHOTS`` when that is set.
@@ -305,3 +307,38 @@ def test_strict_build_refuses_broken_links_and_docstrings(tmp_path: Path) -> Non
     (tmp_path / "badmod.py").write_text(BAD_MODULE.replace("y: not", "x: the"))
     res = build(tmp_path / "mkdocs.yml", tmp_path / "site")
     assert res.returncode == 0, res.stderr[-3000:]
+
+
+def _face_docstrings() -> dict[str, str]:
+    """{module: docstring} of every public face (a module of the package's top
+    level that re-exports from a subpackage), read from the source."""
+    out = {}
+    for path in sorted((ROOT / "loaderx").glob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        if "The code lives in" in doc:
+            out[f"loaderx.{path.stem}"] = doc
+    return out
+
+
+def test_help_and_the_reference_say_the_same(site: Path) -> None:
+    """help(loaderx.packing) shows the documentation, not a near-empty face, and
+    the reference page shows the same text."""
+    import html
+    import re
+
+    faces = _face_docstrings()
+    assert {"loaderx.packing", "loaderx.mixture", "loaderx.dataset", "loaderx.dataloader"} <= set(faces)
+    pages = {m: p for m, p in _reference_modules().items()}
+    for module, doc in faces.items():
+        paragraphs = [p for p in doc.split("\n\n") if p.strip() and not p.startswith((" ", "*", "-"))]
+        assert len(doc) > 400 and len(paragraphs) >= 3, f"{module}'s docstring is a near-empty face:\n{doc}"
+        text = re.sub(r"<[^>]+>", " ", (site / "reference" / pages[module] / "index.html").read_text(encoding="utf-8"))
+        text = "".join(html.unescape(text).split())  # compared without spaces: tags leave some
+        for para in paragraphs[1:3]:
+            words = re.sub(r":\w+:`~?([^`]+)`", r"\1", para).replace("``", "").replace("*", "").split()[:8]
+            assert "".join(words) in text, f"reference/{pages[module]} lacks {' '.join(words)!r} of {module}'s help()"
+    import pydoc
+
+    import loaderx.packing
+
+    assert "first_fit" in pydoc.render_doc(loaderx.packing) and "segment_ids" in pydoc.render_doc(loaderx.packing)
