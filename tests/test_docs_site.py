@@ -4,16 +4,16 @@ The site is built with ``mkdocs build --strict`` (as ``make docs`` does) into
 a temporary directory, served over HTTP from this process (the search runs in
 a web worker, which a ``file://`` page may not start) and opened in headless
 Chromium, Debian's ``chromium`` package that ``make setup`` installs, driven
-over the DevTools protocol. It checks that every page renders its article,
-that the search index and the rendered search both find ``pack=``, and that
-the API reference has an entry for every public name: each of
-``loaderx.__all__`` and each name in the ``__all__`` of every module a
-reference page documents, with a signature for the functions and the classes other than exceptions,
-and that each public face's docstring (what help() shows) is the documentation and reads the
-same on its reference page. It also checks
-that the strict build refuses what it must: a broken anchor and a docstring
-that does not match its signature. Screenshots of the home page and of the
-packing guide are written to ``$LOADERX_DOCS_SCREENSHOTS`` when that is set.
+over the DevTools protocol. It checks that every page renders its article;
+that the search index and the rendered search both find ``pack=``; that the
+API reference has an entry for every public name (each of ``loaderx.__all__``
+and each name in the ``__all__`` of every module a reference page documents),
+with a signature for the functions and the classes other than exceptions;
+that each public face's docstring, what ``help()`` shows, is the
+documentation and reads the same on its reference page; and that the strict
+build refuses what it must: a broken anchor and a docstring that does not
+match its signature. Screenshots of the home page, the packing guide and the
+search are written to ``$LOADERX_DOCS_SCREENSHOTS`` when that is set.
 """
 
 from __future__ import annotations
