@@ -13,7 +13,7 @@ package main
 
 // The version of the exported interface: it changes whenever an export is
 // added, removed or changes its signature or meaning.
-#define LX_ABI_VERSION 7
+#define LX_ABI_VERSION 8
 
 // The largest number of dimensions an item shape may have (NumPy's limit).
 #define LX_MAX_DIMS 64
@@ -109,6 +109,74 @@ enum lx_probe {
 	LX_PROBE_LEN = 6
 };
 
+// The int64_t values of lx_pipe_new's config, by position;
+// LX_PIPE_CONFIG_LEN counts them. LX_PIPE_DRAW is LX_PIPE_DRAW_SAMPLER (the
+// sampler of mode, n, batch, seed, rank, world, as lx_sample draws) or
+// LX_PIPE_DRAW_EPOCH (one pass over n records in the order lx_pipe_new's
+// order array gives, or in order without one). END is the first step not
+// made, or -1 for an endless pipeline.
+enum lx_pipe_config {
+	LX_PIPE_DRAW = 0,
+	LX_PIPE_MODE = 1,
+	LX_PIPE_N = 2,
+	LX_PIPE_BATCH = 3,
+	LX_PIPE_SEED = 4,
+	LX_PIPE_RANK = 5,
+	LX_PIPE_WORLD = 6,
+	LX_PIPE_WORKERS = 7,
+	LX_PIPE_PREFETCH = 8,
+	LX_PIPE_START = 9,
+	LX_PIPE_END = 10,
+	LX_PIPE_CONFIG_LEN = 11
+};
+
+enum lx_pipe_draw {
+	LX_PIPE_DRAW_SAMPLER = 0,
+	LX_PIPE_DRAW_EPOCH = 1
+};
+
+// A stream of lx_pipe_new: LX_PIPE_STREAM_LEN int64_t values, the store
+// handle, the kind and (dense) the record size in bytes.
+enum lx_pipe_stream {
+	LX_PIPE_STREAM_HANDLE = 0,
+	LX_PIPE_STREAM_KIND = 1,
+	LX_PIPE_STREAM_STRIDE = 2,
+	LX_PIPE_STREAM_LEN = 3
+};
+
+enum lx_pipe_kind {
+	LX_PIPE_DENSE = 0,
+	LX_PIPE_RAGGED = 1
+};
+
+// The int64_t values of lx_pipe_next's io array, by position: TIMEOUT (in,
+// microseconds) and NRELEASE (in, the slots given back, listed after the
+// needed values) are read; KIND (an enum lx_pipe_got), STEP, SLOT, ROWS
+// and STREAM (the failing stream of a step error, -1 for its draw) and
+// STATUS (the status returned, which a caller interrupted as the call
+// returned may have missed) are written, then from LX_PIPE_IO_HEAD on one value per stream, the bytes a
+// ragged stream needed. The released slots follow those.
+enum lx_pipe_io {
+	LX_PIPE_IO_TIMEOUT = 0,
+	LX_PIPE_IO_NRELEASE = 1,
+	LX_PIPE_IO_KIND = 2,
+	LX_PIPE_IO_STEP = 3,
+	LX_PIPE_IO_SLOT = 4,
+	LX_PIPE_IO_ROWS = 5,
+	LX_PIPE_IO_STREAM = 6,
+	LX_PIPE_IO_STATUS = 7,
+	LX_PIPE_IO_HEAD = 8
+};
+
+// What lx_pipe_next handed out (LX_PIPE_IO_KIND).
+enum lx_pipe_got {
+	LX_PIPE_GOT_BATCH = 0,
+	LX_PIPE_GOT_PENDING = 1,
+	LX_PIPE_GOT_END = 2,
+	LX_PIPE_GOT_STARVED = 3,
+	LX_PIPE_GOT_FAILED = 4
+};
+
 // Flags of lx_store_create.
 enum lx_create_flag {
 	LX_CREATE_REPLACE = 1
@@ -159,6 +227,46 @@ const (
 	statusExists      C.int = C.LX_EXISTS
 	statusCanceled    C.int = C.LX_CANCELED
 	statusNotResident C.int = C.LX_NOT_RESIDENT
+)
+
+// The step pipeline's arrays and values (enum lx_pipe_config, lx_pipe_draw,
+// lx_pipe_stream, lx_pipe_kind, lx_pipe_io, lx_pipe_got).
+const (
+	pipeDraw         = C.LX_PIPE_DRAW
+	pipeMode         = C.LX_PIPE_MODE
+	pipeN            = C.LX_PIPE_N
+	pipeBatch        = C.LX_PIPE_BATCH
+	pipeSeed         = C.LX_PIPE_SEED
+	pipeRank         = C.LX_PIPE_RANK
+	pipeWorld        = C.LX_PIPE_WORLD
+	pipeWorkers      = C.LX_PIPE_WORKERS
+	pipePrefetch     = C.LX_PIPE_PREFETCH
+	pipeStart        = C.LX_PIPE_START
+	pipeEnd          = C.LX_PIPE_END
+	pipeConfigLen    = C.LX_PIPE_CONFIG_LEN
+	pipeDrawSampler  = C.LX_PIPE_DRAW_SAMPLER
+	pipeDrawEpoch    = C.LX_PIPE_DRAW_EPOCH
+	pipeStreamHandle = C.LX_PIPE_STREAM_HANDLE
+	pipeStreamKind   = C.LX_PIPE_STREAM_KIND
+	pipeStreamStride = C.LX_PIPE_STREAM_STRIDE
+	pipeStreamLen    = C.LX_PIPE_STREAM_LEN
+	pipeDense        = C.LX_PIPE_DENSE
+	pipeRagged       = C.LX_PIPE_RAGGED
+	pipeIOTimeout    = C.LX_PIPE_IO_TIMEOUT
+	pipeIONRelease   = C.LX_PIPE_IO_NRELEASE
+	pipeIOKind       = C.LX_PIPE_IO_KIND
+	pipeIOStep       = C.LX_PIPE_IO_STEP
+	pipeIOSlot       = C.LX_PIPE_IO_SLOT
+	pipeIORows       = C.LX_PIPE_IO_ROWS
+	pipeIOStream     = C.LX_PIPE_IO_STREAM
+	pipeIOStatus     = C.LX_PIPE_IO_STATUS
+	pipeIOHead       = C.LX_PIPE_IO_HEAD
+	pipeGotBatch     = C.LX_PIPE_GOT_BATCH
+	pipeGotPending   = C.LX_PIPE_GOT_PENDING
+	pipeGotEnd       = C.LX_PIPE_GOT_END
+	pipeGotStarved   = C.LX_PIPE_GOT_STARVED
+	pipeGotFailed    = C.LX_PIPE_GOT_FAILED
+	maxRecordSize    = C.LX_MAX_RECORD_SIZE
 )
 
 // createReplace is lx_store_create's flag LX_CREATE_REPLACE.

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 	"unsafe"
 
+	"github.com/loaderx/loaderx/steppipe"
 	"github.com/loaderx/loaderx/zrecord"
 	"github.com/loaderx/loaderx/zsampler"
 )
@@ -65,6 +66,8 @@ var statusTable = []struct {
 	{zrecord.ErrRecordTooLarge, statusInvalid},
 	{zrecord.ErrReadOnly, statusInvalid},
 	{zsampler.ErrInvalid, statusInvalid},
+	{steppipe.ErrInvalid, statusInvalid},
+	{steppipe.ErrClosed, statusClosed},
 	{errSchemaInvalid, statusInvalid},
 }
 

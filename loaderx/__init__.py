@@ -26,6 +26,8 @@ re-exports its names from the subpackage holding the code:
 * ``loaderx.loader``: the DataLoader and its options, pipeline, process
   pool, saved state, ``workers="auto"``, ragged gather and sampler;
 * ``loaderx.io``: Arrow, Parquet and Hugging Face sources;
+* ``loaderx.remote``: object storage: the S3 client, the local cache,
+  reading through it and uploading;
 * ``loaderx.integrations``: torch, jax, dlpack and ray.
 
 Layers, top to bottom; a module imports only from rows below its own, and
@@ -41,18 +43,21 @@ relative ones resolved, against it)::
     loader.dataloader  io.arrow
     loader.options  io.multistream
     loader._procpool  loader.mixture
-    loader._shm  loader._cursor
-    loader._pipeline  loader._packing
+    loader._shm  loader._cursor  loader._tokenmix
+    loader._native_pipe
+    loader._pipeline  loader._packing  loader._mixstreams
     loader._ragged
     store.converter  store.dataset  store.zrecord
     store._parallel  io.remote
+    remote.upload
+    remote._tree
+    remote._guard
+    remote._cache  remote._s3  remote._check
     store._autocodec  store._schema  store.shards
-    store._remote
-    store._guard
-    store._cache
     loader.sampler  store._store  integrations.dlpack  loader._state  loader.packing
-    store._native  io._s3
+    store._native
     errors  _args  _progress  store._pages  store._dtypes  loader._autoworkers  loader._schedule  loader._lookahead
+    loader._fingerprint
 
 ``__main__`` runs ``cli``, the ``loaderx`` command line. The third row holds
 the public faces; nothing inside the package imports them, so each public
@@ -64,8 +69,11 @@ batches put onto devices with a sharding and prefetched), and
 shard per write task, committed once; a datasource reading by shard and
 record range); each imports its framework, so nothing else imports them. ``loader.dataloader`` is the public
 loader, its arguments checked into a ``LoaderOptions`` by ``loader.options``,
-over ``loader._pipeline`` (worker threads, the step window, recycled batch
-buffers), ``loader._procpool`` (worker processes handing batches back in
+over ``loader._native_pipe`` (the default path: steps drawn and gathered
+ahead by the native step pipeline, one native call per step, the batch
+buffers recycled once the consumer lets go) or ``loader._pipeline`` (worker
+threads, the step window, recycled batch buffers: a transform, or streams
+the native pipeline cannot read), ``loader._procpool`` (worker processes handing batches back in
 shared memory, for ``workers="process"``, over the segments and slot layout
 of ``loader._shm``), ``loader._autoworkers`` (the timing of the first steps
 on threads and the verdict of ``workers="auto"``: stay on threads or move to
@@ -75,17 +83,22 @@ packed into fixed rows, concat or first-fit, with segment ids and positions;
 ``loader.packing`` holds its options, ``Pack``, and its batch, ``PackedRows``),
 and ``loader._cursor`` (the resume cursor a state saves, made from and
 sought to by the packed streams and the mixture schedule, for the loader and
-its worker processes alike).
+its worker processes alike); ``loader._tokenmix`` packs a token-weighted
+mixture (``Mixture(by="tokens")``) into rows of one source each, by the
+exact schedule over rows, and ``loader._fingerprint`` (NumPy only, the
+lowest row) digests a stream's records for a saved state to refuse other
+data by.
 ``loader.mixture`` mixes named sources by weight for the loader: its streams
-over the sources' joint index space, and its sampler, which takes each
+over the sources' joint index space (``loader._mixstreams``: one native
+gather per batch over a set of the sources' stores, or per source into a
+staging area), and its sampler, which takes each
 step's per-source counts from ``loader._schedule`` (the exact Pfair schedule
 or the sampled counts, and the checks of weights and of a saved mixture,
 plain Python). ``io.arrow`` converts Arrow tables,
 Parquet files and Hugging Face datasets into a directory of aligned stores;
 ``io.multistream`` opens such a directory as one multi-stream dataset.
-``io.remote`` holds the object-storage side: ``s3://`` URLs, the S3 client
-(obstore, an optional extra) and ``push``, which uploads a store, a
-multi-stream directory or a sharded dataset, manifest last, and verifies it.
+``io.remote`` is the public face of uploading to object storage
+(``push``, ``verify``, ``publish``), whose code is ``remote.upload``'s.
 ``store.converter`` writes stores, and with ``num_shards=`` hands a sharded
 dataset's shards (its own and ``io.arrow``'s) to ``store._parallel``, which
 writes them in worker processes at once and commits them; ``store.dataset``
@@ -97,12 +110,16 @@ each shard against it. ``loader.sampler`` draws indices; ``loader._state`` build
 checks a loader's saved state (pure Python, shared by the loader and
 ``integrations.torch``); ``integrations.dlpack`` hands ml_dtypes arrays
 (bfloat16 ...) to frameworks. ``store._native`` is the binding, the only
-module that knows the C ABI; ``io._s3`` is the S3 client (URLs, settings,
-errors), shared by ``io.remote`` and ``store._remote``, the mirror of a
-dataset in object storage in a bounded local cache (``store._cache``: the
-options, the cache directory, eviction, page files): pages fetched,
-checked, pinned and evicted, the state in files and kernel locks, each
-handle's reads kept inside the pages its process holds by ``store._guard``. At the bottom, with no loaderx imports:
+module that knows the C ABI. The ``remote`` subpackage is the object-storage
+path, one block of rows: ``remote._s3`` is the S3 client (URLs, settings,
+errors), ``remote._cache`` the cache's options, directory, eviction and page
+state, ``remote._check`` the checks of the small files a mirror downloads
+whole (header, dictionary, schema, manifest), ``remote._guard`` what keeps each handle's reads inside the pages its
+process holds, ``remote._tree`` the mirror of a dataset in object storage
+in that bounded local cache (pages fetched, checked, pinned and evicted,
+the state in files and kernel locks), and ``remote.upload`` pushes a store,
+a multi-stream directory or a sharded dataset, manifest last, and verifies
+it (it reads a sharded dataset's manifest through ``store.shards``). At the bottom, with no loaderx imports:
 ``errors`` (exceptions), ``_args`` (argument checks), ``_progress`` (the
 progress line), ``store._pages`` (releasing pages of a memory-mapped
 source), ``store._dtypes`` (the element types a store holds, ml_dtypes

@@ -66,9 +66,9 @@ import numpy as np
 from loaderx._args import CONVERT_CODECS
 from loaderx._progress import Progress
 from loaderx.errors import CorruptStoreError, RemoteError, StoreExistsError, StoreLockedError
-from loaderx.io import remote
 from loaderx.io.arrow import MSDataset, arrow_source, from_arrow, is_multistream
-from loaderx.store import _cache, _native, _remote, shards
+from loaderx.remote import _cache, _tree, upload
+from loaderx.store import _native, shards
 from loaderx.store.converter import DICT_TIERS, from_numpy
 from loaderx.store.dataset import DenseDataset, RaggedDataset, verify_sharded
 from loaderx.store.zrecord import Zrecord
@@ -262,7 +262,7 @@ def _local(args: argparse.Namespace) -> str:
     local cache (the datasets opened on it read through the cache)."""
     if not _cache.is_url(args.path):
         return args.path
-    tree, local = _remote.open_tree(args.path, _cache_options(args), _storage(args))
+    tree, local = _tree.open_tree(args.path, _cache_options(args), _storage(args), holder=_TREES)
     _TREES.append(tree)
     return local
 
@@ -655,7 +655,7 @@ def cmd_push(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
         raise CommandError(f"{args.path}: no such file or directory")
     options = {k: getattr(args, k) for k in ("endpoint_url", "profile", "region") if getattr(args, k) is not None}
     t0 = time.perf_counter()
-    files = remote.push(args.path, args.url, verify=not args.no_verify, **options)
+    files = upload.push(args.path, args.url, verify=not args.no_verify, **options)
     took = time.perf_counter() - t0
     total = sum(f.size for f in files)
     checked = "" if args.no_verify else ", each read back and checked"

@@ -3,20 +3,8 @@
 :class:`CacheOptions`, the local cache of a dataset opened at an ``s3://``
 URL.
 
-A dense store (written by :func:`loaderx.converter.from_numpy`) holds records
-of one fixed item shape, so a batch is a single fixed-stride gather into an
-array of shape ``(B, *item_shape)``. A ragged store (written by
-:func:`loaderx.converter.from_iterator`) holds records whose first axis
-varies; a batch comes back as a list of arrays, and :func:`pad` turns such a
-list into a dense array when needed.
-
-Both open the store read-only by default; gathers from many threads at once
-are safe and release the GIL for the copy. Opened with ``writable=True`` they
-grow: :meth:`DenseDataset.append` / :meth:`RaggedDataset.append` add records
-of the store's own dtype and shape (the schema never changes), and
-``delete`` / ``compact`` pass through to the store.
-
-The code lives in :mod:`loaderx.store.dataset`; import the names from here.
+The public face of :mod:`loaderx.store.dataset`, where the code and its full
+documentation live; import from here.
 """
 
 from __future__ import annotations
@@ -24,3 +12,9 @@ from __future__ import annotations
 from loaderx.store.dataset import CacheOptions, DenseDataset, RaggedDataset, pad
 
 __all__ = ["DenseDataset", "RaggedDataset", "pad", "CacheOptions"]
+
+import loaderx.store.dataset as _impl
+
+# help() on this face shows the full documentation of the module behind it
+__doc__ = f"{__doc__}\n{_impl.__doc__ or ''}"
+del _impl

@@ -21,3 +21,9 @@ from loaderx.integrations.ray import (
 )
 
 __all__ = ["LoaderxDatasink", "LoaderxDatasource", "write", "read", "SUPPORTED_RAY", "BLOCK_BYTES", "COLUMN"]
+
+import loaderx.integrations.ray as _impl
+
+# help() on this face shows the full documentation of the module behind it
+__doc__ = f"{__doc__}\n{_impl.__doc__ or ''}"
+del _impl

@@ -50,7 +50,7 @@ import build_native
 ROOT = build_native.ROOT
 PACKAGE_DIR = ROOT / "loaderx"
 #: The subpackages of loaderx, every one a wheel carries (pyproject.toml lists the same).
-SUBPACKAGES = ("store", "loader", "io", "integrations")
+SUBPACKAGES = ("store", "loader", "io", "remote", "integrations")
 LICENSE = ROOT / "LICENSE"
 
 #: The Zig toolchain release every wheel is built with (PyPI ``ziglang``).

@@ -78,7 +78,7 @@ vet_all() {
 		windows/arm64/aarch64-windows-gnu linux/arm64/aarch64-linux-gnu.2.17; do
 		IFS=/ read -r goos goarch triple <<<"$t"
 		echo "vet $goos/$goarch"
-		GOOS=$goos GOARCH=$goarch $GO vet ./zrecord/... ./zsampler/... || return 1
+		GOOS=$goos GOARCH=$goarch $GO vet ./zrecord/... ./zsampler/... ./steppipe/... || return 1
 		GOOS=$goos GOARCH=$goarch CGO_ENABLED=1 CC="$ZIG cc -target $triple" $GO vet ./capi || return 1
 	done
 	echo "vet: 5 platforms clean"

@@ -424,7 +424,7 @@ def test_torch_iterable_loaders_stay_on_threads(stores, monkeypatch):
 
     monkeypatch.setenv(aw.ENV_VAR, "process")
     it = LoaderIterable({"data": str(stores / "data"), "label": str(stores / "label")}, batch_size=8,
-                        steps=4, num_threads=2, transform=funcs.flip_scale)
+                        steps=4, num_workers=2, transform=funcs.flip_scale)
     batches = list(it)
     assert len(batches) == 4
     assert multiprocessing.active_children() == []

@@ -17,6 +17,7 @@ from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import ClosedError
 from loaderx.loader import dataloader
 from loaderx.sampler import MODES, Sampler
+from loaderx.store import _native as native
 
 N = 97  # not a multiple of any batch size used here
 
@@ -42,12 +43,15 @@ def streams(stores):
         d.close()
 
 
-@pytest.fixture(params=["per-step workers", "one gatherer"])
+@pytest.fixture(params=["native", "per-step workers", "one gatherer"])
 def pipeline_shape(request, monkeypatch):
-    """Run a test under both pipeline shapes: small batches, where every
-    worker samples, gathers and transforms whole steps, and large ones, where
-    one thread gathers and the workers only transform (forced here by
-    lowering the large-batch threshold to zero)."""
+    """Run a test under every pipeline: the native one (the default where
+    the configuration allows it) and the Python pipeline's two shapes: small
+    batches, where every worker samples, gathers and transforms whole steps,
+    and large ones, where one thread gathers and the workers only transform
+    (forced here by lowering the large-batch threshold to zero)."""
+    if request.param != "native":  # the Python pipeline's two shapes
+        monkeypatch.setenv("LOADERX_PIPELINE", "python")
     if request.param == "one gatherer":
         monkeypatch.setattr(dataloader, "SHARED_GATHER_BYTES", 0)
     return request.param
@@ -120,6 +124,7 @@ def test_resume_equals_an_uninterrupted_run(streams, mode, workers):
     assert_batches_equal(take(first, k), reference[:k])
     state = json.loads(json.dumps(first.state_dict()))  # survives a JSON checkpoint
     first.close()
+    assert set(state.pop("data")) == {"image", "label", "label16"}  # a fingerprint of each stream's records
     assert state == {
         "step": k, "seed": 42, "sampler": mode, "batch_size": 8, "shard": [0, 1],
         "streams": {"image": N, "label": N, "label16": N},
@@ -281,7 +286,9 @@ def test_transform_holding_views_is_safe(streams):
 
 
 def _workers():
-    return [t for t in threading.enumerate() if t.name.startswith("loaderx-")]
+    """The loader's worker threads, and the native pipeline's workers."""
+    threads = [t.name for t in threading.enumerate() if t.name.startswith("loaderx-")]
+    return threads + ["native worker"] * native.pipe_live()
 
 
 @pytest.mark.usefixtures("pipeline_shape")
@@ -416,6 +423,7 @@ def test_large_batches_are_gathered_by_one_thread(streams, monkeypatch):
 
     big = 3 * 4 * 4 * 8  # bytes of one batch of 8 images: just at the threshold
     monkeypatch.setattr(dataloader, "SHARED_GATHER_BYTES", big)
+    monkeypatch.setenv("LOADERX_PIPELINE", "python")  # the Python pipeline's threads
     with DataLoader(streams, batch_size=8, num_workers=2) as loader:
         next(loader)
         assert names() == ["loaderx-gather"]

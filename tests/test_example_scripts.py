@@ -3,7 +3,8 @@ MLPs resume bit-identically, two torchrun ranks draw disjoint batches and
 end with equal weights, a token classifier learns from packed ragged
 batches, and the process-worker augmentation yields the thread mode's
 batches and resumes exactly, and the mixture language model checkpointed on
-two ranks resumes on one with the same losses. Each is skipped, saying why, when its framework
+two ranks resumes on one with the same losses, as does the JAX causal
+language model on a packed token-weighted mixture. Each is skipped, saying why, when its framework
 (or scikit-learn, the data source) is missing; the augmentation needs only
 NumPy."""
 
@@ -138,3 +139,26 @@ def test_mixture_lm_resumes_on_one_rank_with_the_two_rank_loss_curve(tmp_path: P
     assert sorted(resumed) == list(range(4, 10))
     assert all(resumed[s] == straight[s] for s in resumed), (resumed, straight)  # bit-identical, printed as repr
     assert float(straight[9]) < float(straight[0])  # it learns
+
+
+@needs("jax")
+def test_jax_packed_lm_resumes_exactly(tmp_path: Path) -> None:
+    """The JAX causal LM on a token-weighted packed mixture: stopped and
+    resumed, it gives the losses and the weights of a straight run."""
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    cmd = [sys.executable, str(EXAMPLES / "jax_packed_lm.py"), "--workdir", str(tmp_path), "--steps", "40"]
+    out = run([*cmd, "--stop-after", "20"], **env)
+    assert "checkpoint at step 20" in out
+    resumed = run(cmd, **env)
+    assert "resumed at step 20" in resumed
+    (tmp_path / "jax_lm_ckpt.npz").unlink()
+    straight = run(cmd, **env)
+
+    def losses(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.startswith("step ") and " loss " in line]
+
+    assert losses(resumed) == losses(straight)[20:]
+    assert resumed.strip().splitlines()[-1].split("weights ")[1] == straight.strip().splitlines()[-1].split("weights ")[1]
+    summary = straight.strip().splitlines()[-1].split()
+    first, last = float(summary[summary.index("first") + 2]), float(summary[summary.index("last") + 2])
+    assert last < first, straight  # it learns

@@ -35,8 +35,10 @@ def streams(stores):
         d.close()
 
 
-@pytest.fixture(params=["per-step workers", "one gatherer"])
+@pytest.fixture(params=["native", "per-step workers", "one gatherer"])
 def pipeline_shape(request, monkeypatch):
+    if request.param != "native":  # the Python pipeline's two shapes
+        monkeypatch.setenv("LOADERX_PIPELINE", "python")
     if request.param == "one gatherer":
         monkeypatch.setattr(dataloader, "SHARED_GATHER_BYTES", 0)
     return request.param

@@ -352,7 +352,7 @@ def packed_sources(tmp_path_factory):
 
 def packed_mix(sources, only_tokens: bool = True) -> Mixture:
     srcs = {k: ({"t": v["t"]} if only_tokens else v) for k, v in sources.items()}
-    return Mixture(srcs, {0: {"a": 2, "b": 1}, 4: {"a": 1, "b": 1}})
+    return Mixture(srcs, {0: {"a": 2, "b": 1}, 4: {"a": 1, "b": 1}}, schedule_unit="record_batches")
 
 
 def check_packed_sources(b, mix: Mixture, every: list[np.ndarray]) -> None:

@@ -177,7 +177,7 @@ def test_bad_arguments(s3server, tmp_path: Path, cache) -> None:
     with pytest.raises(ValueError, match="LOADERX_CACHE_LIMIT='lots'"):
         os.environ["LOADERX_CACHE_LIMIT"] = "lots"
         try:
-            from loaderx.store import _cache
+            from loaderx.remote import _cache
             _cache._env_limit()
         finally:
             del os.environ["LOADERX_CACHE_LIMIT"]

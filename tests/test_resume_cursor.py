@@ -78,7 +78,8 @@ def make(stores, config: str, world: int = 1, rank: int = 0, store: str = "a", *
     if weights is None:
         streams = {"t": ds[store]}
     else:
-        streams = Mixture({name: {"t": ds[name]} for name in SIZES}, weights, counts=counts)
+        unit = "record_batches" if mode == "concat" else "steps"
+        streams = Mixture({name: {"t": ds[name]} for name in SIZES}, weights, counts=counts, schedule_unit=unit)
     pack = None if mode is None else {"t": Pack(L, mode=mode, rows=4 // world)}
     return DataLoader(streams, batch_size=4 // world, shard=(rank, world), seed=3, pack=pack, **kw)
 
@@ -418,9 +419,12 @@ def test_a_cursor_that_was_changed_or_does_not_fit_is_refused(stores):
             next(a)
         saved = json_safe(a.state_dict())
     with DataLoader({"t": stores[0]["other"]}, batch_size=4, seed=3, pack={"t": L}, num_workers=0) as b:
+        with pytest.raises(ValueError, match="stream 't' has the same record count but other records"):
+            b.load_state_dict(saved)  # the state's fingerprint of the data
+        unmarked = {k: v for k, v in saved.items() if k != "data"}  # as a state saved before fingerprints
         with pytest.raises(ValueError, match="a state saved over other data"):
-            b.load_state_dict(saved)
-        b.load_state_dict({k: v for k, v in saved.items() if k != "cursor"})  # without it: this data's rows
+            b.load_state_dict(unmarked)  # the cursor does not fit this data either
+        b.load_state_dict({k: v for k, v in unmarked.items() if k != "cursor"})  # without both: this data's rows
 
 
 # -- worker processes -------------------------------------------------------------

@@ -1,7 +1,16 @@
 """Hand ml_dtypes arrays (bfloat16, float8 ...) to frameworks over DLPack.
 
-The user documentation of these names is the docstring of :mod:`loaderx.dlpack`,
-their public face (``help(loaderx.dlpack)`` and the API reference show it).
+NumPy exports only its own element types over DLPack; an array of an
+``ml_dtypes`` type such as ``bfloat16`` raises ``BufferError``. DLPack itself
+has codes for these types, so :func:`to_dlpack` wraps such an array in an
+object that exports it with the right code, without a copy::
+
+    batch = DenseDataset("embeddings")[0:256]        # a bfloat16 array
+    t = torch.from_dlpack(to_dlpack(batch))          # torch.bfloat16, same memory
+    x = jax.numpy.from_dlpack(to_dlpack(batch))
+
+Arrays of NumPy's own types are returned as they are (NumPy exports them).
+The array is kept alive until the consumer releases the tensor.
 """
 
 from __future__ import annotations

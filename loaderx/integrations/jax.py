@@ -1,7 +1,39 @@
 """Batches of a loaderx loader put onto JAX devices, prefetched.
 
-The user documentation of these names is the docstring of :mod:`loaderx.jax`,
-their public face (``help(loaderx.jax)`` and the API reference show it).
+Import it only where JAX is installed (``import loaderx`` never imports
+jax)::
+
+    import jax, numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from loaderx.jax import DeviceLoader
+
+    mesh = Mesh(np.array(jax.local_devices()), ("data",))
+    batches = DeviceLoader(loader, NamedSharding(mesh, P("data")), prefetch=2)
+    for batch in batches:                 # dicts of jax.Array, split over the devices
+        state = train_step(state, batch)
+    checkpoint = {"params": ..., "loader": batches.state_dict()}   # JSON-ready
+
+One process feeds its local devices: the loader's batch (this process's part
+of the global batch, ``shard=(jax.process_index(), jax.process_count())``
+when there are several processes) is laid out by ``sharding``, each device
+getting its slice. Device transfers are asynchronous, so keeping
+``prefetch`` batches on their way overlaps the copy with the training step.
+
+Packed batches (``DataLoader(pack=...)``, a :class:`loaderx.packing.PackedRows`
+per packed stream) come out as a ``PackedRows`` too. Its fixed-shape fields,
+whose leading axis is the batch's rows (``values``, ``segment_ids``,
+``positions``, ``num_segments``), are ``jax.Array`` laid out by ``sharding``
+like any other leaf. The fields of one entry per segment (``cu_seqlens``,
+``records``, ``starts``, ``sources``), whose length changes from batch to
+batch, and the count ``dropped`` stay on the host as NumPy arrays (and an
+int), copied out of the loader's buffers: a jitted step that takes only the
+fixed-shape fields compiles once. With ``max_segments=N`` they are padded to
+a fixed length instead (``cu_seqlens`` to ``N + 1`` entries, repeating its
+last value, so the extra segments are empty; ``records`` and ``sources`` with
+-1, ``starts`` with 0), still on the host; a batch of more than ``N``
+segments raises, naming both counts. The attention mask of a packed row is
+``segment_ids[:, :, None] == segment_ids[:, None, :]`` (and ``!= 0``), which
+needs nothing but the fields on the devices.
 """
 
 from __future__ import annotations
@@ -15,6 +47,7 @@ import jax
 import numpy as np
 
 from loaderx.loader.dataloader import DataLoader
+from loaderx.loader.packing import PackedRows
 
 __all__ = ["DeviceLoader"]
 
@@ -32,6 +65,9 @@ class DeviceLoader:
             must divide among the devices it names.
         prefetch: batches transferred ahead of the one being consumed (0:
             transfer each batch when it is asked for).
+        max_segments: None to hand a packed batch's per-segment fields
+            over as they are (host NumPy arrays of varying length), or the
+            length to pad them to (see the module docs).
 
     :meth:`state_dict` counts only the batches handed out, not the ones in
     flight, so a run restored from it continues exactly where the consumer
@@ -43,13 +79,21 @@ class DeviceLoader:
         ValueError: ``prefetch`` is negative.
     """
 
-    def __init__(self, loader: DataLoader, sharding: jax.sharding.Sharding, *, prefetch: int = 2) -> None:
+    def __init__(
+        self, loader: DataLoader, sharding: jax.sharding.Sharding, *, prefetch: int = 2,
+        max_segments: int | None = None,
+    ) -> None:
         if not isinstance(loader, DataLoader):
             raise TypeError(f"loader must be a loaderx DataLoader, got {type(loader).__name__}")
         if not isinstance(sharding, jax.sharding.Sharding):
             raise TypeError(f"sharding must be a jax.sharding.Sharding, got {sharding!r}")
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"prefetch must be an int of 0 or more, got {prefetch!r}")
+        if max_segments is not None and (
+            isinstance(max_segments, bool) or not isinstance(max_segments, int) or max_segments < 1
+        ):
+            raise ValueError(f"max_segments must be None or a positive int, got {max_segments!r}")
+        self.max_segments = max_segments
         self.loader = loader
         self.sharding = sharding
         self.prefetch = prefetch
@@ -62,8 +106,40 @@ class DeviceLoader:
         # (or keep using it, on the CPU backend), which showed as batches of
         # mixed steps; so each leaf is copied into an array of its own first.
         sharding = self.sharding
-        return jax.tree_util.tree_map(
-            lambda a: jax.make_array_from_process_local_data(sharding, np.array(a, copy=True)), batch
+
+        def put(a: Any) -> Any:
+            return jax.make_array_from_process_local_data(sharding, np.array(a, copy=True))
+
+        def leaf(x: Any) -> Any:
+            if isinstance(x, PackedRows):
+                return self._packed(x, put)
+            return jax.tree_util.tree_map(put, x)
+
+        return jax.tree_util.tree_map(leaf, batch, is_leaf=lambda x: isinstance(x, PackedRows))
+
+    def _packed(self, rows: PackedRows, put: Any) -> PackedRows:
+        """A packed batch with its fixed-shape fields on the devices and its
+        per-segment fields on the host (padded to ``max_segments``)."""
+        n = rows.records.shape[0]
+        bound = self.max_segments
+        if bound is not None and n > bound:
+            raise ValueError(
+                f"a packed batch has {n} segments, more than max_segments={bound}: raise max_segments "
+                "(a packed row of L tokens can hold up to L segments)"
+            )
+
+        def host(a: np.ndarray, fill: Any, extra: int = 0) -> np.ndarray:
+            if bound is None:
+                return np.array(a, copy=True)
+            out = np.full(bound + extra, fill, dtype=a.dtype)
+            out[: a.shape[0]] = a
+            return out
+
+        cu = rows.cu_seqlens
+        return PackedRows(
+            put(rows.values), put(rows.segment_ids), put(rows.positions),
+            host(cu, cu[-1], 1), put(rows.num_segments), host(rows.records, -1), host(rows.starts, 0),
+            int(rows.dropped), host(rows.sources, -1),
         )
 
     def _fill(self, count: int) -> None:

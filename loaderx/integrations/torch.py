@@ -1,12 +1,51 @@
 """A loaderx loader as a PyTorch ``IterableDataset``.
 
-The user documentation of these names is the docstring of :mod:`loaderx.torch`,
-their public face (``help(loaderx.torch)`` and the API reference show it).
+Import it only where PyTorch is installed (``import loaderx`` never imports
+torch)::
+
+    from loaderx.torch import LoaderIterable
+
+    it = LoaderIterable({"x": "train_x", "y": "train_y"}, batch_size=256, seed=0,
+                        shard=(rank, world), steps=10_000)
+    for batch in torch.utils.data.DataLoader(it, batch_size=None, num_workers=2):
+        ...   # batch["x"], batch["y"]: tensors of step 0, 1, 2 ... in order
+
+Each yielded item is a whole batch (a dict of arrays), so torch's DataLoader
+takes it with ``batch_size=None``. The steps are split across torch's
+workers round-robin: worker ``w`` of ``W`` produces steps ``w, w + W, ...``
+and torch's DataLoader takes one item from each worker in turn, so the
+consumer sees the steps in order, exactly as one loaderx DataLoader would
+yield them. Ranks are split by ``shard=(rank, world)`` as in
+:class:`loaderx.dataloader.DataLoader`: every rank sees the same steps, each
+its own part of the global batch.
+
+Every setting of the loader carries over: custom samplers, ``epoch=True``
+passes with ``drop_last``, ragged streams with ``pad`` or ``pack`` (a
+packed stream's :class:`loaderx.packing.PackedRows` reaches the consumer with
+its arrays as tensors, as torch's DataLoader converts every batch), a
+:class:`loaderx.mixture.Mixture` in place of the streams. To resume, save
+``it.state_dict(batches_seen)`` with the training state and call
+``it.load_state_dict(state)`` before iterating again; the state is the one a
+loaderx ``DataLoader`` with the same settings saves, checked the same way.
+Inside torchdata's ``StatefulDataLoader`` nothing needs counting: each
+iteration is a ``Stateful`` iterator whose state is its worker's next step
+(with the resume cursor there, when the loader has one: see
+:meth:`loaderx.dataloader.DataLoader.state_dict`), so
+``StatefulDataLoader.state_dict()`` and ``load_state_dict()`` resume
+exactly, without replaying batches. Each torch worker seeks to the cursor
+of the state it was given.
+
+Streams may be given as store paths, :class:`loaderx.dataset.DenseDataset`
+or :class:`loaderx.dataset.RaggedDataset` objects, or NumPy arrays. A dataset pickles as its path and opens in the
+process that reads it, and one built in a process that never loaded the
+native library leaves it unloaded, so both the ``fork`` and the ``spawn``
+start methods work.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Union
 
@@ -27,6 +66,10 @@ __all__ = ["LoaderIterable"]
 class _EveryKth:
     """The steps ``offset, offset + stride, ...`` of ``base`` as steps 0, 1,
     ...: the sampler of one torch worker. Pure in the step, like ``base``."""
+
+    #: it draws the steps of a loader over the same streams, a mixture's
+    #: weights included, so a loader over a Mixture takes it
+    keeps_mixture_weights = True
 
     def __init__(self, base: DataLoader, offset: int, stride: int, n: int) -> None:
         self.base = base
@@ -65,7 +108,9 @@ class LoaderIterable(torch.utils.data.IterableDataset):
             :class:`~loaderx.dataloader.DataLoader`).
         drop_last: with ``epoch=True``, drop the short last batch.
         transform: called on each batch dict in the worker that made it.
-        num_threads: loaderx gather threads inside each torch worker.
+        num_workers: loaderx gather threads inside each torch worker (the
+            loader's ``num_workers``, one per torch worker by default).
+        num_threads: the former name of ``num_workers``, deprecated.
         pad: ``{ragged stream name: length}``, as the loader's ``pad=``.
         pack: ``{ragged stream name: L or loaderx.Pack}``, as the loader's
             ``pack=``. With several torch workers, each makes its steps one
@@ -93,18 +138,28 @@ class LoaderIterable(torch.utils.data.IterableDataset):
         epoch: bool = False,
         drop_last: bool = False,
         transform: Callable[[dict[str, np.ndarray]], Any] | None = None,
-        num_threads: int = 1,
+        num_workers: int = 1,
+        num_threads: int | None = None,
         pad: Mapping[str, Any] | None = None,
         pack: Mapping[str, Any] | None = None,
         offsets_dtype: Any = np.int64,
     ) -> None:
         super().__init__()
+        if num_threads is not None:
+            if num_workers != 1:
+                raise TypeError(
+                    f"num_workers={num_workers!r} and num_threads={num_threads!r}: num_threads is the former "
+                    "name of num_workers; give num_workers only"
+                )
+            warnings.warn("LoaderIterable(num_threads=) is now num_workers=, as in DataLoader",
+                          DeprecationWarning, stacklevel=2)
+            num_workers = num_threads
         self.mixture = streams if isinstance(streams, Mixture) else None
         if self.mixture is None and (not isinstance(streams, Mapping) or not streams):
             raise TypeError(f"streams must be a non-empty dict of name -> store path or dataset, got {streams!r}")
         # the argument checks of the loader, without opening anything
         self.options = LoaderOptions(
-            batch_size=batch_size, num_workers=num_threads, sampler=sampler, seed=seed, shard=shard,
+            batch_size=batch_size, num_workers=num_workers, sampler=sampler, seed=seed, shard=shard,
             start_step=start_step, steps=steps, epoch=epoch, drop_last=drop_last,
         )
         if transform is not None and not callable(transform):

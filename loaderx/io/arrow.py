@@ -1,10 +1,36 @@
 """Arrow, Parquet and Hugging Face sources, and multi-stream datasets.
 
-The user documentation of these names is the docstring of :mod:`loaderx.arrow`,
-their public face (``help(loaderx.arrow)`` and the API reference show it).
+:func:`from_arrow` writes each column of a table to its own store under one
+directory, all stores aligned (row ``i`` of every column is record ``i`` of
+every store):
+
+* a primitive column (bool, integers, floats) becomes a dense store of
+  scalars;
+* a ``fixed_size_list`` column (nested ones too) becomes a dense store whose
+  item shape is the list sizes, e.g. ``fixed_size_list<uint8>[784]`` gives
+  records of shape ``(784,)``;
+* a ``list<primitive>`` (or ``large_list``) column becomes a ragged store,
+  and a list of fixed-size lists a ragged store with a trailing shape.
+
+The source is read batch by batch straight from the Arrow buffers (no Python
+object per row), and every dtype is kept exactly: a ``uint8`` column stays
+``uint8``. The source may be a ``pyarrow.Table`` or ``RecordBatchReader``, a
+``datasets.Dataset`` (Arrow underneath; its row selection and order are
+honoured), or a path: a Parquet file, a directory of Parquet files, an Arrow
+IPC / Feather file, or a directory written by ``datasets``'
+``save_to_disk``. Columns with no store form (strings, structs, images not
+yet decoded, columns holding nulls) are refused with a message naming the
+column and its type, before anything is written.
+
+:class:`MSDataset` opens such a directory as one multi-stream dataset: a
+read-only mapping ``{column: DenseDataset | RaggedDataset}`` that a
+:class:`loaderx.DataLoader` takes directly (when every stream is dense).
 
 The single-store and the sharded (``num_shards=``) paths stay in one module:
 they share the column plans, the codec decision and the writers.
+
+``pyarrow`` (``pip install 'loaderx[arrow]'``) and ``datasets``
+(``loaderx[hf]``) are imported only when used.
 
 The Arrow type mapping (every primitive, nested fixed-size lists, lists,
 and the refusals with their reasons) and the readers of each input form stay
@@ -25,9 +51,9 @@ import numpy as np
 from loaderx._args import CONVERT_CODECS, check_codec
 from loaderx._progress import Progress
 from loaderx.errors import StoreExistsError
-from loaderx.io import remote
 from loaderx.io.multistream import META_FILE, MSDataset, is_multistream
-from loaderx.store import _autocodec, _cache, _native, _parallel
+from loaderx.remote import _cache, upload
+from loaderx.store import _autocodec, _native, _parallel
 from loaderx.store._dtypes import check_narrow, check_storable, narrow_element, schema_name
 from loaderx.store.converter import DICT_TIERS, train_dict
 
@@ -485,7 +511,7 @@ def from_arrow(
             from_arrow(local, source, columns, codec=codec, dict_tier=dict_tier, batch_bytes=batch_bytes,
                        progress=progress, num_shards=num_shards, sync=False).close()
 
-        remote.publish(str(path), write, overwrite=overwrite, storage_options=storage_options, staging=staging)
+        upload.publish(str(path), write, overwrite=overwrite, storage_options=storage_options, staging=staging)
         return MSDataset(str(path), columns, storage_options=storage_options)
     if storage_options is not None or staging is not None:
         raise ValueError(f"storage_options= and staging= are for s3:// URLs, not {path!r}")

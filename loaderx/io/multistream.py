@@ -15,8 +15,9 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from loaderx.store import _cache, _native, _remote, shards
-from loaderx.store._cache import CacheOptions
+from loaderx.remote import _cache, _tree
+from loaderx.remote._cache import CacheOptions
+from loaderx.store import _native, shards
 from loaderx.store.dataset import DenseDataset, RaggedDataset, check_max_open_shards
 
 if TYPE_CHECKING:
@@ -96,6 +97,9 @@ class MSDataset(Mapping):
             ``max_open_shards`` is below 1 (TypeError: not an int).
     """
 
+    #: the mirror of a dataset in object storage (held until close), else None
+    _tree: Any = None
+
     def __init__(
         self,
         path: PathLike,
@@ -113,7 +117,7 @@ class MSDataset(Mapping):
             if writable:
                 raise ValueError(f"{path!r} is in object storage, which loaderx reads but does not write in place")
             self._url = str(path).rstrip("/")
-            _, path = _remote.open_tree(self._url, cache, storage_options)
+            self._tree, path = _tree.open_tree(self._url, cache, storage_options, holder=self)
         elif cache is not None or storage_options:
             raise ValueError(
                 f"cache= and storage_options= are for datasets in object storage (s3:// URLs), not {path!r}"
@@ -187,9 +191,13 @@ class MSDataset(Mapping):
             s.delete(indices)
 
     def close(self) -> None:
-        """Close every stream."""
+        """Close every stream (and, for the last user of a URL in this
+        process, let go of its mirror)."""
         for s in self._streams.values():
             s.close()
+        tree, self._tree = self._tree, None
+        if tree is not None:
+            tree.let_go(self)
 
     def __enter__(self) -> MSDataset:
         return self

@@ -41,7 +41,10 @@ def parts_of(streams: Iterable[tuple[str, Any, Any]], sampler: Any, shard: tuple
     own indices the streams pack, for a custom sampler). A mixture's draw
     (rank and global) shares one schedule; a custom sampler over a mixture
     draws without it, so it has none."""
-    packs = {name: ds for name, ds, _ in streams if isinstance(ds, PackStream) and ds.pack.mode == "concat"}
+    packs = {
+        name: ds for name, ds, _ in streams
+        if isinstance(ds, PackStream) and ds.pack.mode == "concat" and ds.keeps_cursor
+    }
     schedule = getattr(sampler, "schedule", None)
     if schedule is not None and not schedule.exact:
         schedule = None  # sampled counts reach any step without a replay (their bridge)

@@ -3,7 +3,7 @@
 A loader's sampler is a pure function of the step, so the records of every
 coming step are known now. :class:`Lookahead` runs one background thread
 per loader that draws the indices of the steps after the one the consumer
-is at and asks each stream's cache guard (``store._guard.Guard``) to fetch
+is at and asks each stream's cache guard (``remote._guard.Guard``) to fetch
 and pin the pages they need, while the workers gather the current steps.
 It stays within a byte budget (what it fetched for steps the consumer has
 not reached yet) and a step horizon, so it neither floods the cache nor

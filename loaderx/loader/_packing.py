@@ -45,6 +45,10 @@ if TYPE_CHECKING:
 CHUNK_STEPS = 1024
 #: chunks of per-step sums a TokenIndex keeps (the boundaries of every chunk stay)
 CACHED_CHUNKS = 16
+#: chunks whose records and lengths a TokenIndex keeps too (the last summed),
+#: so that the steps packing them look neither up again; and the most
+#: records a chunk may have to be kept
+KEPT_CHUNKS, KEPT_RECORDS = 2, 1 << 21
 
 # the arrays of a PackPool slot; 0-4 are a RaggedPool slot's, for the gather
 _IDX, _DENSE, _SEG, _POS, _CU, _NSEG, _REC, _START, _SRC, _PAD, _FROM = range(5, 16)
@@ -64,7 +68,7 @@ def check_packs(pack: Any, streams: Mapping[str, Any], pads: Mapping[str, Any], 
     for key, spec in pack.items():
         if key not in streams or not isinstance(streams[key], ragged):
             names = [k for k, v in streams.items() if isinstance(v, ragged)]
-            what = "no stream" if key not in streams else f"a {type(streams[key]).__name__}, not a ragged stream"
+            what = "no stream" if key not in streams else f"{_kind(streams[key])}, not a ragged stream"
             raise ValueError(
                 f"pack={{{key!r}: {spec!r}}} names {what}; only a ragged stream (RaggedDataset) packs, "
                 f"and the ragged streams are {names}"
@@ -78,14 +82,45 @@ def check_packs(pack: Any, streams: Mapping[str, Any], pads: Mapping[str, Any], 
     return out
 
 
+def _kind(stream: Any) -> str:
+    """What a user calls a stream (never a loader-internal class)."""
+    if isinstance(stream, np.ndarray) or hasattr(stream, "array"):
+        return "a NumPy array"
+    for cls in type(stream).__mro__:
+        if cls.__name__ in ("DenseDataset", "RaggedDataset"):
+            return f"a {cls.__name__}"
+    return f"a {type(stream).__name__}"
+
+
 def check_layout(sources: Mapping[str, Any], epoch: bool) -> None:
     """Refuse what concat packing leaves undefined: a stream that is not
     packed (its per-record batch has no rows to line up with, since a step's
     rows hold records of several sampler steps) and an ``epoch=True`` pass
     (whose steps count records, not tokens)."""
+    for name, ds in sources.items():  # token weights need the rows of concat packing
+        tokens = getattr(ds, "by", None) == "tokens" or getattr(getattr(ds, "dataset", None), "by", None) == "tokens"
+        if tokens and not (isinstance(ds, PackStream) and ds.pack.mode == "concat"):
+            how = f"packed in mode {ds.pack.mode!r}" if isinstance(ds, PackStream) else "not packed"
+            raise ValueError(
+                f"stream {name!r} is {how}, but the Mixture weighs its sources by='tokens': token "
+                f"shares are made of packed rows, so pack it in concat mode (pack={{{name!r}: L}}), or "
+                "weigh the sources by='records'"
+            )
     concat = [name for name, ds in sources.items() if isinstance(ds, PackStream) and ds.pack.mode == "concat"]
     if not concat:
         return
+    for name in concat:  # a record-weighted concat stream's batches of records are not loader steps
+        mix = sources[name].dataset
+        switches, unit = getattr(mix, "schedule", (0, "steps"))
+        if switches and unit == "steps" and getattr(mix, "by", "records") == "records":
+            raise ValueError(
+                f"stream {name!r} is packed in concat mode from a Mixture weighed by='records' whose weights "
+                "change at given steps: its rows are cut from the records of global batches that do not "
+                "line up with loader steps, so a change would not land at the step named. Weigh the "
+                "sources by='tokens' (rows of one source each; the schedule then counts loader steps "
+                "exactly), pack mode='first_fit', or pass Mixture(..., schedule_unit='record_batches') "
+                "to count the schedule in those global batches of records"
+            )
     if epoch:
         raise ValueError(
             f"pack mode 'concat' (stream {concat[0]!r}) runs endless or for steps=N; an epoch=True "
@@ -131,6 +166,9 @@ class TokenIndex:
 
     def _init_cache(self) -> None:
         self._sums: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()
+        self._records: collections.OrderedDict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = (
+            collections.OrderedDict()
+        )
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -161,7 +199,35 @@ class TokenIndex:
         self._sums[p] = cum
         while len(self._sums) > CACHED_CHUNKS:
             self._sums.popitem(last=False)
+        if flat.size <= KEPT_RECORDS:  # the records themselves, for the steps that pack them
+            bounds = np.zeros(c + 1, dtype=np.int64)
+            bounds[1:] = ends
+            self._records[p] = (flat, lens, bounds)
+            while len(self._records) > KEPT_CHUNKS:
+                self._records.popitem(last=False)
         return cum
+
+    def records(self, t0: int, t1: int, dataset: RaggedDataset) -> tuple[np.ndarray, np.ndarray]:
+        """The records of sampler steps ``[t0, t1]`` in order and their
+        lengths: from the chunks whose records are kept (those last summed),
+        else drawn and looked up again."""
+        c = CHUNK_STEPS
+        with self._lock:
+            got = [self._records.get(p) for p in range(t0 - t0 % c, t1 - t1 % c + 1, c)]
+        if all(g is not None for g in got):
+            parts = []
+            for k, (flat, lens, bounds) in enumerate(got):  # type: ignore[misc]  # all() above ruled the Nones out
+                base = (t0 - t0 % c) + k * c
+                a = bounds[max(t0, base) - base]
+                b = bounds[min(t1, base + c - 1) - base + 1]
+                parts.append((flat[a:b], lens[a:b]))
+            if len(parts) == 1:
+                return parts[0]
+            return np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts])
+        buf = np.empty(self.batch_size, dtype=np.int64)
+        drawn = [self.draw(t, buf).copy() for t in range(t0, t1 + 1)]
+        every = drawn[0] if len(drawn) == 1 else np.concatenate(drawn)
+        return every, dataset.lengths(every)
 
     def _known(self, step: int, tokens: int) -> None:
         """Keep ``tokens before sampler step step`` (under the lock),
@@ -258,6 +324,15 @@ def first_fit(lens: np.ndarray, length: int, rows: int, truncate: bool) -> tuple
     return pieces, length - free, dropped
 
 
+def _merge_starts(row_starts: np.ndarray, inside: np.ndarray, length: int) -> np.ndarray:
+    """The sorted segment starts of a step: every row start and every
+    record start ``inside`` it (sorted, distinct), each once."""
+    inside = inside[inside % length != 0]
+    out = np.concatenate([row_starts, inside])
+    out.sort(kind="stable")
+    return out
+
+
 def _fit(slot: list[np.ndarray], i: int, n: int, dtype: Any) -> np.ndarray:
     """``slot[i]``, replaced by a larger array when it has fewer than ``n`` items."""
     if slot[i].size < n:
@@ -271,12 +346,15 @@ class PackStream(RaggedStream):
     Args:
         name: the stream's name (for messages).
         dataset: the store, or a mixture's ragged stream
-            (:class:`loaderx.loader.mixture.MixtureRaggedStream`), whose
+            (:class:`loaderx.loader._mixstreams.MixtureRaggedStream`), whose
             records are those of its sources over the global index space.
         pack: how it is packed.
         offsets_dtype: the dtype of ``cu_seqlens``.
         batch_size: the loader's records per step (the default rows).
     """
+
+    #: whether a concat stream's position goes into a state's cursor
+    keeps_cursor = True
 
     def __init__(
         self, name: str, dataset: Any, pack: Pack, offsets_dtype: np.dtype, batch_size: int
@@ -298,6 +376,9 @@ class PackStream(RaggedStream):
         self.nbytes_per_item = -(-self.tokens * per_token // batch_size) + 1
         self.index: TokenIndex | None = None
         self._cols = np.arange(self.length, dtype=np.int32)
+        #: 0, 1, ... over a step's flattened tokens (positions are these minus their segment's start)
+        self._tokens_at = np.arange(self.tokens, dtype=np.int32)
+        self._row_starts = np.arange(0, self.tokens, self.length, dtype=np.int64)
         self.draw: Any = None
         self.global_batch = batch_size
         self.rank, self.world = 0, 1
@@ -422,10 +503,7 @@ class PackStream(RaggedStream):
         first = (step * self.world + self.rank) * total  # this rank's stretch of the global step
         t0, r0, _ = index.locate(first, self.dataset)
         t1, _, _ = index.locate(first + total - 1, self.dataset)
-        buf = np.empty(index.batch_size, dtype=np.int64)
-        drawn = [index.draw(t, buf).copy() for t in range(t0, t1 + 1)]
-        every = drawn[0] if len(drawn) == 1 else np.concatenate(drawn)
-        lens = self.dataset.lengths(every)
+        every, lens = index.records(t0, t1, self.dataset)
         ends = np.cumsum(lens)
         a = int(np.searchsorted(ends, r0, side="right"))  # the record holding the step's first token
         b = int(np.searchsorted(ends, r0 + total - 1, side="right"))  # and its last
@@ -439,7 +517,7 @@ class PackStream(RaggedStream):
         rows = values[skip : skip + total].reshape((self.rows, length, *self.item_shape))
         # a segment starts at every row start and at every record start inside the step
         inside = doc_start[(doc_start > 0) & (lens[a : b + 1] > 0)]
-        starts = np.union1d(np.arange(0, total, length, dtype=np.int64), inside)
+        starts = _merge_starts(self._row_starts, inside, length)
         which = np.searchsorted(doc_end, starts, side="right")
         s = starts.shape[0]
         rec = _fit(slot, _REC, s, np.int64)[:s]
@@ -459,18 +537,23 @@ class PackStream(RaggedStream):
         padding; all of them when None), and ``cu_seqlens`` with ``starts``
         filled in."""
         total, length = self.tokens, self.length
-        seg = slot[_SEG][:total]
-        seg.fill(0)
-        seg[starts if real is None else real] = 1
-        seg2 = seg.reshape(self.rows, length)
-        np.cumsum(seg2, axis=1, out=seg2)
-        # positions: 1 per token, and at each segment start the step back to 0
-        pos = slot[_POS][:total]
-        pos.fill(1)
         lens = np.diff(starts, append=total)
-        pos[starts[1:]] = 1 - lens[:-1]
-        pos[0] = 0
-        np.cumsum(pos, out=pos)
+        # each segment's id: the real segments of its row up to it (a padding
+        # segment keeps the id before it; the caller zeroes padding)
+        first = np.searchsorted(starts, starts - starts % length)  # the first segment of each one's row
+        if real is None:
+            ids = np.arange(1, starts.shape[0] + 1, dtype=np.int64) - first
+        else:
+            mark = np.zeros(starts.shape[0], dtype=np.int64)
+            mark[np.searchsorted(starts, real)] = 1
+            count = np.cumsum(mark)
+            ids = count - (count[first] - mark[first])
+        seg = slot[_SEG][:total]
+        seg[:] = np.repeat(ids.astype(np.int32), lens)
+        seg2 = seg.reshape(self.rows, length)
+        # positions: each token's offset from its segment's start
+        pos = slot[_POS][:total]
+        np.subtract(self._tokens_at[:total], np.repeat(starts.astype(np.int32), lens), out=pos)
         cu = _fit(slot, _CU, s + 1, self.offsets_dtype)[: s + 1]
         cu[:s] = starts
         nseg = slot[_NSEG][: self.rows]

@@ -69,6 +69,9 @@ import numpy as np
 COUNTS = ("exact", "sampled")
 #: steps between the checkpoints of an exact schedule's period
 CHECKPOINT = 1024
+#: an exact schedule whose period is at most this many steps keeps the extras
+#: before each step of it, so that any step's counts are a table lookup
+TABLE_PERIOD = 4096
 #: draws a sampled block may hold (numpy's hypergeometric needs fewer than 10**9)
 _BRIDGE_DRAWS = 10**9 - 1
 
@@ -78,7 +81,9 @@ _BRIDGE_DRAWS = 10**9 - 1
 
 def as_fraction(value: Any, where: str) -> Fraction:
     """An exact, finite, non-negative weight: an int, a Fraction, or a float
-    read from its ``str()`` (``0.1`` is ``1/10``, not the binary fraction)."""
+    read from its ``str()`` (``0.1`` is ``1/10``, not the binary fraction): a
+    NumPy float from the shortest decimal of its own precision, so
+    ``np.float32(0.6)`` is ``3/5`` as typed."""
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{where} is {value!r}; a weight must be a number, not a bool")
     if isinstance(value, Fraction):
@@ -89,7 +94,9 @@ def as_fraction(value: Any, where: str) -> Fraction:
         x = float(value)
         if not math.isfinite(x):
             raise ValueError(f"{where} is {value!r}; weights must be finite and non-negative")
-        f = Fraction(str(x))
+        # the shortest decimal that reads back as this value in its own precision
+        text = np.format_float_positional(value, unique=True, trim="0") if isinstance(value, np.floating) else str(x)
+        f = Fraction(text)
     else:
         raise TypeError(
             f"{where} is {value!r} ({type(value).__name__}); a weight must be an int, a float or a Fraction"
@@ -280,6 +287,8 @@ class ExactCounts:
         self.period = math.lcm(*(f.denominator for f in self.frac)) if self.frac else 1
         self._per_period = [int(f * self.period) for f in self.frac]  # extras of a whole period
         self._first = (self.frac[0].numerator, self.frac[0].denominator) if self.frac else (0, 1)
+        #: the extras before the steps of a period of at most TABLE_PERIOD steps found so far
+        self._table: dict[int, tuple[int, ...]] = {}
 
     def _extras(self, t: int) -> list[int]:
         """Extras per taker over steps ``[0, t)``."""
@@ -288,7 +297,11 @@ class ExactCounts:
         if not full:
             return full
         if self._pd2 is not None:
-            part = self._pd2.state(rest)
+            part = self._table.get(rest)
+            if part is None:
+                part = self._pd2.state(rest)
+                if self.period <= TABLE_PERIOD:  # a short period: every step of it is kept once found
+                    self._table[rest] = part
         else:  # two takers share one extra a step: the first takes it at floor(u·t)
             num, den = self._first
             a = (num * rest) // den
@@ -420,6 +433,14 @@ class Schedule:
         self.weights = [tuple(w) for _, w in segments]
         # records of each source before segment k, for the segments known so far
         self._offsets: dict[int, list[int]] = {0: [0] * self.n}
+        self._last = threading.local()  # this thread's last window
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_last"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._last = threading.local()
 
     def segment(self, step: int) -> int:
         """The weights segment that ``step`` belongs to."""
@@ -445,11 +466,16 @@ class Schedule:
 
     def window(self, step: int) -> tuple[list[int], list[int]]:
         """``(records of each source before step, records of each in step)``."""
+        last = self._last.__dict__.get("w")
+        if last is not None and last[0] == step:
+            return last[1]
         k = self.segment(step)
         part, t = self.parts[k], step - self.starts[k]
         a, b = part.before(t), part.before(t + 1)
         off = self._offset(k)
-        return [x + y for x, y in zip(off, a)], [y - x for x, y in zip(a, b)]
+        got = [x + y for x, y in zip(off, a)], [y - x for x, y in zip(a, b)]
+        self._last.w = (step, got)  # the streams of one step ask again
+        return got
 
     def anchors(self, steps: Sequence[int]) -> list[list[Any]]:
         """What a cursor records of an exact schedule for a loader that
@@ -554,6 +580,8 @@ def compare_mixture(saved: Any, mine: Mapping[str, Any]) -> None:
     """Raise a ValueError saying how a saved ``mixture`` entry differs from this loader's."""
     if not isinstance(saved, Mapping):
         raise ValueError(f"state_dict has mixture={saved!r}, not a dict")
+    if "by" not in saved:  # saved before weights could count tokens
+        saved = {**saved, "by": "records"}
     s_src, m_src = saved.get("sources"), mine["sources"]
     # the order counts: it numbers the sources and lays out the global index space
     if not isinstance(s_src, Mapping) or list(s_src.items()) != list(m_src.items()):
@@ -573,9 +601,11 @@ def compare_mixture(saved: Any, mine: Mapping[str, Any]) -> None:
             f"state_dict is from another mixture: its weights schedule is {saved.get('weights')!r}, "
             f"this loader's is {mine['weights']!r}"
         )
-    for key in mine:
+    for key in mine:  # "data", the sources' fingerprints, is loader._state's to compare
+        if key == "data":
+            continue
         if saved.get(key) != mine[key]:
             raise ValueError(f"state_dict has mixture {key}={saved.get(key)!r} but this loader has {mine[key]!r}")
-    extra = [k for k in saved if k not in mine]
+    extra = [k for k in saved if k not in mine and k != "data"]
     if extra:
         raise ValueError(f"state_dict's mixture has unexpected keys {extra}")

@@ -24,12 +24,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from loaderx._args import check_shard, check_step
+from loaderx.loader._fingerprint import compare_fingerprints
 from loaderx.loader._schedule import compare_mixture
 
 #: keys every state has
 KEYS = ("step", "seed", "sampler", "batch_size", "shard")
 #: keys that identify the data; states saved before they existed load without them
-DATA_KEYS = ("streams", "pass", "pack", "mixture")
+DATA_KEYS = ("streams", "pass", "pack", "mixture", "data")
 #: the key of the resume cursor, in the states of loaders that have one
 CURSOR = "cursor"
 
@@ -69,6 +70,7 @@ def make_state(
     pack: Mapping[str, Any] | None = None,
     mixture: Mapping[str, Any] | None = None,
     cursor: Mapping[str, Any] | None = None,
+    data: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The JSON-serialisable state of a loader whose next step is ``step``
     (``pack``: the packing of each packed stream, recorded when there is one;
@@ -88,6 +90,8 @@ def make_state(
         state["pack"] = {k: list(v) for k, v in pack.items()}
     if mixture is not None:
         state["mixture"] = dict(mixture)
+    if data is not None:  # the fingerprint of each stream (loaderx.loader._fingerprint)
+        state["data"] = dict(data)
     if cursor is not None:
         state[CURSOR] = dict(cursor)
     return state
@@ -119,8 +123,8 @@ def check_state(state: Any, mine: Mapping[str, Any], end: int | None) -> int:
         raise ValueError(f"state_dict is from a loader over {which}, this loader's is not")
     if "mixture" in state:
         compare_mixture(state["mixture"], mine["mixture"])
-    if "streams" in state:
-        _compare_streams(state["streams"], mine["streams"])
+        if isinstance(state["mixture"], Mapping) and "data" in state["mixture"] and "data" in mine["mixture"]:
+            compare_fingerprints(state["mixture"]["data"], mine["mixture"]["data"], "source")
     for key in ("sampler", "seed", "pass"):
         if key in theirs and theirs[key] != mine[key]:
             raise ValueError(f"state_dict has {key}={state[key]!r} but this loader has {key}={mine[key]!r}")
@@ -129,6 +133,10 @@ def check_state(state: Any, mine: Mapping[str, Any], end: int | None) -> int:
         raise ValueError(
             f"state_dict has pack={state.get('pack', {})!r} but this loader has pack={mine.get('pack', {})!r}"
         )
+    if "streams" in state:  # after the packing: concat packing of a mixture leaves out the source stream
+        _compare_streams(state["streams"], mine["streams"])
+    if "data" in state and "data" in mine:  # the same record counts: are they the same records?
+        compare_fingerprints(state["data"], mine["data"], "stream")
     _compare_global_batch(state["batch_size"], theirs["shard"], mine["batch_size"], mine["shard"])
     step = check_step(state["step"])
     if end is not None and step > end:

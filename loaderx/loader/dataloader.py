@@ -1,7 +1,30 @@
 """The step-based data loader: endless, or one finite pass.
 
-The user documentation of these names is the docstring of :mod:`loaderx.dataloader`,
-their public face (``help(loaderx.dataloader)`` and the API reference show it).
+A :class:`DataLoader` yields one batch per step, forever (or for ``steps``
+steps, or for one ``epoch=True`` pass over the records): a dict
+``{name: array}`` where each array is the ``(batch_size, *item_shape)`` batch
+of one dense stream (a store or a NumPy array), or the packed (or padded)
+batch of a ragged store, all streams gathered at the same indices. The
+indices of step ``s`` come from the sampler as a pure function of
+``(seed, s)``, so the loader's position is the step number:
+:meth:`DataLoader.state_dict` saves it and :meth:`DataLoader.load_state_dict`
+seeks back to it. Where a step also depends on the ones before it (a stream
+packed in concat mode starts where the last step's tokens ended; an exact
+mixture's counts follow a schedule), the state adds a cursor at the step
+(:mod:`loaderx.loader._cursor`), so seeking costs the same at any step.
+
+Work runs on threads: each worker claims the next step, draws its indices,
+gathers every stream (the copy runs natively with the GIL released) and runs
+the ``transform`` callback; batches are handed out strictly in step order, so
+the output is the same whatever ``num_workers`` is. The threads, the step
+window and the recycled batch buffers live in :mod:`loaderx.loader._pipeline`. With
+``workers="process"`` the same steps are made in spawned worker processes
+that hand finished batches back through shared memory
+(:mod:`loaderx.loader._procpool`), for transforms whose Python code the GIL would
+serialise. The default, ``workers="auto"``, starts on threads, measures the
+first steps (:mod:`loaderx.loader._autoworkers`) and moves to worker processes at a
+step boundary when the transform holds the GIL and the move is safe; the
+batches are the same either way.
 
 The module stays past 700 lines because :class:`DataLoader` is one state
 machine over one set of fields (the running pipeline, the position, the
@@ -38,7 +61,9 @@ from loaderx.loader._autoworkers import (
     pace,
 )
 from loaderx.loader._cursor import Parts, make_cursor, parts_of, seek_cursor
+from loaderx.loader._fingerprint import fingerprints
 from loaderx.loader._lookahead import Lookahead, guards_of
+from loaderx.loader._native_pipe import NativePipeline, native_blocker
 from loaderx.loader._packing import PackPool, PackStream, check_layout, check_packs
 from loaderx.loader._pipeline import ArrayStream as _ArrayStream
 from loaderx.loader._pipeline import Batch, BufferPool, Pipeline, Stream
@@ -57,6 +82,7 @@ from loaderx.loader._ragged import (
     check_pad,
 )
 from loaderx.loader._state import CURSOR, check_state, epoch_steps, make_state, sampler_identity
+from loaderx.loader._tokenmix import pack_stream
 from loaderx.loader.mixture import Mixture
 from loaderx.loader.options import TORCH_ARGS, LoaderOptions, check_mixture_args, check_sampler
 from loaderx.loader.sampler import IndexSampler, Sampler
@@ -88,6 +114,13 @@ class _EpochDraw:
         g = batch_size * self.world
         self.global_batch = g
         self.steps = epoch_steps(n, g, drop_last)
+
+    def native_draw(self) -> tuple[Any, ...]:
+        """This pass as the native step pipeline draws it (see
+        :func:`loaderx.loader._native_pipe.native_draw`)."""
+        order = None if self.order is None else np.ascontiguousarray(self.order, dtype=np.int64)
+        self.order = order  # the array the native side reads stays this one
+        return ("epoch", self.n, self.batch_size, self.rank, self.world, order)
 
     def __call__(self, step: int, out: np.ndarray) -> np.ndarray:
         if not 0 <= step < self.steps:
@@ -333,7 +366,7 @@ class DataLoader:
         start_method: str | None = None,
         **unsupported: Any,
     ) -> None:
-        self._pipe: Pipeline | ProcessPipeline | None = None
+        self._pipe: Pipeline | NativePipeline | ProcessPipeline | None = None
         self._procs: ProcessPool | None = None
         self._closed = False
         self._timer: StepTimer | None = None
@@ -407,7 +440,7 @@ class DataLoader:
             if not isinstance(name, str):
                 raise TypeError(f"stream names must be str, got {name!r}")
             if name in packs:
-                ds = PackStream(name, ds, packs[name], offsets_dt, self.options.batch_size)
+                ds = pack_stream(name, ds, packs[name], offsets_dt, self.options.batch_size)
             elif isinstance(ds, RaggedDataset):
                 ds = RaggedStream(name, ds, pads.get(name), offsets_dt)
             elif isinstance(ds, np.ndarray):
@@ -485,6 +518,8 @@ class DataLoader:
         self._step = opts.start_step  # next step to yield while no pipeline runs
         self._ahead: Lookahead | None = None  # the prefetch of datasets in object storage
         self._init_workers()
+        #: why the steps cannot be made by the native pipeline (None: they are)
+        self._native_blocker = native_blocker(self._streams, self.sampler, self._transform, self._workers)
 
     def _global_draw(self, n: int) -> tuple[Any, int, tuple[int, int]]:
         """What packing draws from (packing is global, see
@@ -720,7 +755,10 @@ class DataLoader:
              "num_workers", "prefetch",
              "measured": {"steps", "gather_s", "transform_s", "blocked_s",
                  "kernel_s"}
-                 (means per step) once workers="auto" judged, else None}
+                 (means per step) once workers="auto" judged, else None,
+             "pipeline": "native" (the native step pipeline makes the steps),
+                 "python" (worker threads of this process) or "process",
+             "pipeline_reason": why not native, or None}
         """
         v = self._verdict
         measured = None
@@ -738,7 +776,19 @@ class DataLoader:
             "num_workers": self._workers,
             "prefetch": self._prefetch,
             "measured": measured,
+            "pipeline": self._pipeline_kind(),
+            "pipeline_reason": self._native_blocker,
         }
+
+    def _pipeline_kind(self) -> str:
+        pipe = self._pipe
+        if isinstance(pipe, NativePipeline):
+            return "native"
+        if isinstance(pipe, ProcessPipeline) or (pipe is None and self._mode == "process"):
+            return "process"
+        if pipe is None and self._native_blocker is None and self._mode == "thread" and self._timer is None:
+            return "native"
+        return "python"
 
     # -- properties --------------------------------------------------------
 
@@ -840,6 +890,14 @@ class DataLoader:
             if self._procs is not None and self._mode == "process":
                 self._pipe = ProcessPipeline(self._procs, self._step, self._end)
                 return self._pipe.next()
+            if self._native_blocker is None and self._mode == "thread" and self._timer is None:
+                # a batch that one gather spreads over every core already is made by one worker
+                batch_bytes = sum(pool.nbytes for _, _, pool in self._streams)
+                workers = 1 if batch_bytes >= SHARED_GATHER_BYTES else self._workers
+                pipe = self._pipe = NativePipeline(
+                    self._streams, self.sampler, workers, self._prefetch, self._step, self._end
+                )
+                return pipe.next()
             batch_bytes = sum(pool.nbytes for _, _, pool in self._streams)
             pipe = Pipeline(
                 self._streams,
@@ -938,7 +996,17 @@ class DataLoader:
             pack=self._packs,
             mixture=None if self._mixture is None else self._mixture.identity(),
             cursor=self._cursor(step) if cursor else None,
+            data=self._fingerprints(),
         )
+
+    def _fingerprints(self) -> dict[str, str] | None:
+        """Each stream's fingerprint (a mixture's are in its identity), once."""
+        if self._mixture is not None:
+            return None
+        got = self.__dict__.get("_data_fingerprints")
+        if got is None:
+            got = self.__dict__["_data_fingerprints"] = fingerprints(self._streams)
+        return got
 
     def _parts(self) -> Parts:
         """What the loader's cursor is about (see :mod:`loaderx.loader._cursor`);

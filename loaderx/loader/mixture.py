@@ -1,7 +1,52 @@
 """Weighted mixtures of named sources, for :class:`loaderx.dataloader.DataLoader`.
 
-The user documentation of these names is the docstring of :mod:`loaderx.mixture`,
-their public face (``help(loaderx.mixture)`` and the API reference show it).
+A :class:`Mixture` stands where a loader takes its streams::
+
+    mix = Mixture({"web": {"tokens": web_tokens}, "code": {"tokens": code_tokens}},
+                  {"web": 0.7, "code": 0.3})
+    loader = DataLoader(mix, batch_size=256)
+    batch = next(loader)   # batch["tokens"], and batch["source"]: 0 (web) or 1 (code) per row
+
+Each source is a mapping of aligned streams with the same stream names,
+dtypes and trailing shapes as the others. Step ``s`` takes from the sources
+in proportion to the weights, as a pure function of ``(seed, s)``: by
+default every step's count for source ``i`` is within ±1 of ``w_i x G`` and
+its running sum within ±1 of ``w_i x G x (s + 1)`` (``G`` the global batch,
+``batch_size x world``; :mod:`loaderx.loader._schedule` says how), or with
+``counts="sampled"`` a multinomial draw per step.
+
+Each source reads through its own endless stream of record indices: the
+``j``-th record source ``i`` ever contributes is position ``j`` of that
+stream, and ``j`` is the running count of the source, so a source is covered
+once per cycle whatever the weights. The stream is ``sampler="cyclic"`` (a
+fresh permutation of the source per pass, from the native cyclic sampler),
+``"iid"`` or ``"sequential"``; its positions are drawn with a few native
+calls over aligned blocks of the permutation (one, two or, near the end of a
+pass, a few more per source per step).
+
+The loader sees one index space: record ``k`` of source ``i`` has the global
+index ``offsets[i] + k`` (:meth:`Mixture.locate` undoes it). A dense stream of
+the mixture gathers a batch with one native gather per source, into the
+batch rows of that source (through a scratch buffer and one copy when the
+rows are not consecutive: the rows of a batch interleave the sources, so
+that every rank's slice of the global batch holds close to its share of
+each); a ragged one as said below. The batch also has a ``source`` int32 stream naming each row's source
+(its position in :attr:`Mixture.names`).
+
+Weights may change at given steps, ``{0: {...}, 10_000: {...}}``; the
+schedule is part of the loader's state, and a state from another mixture
+(sources, sizes, weights, counts, sampler, what the weights count, or other
+records in a source of the same size, by the fingerprint of each source) is
+refused saying what differs.
+
+``by="tokens"`` makes the weights shares of tokens: see
+:mod:`loaderx.loader._tokenmix` for how concat packing lays the rows out.
+
+A batch of local, read-only single-store sources is one native gather over a
+set of fresh read-only handles on their stores (the set's global indices are
+the mixture's), as for one store; other sources (sharded, in object storage,
+writable) gather one source at a time into a per-thread staging area and are
+copied into place a run of consecutive batch rows at a time.
 """
 
 from __future__ import annotations
@@ -14,9 +59,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from loaderx.errors import CorruptStoreError
+from loaderx.loader._fingerprint import fingerprint
+from loaderx.loader._mixstreams import MixtureRaggedStream, MixtureStream, SourceStream, _locate
 from loaderx.loader._pipeline import ArrayStream
-from loaderx.loader._ragged import RaggedStream
 from loaderx.loader._schedule import COUNTS, Schedule, check_schedule, spread, weights_text
 from loaderx.loader.sampler import sample
 from loaderx.store import _native
@@ -29,6 +74,10 @@ __all__ = ["Mixture"]
 
 #: how a source's stream of record indices is drawn
 SOURCE_SAMPLERS = ("cyclic", "iid", "sequential")
+#: what a mixture's weights count
+BY = ("records", "tokens")
+#: what the keys of a weights schedule count
+SCHEDULE_UNITS = ("steps", "record_batches")
 #: positions per step of the native iid sampler a source's iid stream reads
 _IID_STEP = 1 << 20
 #: the fewest positions one native call of a source's stream draws: a loader
@@ -61,6 +110,13 @@ class _SourceDraw:
         self._last = threading.local()
 
     def positions(self, a: int, b: int) -> np.ndarray:
+        last = getattr(self._last, "block", None)
+        if last is not None and self.mode != "sequential":  # most calls: inside the block the last one drew
+            size = self.n if self.mode == "cyclic" else _IID_STEP
+            frame, y0 = divmod(a, size)
+            start, block = last[1], last[2]
+            if last[0] == frame and start <= y0 and y0 + b - a <= start + block.size:
+                return block[y0 - start : y0 - start + b - a].copy()
         out = np.empty(b - a, dtype=np.int64)
         if self.mode == "sequential":
             np.remainder(np.arange(a, b, dtype=np.int64), self.n, out=out)
@@ -111,6 +167,7 @@ class MixtureDraw:
         self, mixture: Mixture, batch_size: int, seed: int, shard: tuple[int, int], schedule: Schedule | None = None
     ) -> None:
         self.batch_size = batch_size
+        self.seed = seed
         self.rank, self.world = shard
         self.global_batch = batch_size * self.world
         #: the per-step counts; the draws of one global batch (each rank's and
@@ -161,173 +218,6 @@ class MixtureDraw:
         return out
 
 
-#: the last per-source plan of a batch's indices, per thread (see _Parts._groups)
-_PLANS = threading.local()
-
-
-def _locate(starts: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    return np.searchsorted(starts, idx, side="right") - 1
-
-
-class _Parts:
-    """What the dense and ragged mixture streams share: the per-source
-    streams and the global index space."""
-
-    parts: list[tuple[str, Any]]
-    starts: np.ndarray
-    offsets: tuple[int, ...]
-    total: int
-
-    @property
-    def mixture_parts(self) -> list[tuple[str, Any]]:
-        """``(source name, stream)`` per source: what a worker process reopens."""
-        return list(self.parts)
-
-    def with_parts(self, parts: list[tuple[str, Any]]) -> Any:
-        """A copy over other per-source streams (reopened ones)."""
-        new = object.__new__(type(self))
-        new.__dict__.update(self.__dict__)
-        new.parts = list(parts)
-        return new
-
-    def _groups(self, idx: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        """``(source, batch rows, local indices)`` per source in ``idx``; the
-        streams of one step get the same indices, so the last answer is kept
-        (per thread) and reused when the indices are equal."""
-        last = getattr(_PLANS, "last", None)
-        if last is not None and last[0] == self.offsets and np.array_equal(last[1], idx):
-            return last[2]
-        got = self._plan(idx)
-        _PLANS.last = (self.offsets, idx.copy(), got)
-        return got
-
-    def _plan(self, idx: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        src = _locate(self.starts, idx)
-        if src.size and src[0] == src[-1] and (src == src[0]).all():
-            i = int(src[0])
-            return [(i, np.arange(idx.size), idx - self.starts[i])]
-        out = []
-        for i in np.unique(src).tolist():
-            rows = np.flatnonzero(src == i)
-            out.append((i, rows, idx[rows] - self.starts[i]))
-        return out
-
-    def __len__(self) -> int:
-        return self.total
-
-
-class MixtureStream(_Parts):
-    """One dense stream of a mixture: one native gather per source."""
-
-    def __init__(self, name: str, parts: list[tuple[str, Any]], offsets: tuple[int, ...]) -> None:
-        self.name = name
-        self.parts = parts
-        self.offsets = tuple(offsets)
-        self.starts = np.asarray(offsets[:-1], dtype=np.int64)
-        self.total = offsets[-1]
-        first = parts[0][1]
-        self.dtype = first.dtype
-        self.item_shape = tuple(first.item_shape)
-        self.nbytes_per_item = int(first.nbytes_per_item)
-
-    def _gather_unchecked(self, idx: np.ndarray, out: np.ndarray) -> None:
-        for i, rows, local in self._groups(idx):
-            part = self.parts[i][1]
-            if rows[-1] - rows[0] + 1 == rows.size:  # consecutive rows: straight into the batch
-                part._gather_unchecked(local, out[rows[0] : rows[-1] + 1])
-            else:
-                scratch = np.empty((rows.size, *self.item_shape), dtype=self.dtype)
-                part._gather_unchecked(local, scratch)
-                out[rows] = scratch
-
-
-class MixtureRaggedStream(_Parts, RaggedStream):
-    """One ragged stream of a mixture: one packed native gather per source,
-    the records then laid out in batch order."""
-
-    def __init__(
-        self, name: str, parts: list[tuple[str, RaggedDataset]], offsets: tuple[int, ...],
-        pad: tuple[str, int] | None, offsets_dtype: np.dtype,
-    ) -> None:
-        self.name = name
-        self.parts = parts
-        self.offsets = tuple(offsets)
-        self.starts = np.asarray(offsets[:-1], dtype=np.int64)
-        self.total = offsets[-1]
-        self.pad = pad
-        self.offsets_dtype = offsets_dtype
-        first = parts[0][1]
-        self.dtype = first.dtype
-        self.item_shape = tuple(first.item_shape)
-        self.row_items = int(np.prod(self.item_shape, dtype=np.int64))
-        self.row_bytes = self.row_items * self.dtype.itemsize
-        per = [RaggedStream(name, ds, None, offsets_dtype).nbytes_per_item for _, ds in parts]
-        self.nbytes_per_item = max(per)
-
-    def lengths(self, idx: np.ndarray) -> np.ndarray:
-        """The first-axis length of each record ``idx`` (global indices), as
-        int64, from the sources' tables: what packing plans a step with."""
-        out = np.empty(idx.shape[0], dtype=np.int64)
-        for i, rows, local in self._plan(np.asarray(idx, dtype=np.int64)):
-            out[rows] = self.parts[i][1].lengths(local)
-        return out
-
-    def gather_into(self, idx: np.ndarray, slot: list[np.ndarray], step: int = 0) -> Any:
-        k = idx.shape[0]
-        sizes = slot[1][:k]
-        got = []
-        for i, rows, local in self._groups(idx):
-            ds = self.parts[i][1]
-            part_sizes = np.empty(rows.size, dtype=np.int64)
-            buf = np.empty(max(1, rows.size * self.nbytes_per_item), dtype=np.uint8)
-            local = np.ascontiguousarray(local)
-            while True:
-                needed = int(ds._guarded(
-                    local, lambda d=ds, i=local, s=part_sizes, b=buf: _native.store_gather_ragged(d._h, i, s, b)
-                ))
-                if needed <= buf.size:
-                    break
-                buf = np.empty(needed, dtype=np.uint8)
-            sizes[rows] = part_sizes
-            got.append((rows, part_sizes, buf[:needed]))
-        starts = np.zeros(k + 1, dtype=np.int64)
-        np.cumsum(sizes, out=starts[1:])
-        needed = int(starts[-1])
-        if needed > slot[0].size:
-            slot[0] = np.empty(int(needed * 1.25), dtype=np.uint8)
-        for rows, part_sizes, data in got:
-            if data.size:
-                here = np.cumsum(part_sizes) - part_sizes  # each record's start in its part's buffer
-                dest = np.repeat(starts[rows] - here, part_sizes) + np.arange(data.size, dtype=np.int64)
-                slot[0][dest] = data
-        if self.row_bytes and (sizes % self.row_bytes).any():
-            j = int(np.argmax(sizes % self.row_bytes != 0))
-            raise CorruptStoreError(
-                f"stream {self.name!r}: record {int(idx[j])} is {int(sizes[j])} bytes, not a multiple of "
-                f"one row ({self.row_bytes} bytes)"
-            )
-        rows_per = sizes // self.row_bytes if self.row_bytes else np.zeros_like(sizes)
-        return self.finish(idx, slot, rows_per, needed)
-
-
-class SourceStream:
-    """The ``source`` stream of a mixture's batches: each row's source, int32."""
-
-    dtype = np.dtype(np.int32)
-    item_shape: tuple[int, ...] = ()
-    nbytes_per_item = 4
-
-    def __init__(self, offsets: tuple[int, ...]) -> None:
-        self.starts = np.asarray(offsets[:-1], dtype=np.int64)
-        self.total = offsets[-1]
-
-    def __len__(self) -> int:
-        return self.total
-
-    def _gather_unchecked(self, idx: np.ndarray, out: np.ndarray) -> None:
-        out[:] = _locate(self.starts, idx)
-
-
 def _stream_kind(value: Any, where: str) -> tuple[str, Any]:
     """``("dense" | "ragged", stream)`` of a source's stream."""
     if isinstance(value, RaggedDataset):
@@ -353,7 +243,8 @@ class Mixture:
             starting at step 0 whose weights apply from that step on. Weights
             are ints, floats (read exactly from their ``str()``: 0.1 is 1/10)
             or ``fractions.Fraction``; finite, non-negative, not all 0; they
-            are normalised to sum 1 (token counts do).
+            are normalised to sum 1. A NumPy float is read as the shortest
+            decimal of its precision (``np.float32(0.6)`` is 3/5).
         counts: ``"exact"`` (every step's count within ±1 of the weight's
             share, and every running sum too) or ``"sampled"`` (a multinomial
             draw per step, keyed by ``(seed, step)``).
@@ -362,6 +253,21 @@ class Mixture:
             ``"sequential"``.
         source_key: the name of the batch stream that gives each row's
             source (an int32 index into :attr:`names`).
+        by: what the weights count. ``"records"`` (the default): shares of
+            each step's records, in every pack mode. ``"tokens"``: shares of
+            tokens; over ragged sources it needs concat packing
+            (``pack={stream: L}``), whose rows are then ``L`` tokens of one
+            source each, as many per step as the exact schedule gives with
+            the rows as units (see :mod:`loaderx.loader._tokenmix`: within
+            one row of the share every step, exact over each period of the
+            schedule); over dense sources, whose records all have the same
+            tokens, it draws as ``"records"``. A source with no tokens is
+            refused.
+        schedule_unit: what the keys of a weights schedule count:
+            ``"steps"`` (loader steps, the default) or ``"record_batches"``,
+            the global batches of records a record-weighted concat-packed
+            stream is cut from, which do not line up with loader steps: a
+            loader refuses such a schedule unless this says so.
 
     Raises:
         TypeError, ValueError: a bad source, stream or weight; the message
@@ -376,6 +282,8 @@ class Mixture:
         counts: str = "exact",
         sampler: str = "cyclic",
         source_key: str = "source",
+        by: str = "records",
+        schedule_unit: str = "steps",
     ) -> None:
         if not isinstance(sources, Mapping) or not sources:
             raise TypeError(
@@ -387,6 +295,13 @@ class Mixture:
             raise ValueError(f"sampler must be one of {', '.join(map(repr, SOURCE_SAMPLERS))}, got {sampler!r}")
         if not isinstance(source_key, str):
             raise TypeError(f"source_key must be a str, got {source_key!r}")
+        if by not in BY:
+            raise ValueError(f"by must be 'records' or 'tokens' (what the weights count), got {by!r}")
+        if schedule_unit not in SCHEDULE_UNITS:
+            raise ValueError(
+                f"schedule_unit must be 'steps' (loader steps) or 'record_batches' (the global batches of "
+                f"records a concat-packed stream is made of), got {schedule_unit!r}"
+            )
         parsed: dict[str, dict[str, tuple[str, Any]]] = {}
         sizes = []
         first_name: str | None = None
@@ -424,19 +339,60 @@ class Mixture:
         self.sizes: tuple[int, ...] = tuple(sizes)
         #: the global index of each source's first record, and the total at the end
         self.offsets: tuple[int, ...] = tuple(int(x) for x in np.cumsum([0, *sizes]))
-        #: ``((start step, weights summing to 1), ...)``
-        self.segments = check_schedule(weights, self.names)
+        #: what the weights count: ``"records"`` or ``"tokens"``
+        self.by = by
+        #: the weights as given, normalised: ``((start step, weights summing to 1), ...)``
+        self.weights = check_schedule(weights, self.names)
+        #: the weights of records per step: the weights themselves, or for
+        #: ``by="tokens"`` over dense sources, each divided by its tokens per record
+        self.segments = self.weights
+        if by == "tokens":
+            self.segments = self._token_segments(parsed)
         self.counts = counts
         self.sampler = sampler
         self.source_key = source_key
+        #: what a weights schedule's keys count (see the class docs)
+        self.schedule_unit = schedule_unit
+
+    def _token_segments(self, parsed: Mapping[str, Mapping[str, tuple[str, Any]]]) -> Any:
+        """The record weights of ``by="tokens"``: over dense sources, each
+        token weight divided by the tokens of one record (the first axis of
+        the first stream); over ragged ones the token weights themselves
+        (concat packing makes rows of them), after refusing a source with no
+        tokens at all."""
+        first = self.stream_names[0]
+        kind, ref = parsed[self.names[0]][first]
+        if kind == "ragged":
+            for name in self.names:
+                ds = parsed[name][first][1]
+                n = len(ds)
+                probe = np.unique(np.linspace(0, n - 1, min(n, 1024)).astype(np.int64))
+                if not ds.lengths(probe).any() and not ds.lengths().any():
+                    raise ValueError(
+                        f"source {name!r} has no tokens (all its {n} records of stream {first!r} have length "
+                        "0): by='tokens' cannot give it a share"
+                    )
+            return self.weights
+        per = int(ref.item_shape[0]) if ref.item_shape else 1
+        if per == 0:
+            raise ValueError(
+                f"stream {first!r} has records of shape {tuple(ref.item_shape)}, no tokens: by='tokens' cannot "
+                "weigh the sources"
+            )
+        out = []
+        for start, ws in self.weights:
+            scaled = [w / per for w in ws]
+            total = sum(scaled)
+            out.append((start, tuple(w / total for w in scaled)))
+        return tuple(out)
 
     def __len__(self) -> int:
         """The records of all sources together (the loader's index space)."""
         return self.offsets[-1]
 
     def __repr__(self) -> str:
-        w = {n: str(x) for n, x in zip(self.names, self.segments[0][1])}
-        more = f", {len(self.segments) - 1} weight changes" if len(self.segments) > 1 else ""
+        w = {n: str(x) for n, x in zip(self.names, self.weights[0][1])}
+        more = f", {len(self.weights) - 1} weight changes" if len(self.weights) > 1 else ""
         return (
             f"Mixture(sources={dict(zip(self.names, self.sizes))}, weights={w}{more}, "
             f"streams={list(self.stream_names)}, counts={self.counts!r}, sampler={self.sampler!r})"
@@ -444,8 +400,8 @@ class Mixture:
 
     def weights_at(self, step: int) -> dict[str, Fraction]:
         """The normalised weights in force at ``step``."""
-        current = self.segments[0][1]
-        for start, w in self.segments:
+        current = self.weights[0][1]
+        for start, w in self.weights:
             if start <= step:
                 current = w
         return dict(zip(self.names, current))
@@ -460,11 +416,30 @@ class Mixture:
         """What a loader's state records of the mixture (JSON-serialisable)."""
         return {
             "sources": dict(zip(self.names, self.sizes)),
-            "weights": weights_text(self.segments, self.names),
+            "weights": weights_text(self.weights, self.names),
             "counts": self.counts,
             "sampler": self.sampler,
             "source_key": self.source_key,
+            "by": self.by,
+            # read only where the native library is loaded already: a process
+            # that forks workers (torch's) must not load it to save a state
+            **({"data": self.fingerprint()} if _native.loaded() or "_fingerprint" in self.__dict__ else {}),
         }
+
+    def fingerprint(self) -> dict[str, str]:
+        """``{source name: digest}`` of each source's records (see
+        :mod:`loaderx.loader._fingerprint`), what a state checks its data by;
+        computed once."""
+        got = self.__dict__.get("_fingerprint")
+        if got is None:
+            got = {}
+            for name in self.names:
+                h = hashlib.blake2b(digest_size=8)
+                for s in self.stream_names:
+                    h.update(f"{s}\0{fingerprint(self._sources[name][s][1])}\0".encode())
+                got[name] = h.hexdigest()
+            self.__dict__["_fingerprint"] = got
+        return dict(got)
 
     def template(self) -> dict[str, Any]:
         """The first source's streams: what the loader checks ``pad=`` against."""
@@ -476,7 +451,8 @@ class Mixture:
         for s in self.stream_names:
             parts = [(n, self._sources[n][s][1]) for n in self.names]
             if self._sources[self.names[0]][s][0] == "ragged":
-                out[s] = MixtureRaggedStream(s, parts, self.offsets, pads.get(s), offsets_dtype)
+                out[s] = MixtureRaggedStream(s, parts, self.offsets, pads.get(s), offsets_dtype, self.by)
+                out[s].schedule = (len(self.weights) - 1, self.schedule_unit)
             else:
                 out[s] = MixtureStream(s, parts, self.offsets)
         out[self.source_key] = SourceStream(self.offsets)

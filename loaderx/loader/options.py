@@ -72,7 +72,14 @@ def check_mixture_args(sampler: Any, epoch: Any) -> None:
     if isinstance(sampler, str) and sampler != "cyclic":
         raise ValueError(
             f"sampler={sampler!r} with a Mixture: its sources draw with Mixture(sampler=...) "
-            "('cyclic', 'iid' or 'sequential'); the loader's sampler= takes only a custom object here"
+            "('cyclic', 'iid' or 'sequential'), and the loader's sampler= is left out"
+        )
+    if not isinstance(sampler, str) and not getattr(sampler, "keeps_mixture_weights", False):
+        raise ValueError(
+            f"sampler={type(sampler).__name__}(...) with a Mixture: the mixture draws each step from its "
+            "sources by its weights, and a custom sampler would replace them (its indices would ignore the "
+            "weights). Leave sampler= out: give the shares as the Mixture's weights and how each source "
+            "walks its records as Mixture(sampler='cyclic' | 'iid' | 'sequential')"
         )
     if epoch is True:
         raise ValueError("epoch=True with a Mixture: a mixture is endless (give steps= for a finite run)")

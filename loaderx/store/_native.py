@@ -55,6 +55,7 @@ macOS, ``loaderx.dll`` on Windows) unless the environment variable
 
 from __future__ import annotations
 
+import contextlib
 import dis
 import hashlib
 import importlib.util
@@ -118,10 +119,12 @@ __all__ = [
     "sample",
     "set_threads",
     "get_threads",
+    "StepPipe",
+    "pipe_live",
 ]
 
 #: The version of the C ABI this module is written for (LX_ABI_VERSION).
-ABI_VERSION = 7
+ABI_VERSION = 8
 
 #: Bytes of the per-thread error buffer (struct lx_error: the error number,
 #: then the message).
@@ -274,6 +277,10 @@ if TYPE_CHECKING:
     _lx_store_len: Any
     _SAMPLE_SPEC: struct.Struct
     _pack_spec: Any
+    PIPE_CONFIG_FIELDS: tuple[str, ...]
+    _PIPE: dict[str, int]
+    PIPE_GOT: tuple[str, ...]
+    _lx_pipe_next: Any
 
 
 def _bind() -> None:
@@ -282,7 +289,7 @@ def _bind() -> None:
     global ffi, lib, library_path, OK, INVALID, OUT_OF_RANGE, NOT_FOUND, CORRUPT, CLOSED, IO, BUSY, INTERNAL
     global EXISTS, CANCELED, NOT_RESIDENT, STATUS_EXCEPTIONS, _EXCEPTIONS, CODEC_NAMES, SAMPLER_MODES, STATS_FIELDS
     global MAX_DIMS, MAX_RECORD_SIZE, _ERROR_HEAD, _CREATE_REPLACE, SAMPLE_SPEC_FIELDS, _from_buffer, _cast
-    global PROBE_FIELDS
+    global PROBE_FIELDS, PIPE_CONFIG_FIELDS, PIPE_GOT, _PIPE, _lx_pipe_next
     global _new, _string, _I64, _I64_ARRAY, _CHAR_ARRAY, _NULL, _lx_sample, _lx_store_gather
     global _lx_store_gather_packed, _lx_store_gather_ragged, _lx_store_len, _SAMPLE_SPEC, _pack_spec
     ffi, lib, library_path = _load()
@@ -355,6 +362,24 @@ def _bind() -> None:
         raise ImportError(
             f"{library_path}: lx_sample's spec is laid out as {SAMPLE_SPEC_FIELDS}, not as this binding packs it"
         )
+
+    #: The fields of lx_pipe_new's config in their positions (enum lx_pipe_config).
+    PIPE_CONFIG_FIELDS = _dense(_enum("lx_pipe_config", "LX_PIPE_", end="LX_PIPE_CONFIG_LEN"), "pipeline config")
+    #: The pipeline's other numbers by name: the io positions (IO_*), what
+    #: lx_pipe_next handed out (GOT_*), the draws (DRAW_*), the stream layout
+    #: (STREAM_*) and kinds (DENSE, RAGGED).
+    _PIPE = {}
+    for enum, prefix in (("lx_pipe_io", "LX_PIPE_IO_"), ("lx_pipe_got", "LX_PIPE_GOT_"),
+                         ("lx_pipe_draw", "LX_PIPE_DRAW_"), ("lx_pipe_stream", "LX_PIPE_STREAM_"),
+                         ("lx_pipe_kind", "LX_PIPE_")):
+        tag = prefix[len("LX_PIPE_"):]
+        _PIPE.update({f"{tag}{k}".upper(): v for k, v in _enum(enum, prefix).items()})
+    want = {"IO_TIMEOUT": 0, "IO_NRELEASE": 1, "IO_KIND": 2, "IO_STEP": 3, "IO_SLOT": 4, "IO_ROWS": 5}
+    if any(_PIPE.get(k) != v for k, v in want.items()):
+        raise ImportError(f"{library_path}: lx_pipe_next's io is laid out otherwise than this binding reads it")
+    #: What lx_pipe_next handed out, by its number (enum lx_pipe_got).
+    PIPE_GOT = _dense({k[4:].lower(): v for k, v in _PIPE.items() if k.startswith("GOT_")}, "pipeline results")
+    _lx_pipe_next = lib.lx_pipe_next
 
     # Hot-path names, bound once.
     _from_buffer = ffi.from_buffer
@@ -574,6 +599,18 @@ def _byte_view(obj: Any, name: str, writable: bool = False) -> Any:
         raise _buffer_error(name, obj, e, writable) from None
 
 
+def _release(*views: Any) -> None:
+    """End cffi's exports of the buffers behind ``views`` (``_byte_view``'s
+    results), for a call that failed over a caller's buffer. The exception
+    raised next keeps the failing frame, and with it the buffer, alive; a
+    memoryview still exported when the garbage collector breaks such a
+    cycle crashes CPython before 3.13 (its tp_clear frees what the export
+    still uses), so the exports end before the exception leaves."""
+    for v in views:
+        with contextlib.suppress(Exception):  # not a from_buffer view, or released already
+            ffi.release(v)
+
+
 def _pack(records: Sequence[Any], name: str) -> tuple[bytes, np.ndarray]:
     """Pack a list of bytes-like records into one buffer and n+1 offsets."""
     if isinstance(records, (bytes, bytearray, memoryview, str, np.ndarray)):
@@ -783,8 +820,13 @@ def store_append_packed(h: int, data: Any, offsets: np.ndarray) -> int:
     d = _byte_view(data, "data")
     o = _i64_view(offsets, "offsets")
     if len(o) == 0:
+        _release(d)
         raise ValueError("offsets must hold n+1 values for n records, at least one")
-    return _call(lib.lx_store_append, h, d, len(d), o, len(o) - 1, _OUT)
+    try:
+        return _call(lib.lx_store_append, h, d, len(d), o, len(o) - 1, _OUT)
+    except BaseException:
+        _release(d)
+        raise
 
 
 def store_append(h: int, records: Sequence[Any]) -> int:
@@ -822,6 +864,7 @@ def store_gather(h: int, indices: np.ndarray, out: Any, stride: int) -> None:
         err = _new_context().err
     status = _lx_store_gather(h, ib, len(ib), ob, len(ob), stride, err, ERRLEN)
     if status:
+        _release(ob)
         _raise(status, err)
 
 
@@ -885,7 +928,10 @@ def store_check_table(h: int, store: int, seg: int, base: int, buf: Any) -> None
     checked against its own checksum and the chunk files. Raises
     CorruptStoreError naming the segment file and the first bad record."""
     bb = _byte_view(buf, "buf")
-    _call(lib.lx_store_check_table, h, store, seg, base, bb, len(bb))
+    try:
+        _call(lib.lx_store_check_table, h, store, seg, base, bb, len(bb))
+    finally:
+        _release(bb)
 
 
 def store_check_bytes(h: int, store: int, indices: np.ndarray, chunk: int, base: int, buf: Any) -> None:
@@ -896,7 +942,10 @@ def store_check_bytes(h: int, store: int, indices: np.ndarray, chunk: int, base:
     match, ValueError for a record outside that range."""
     ib = _i64_view(indices, "indices")
     bb = _byte_view(buf, "buf")
-    _call(lib.lx_store_check_bytes, h, store, ib, len(ib), chunk, base, bb, len(bb))
+    try:
+        _call(lib.lx_store_check_bytes, h, store, ib, len(ib), chunk, base, bb, len(bb))
+    finally:
+        _release(bb)
 
 
 def store_gather_packed(h: int, indices: np.ndarray, out: Any, offsets: np.ndarray) -> None:
@@ -911,10 +960,12 @@ def store_gather_packed(h: int, indices: np.ndarray, out: Any, offsets: np.ndarr
     ob = _byte_view(out, "out", True)
     offs = _i64_view(offsets, "offsets")
     if len(offs) != len(ib) + 1:
+        _release(ob)
         raise ValueError(f"offsets must hold len(indices) + 1 = {len(ib) + 1} values, not {len(offs)}")
     err = _errbuf()
     status = _lx_store_gather_packed(h, ib, len(ib), ob, len(ob), offs, err, ERRLEN)
     if status:
+        _release(ob)
         _raise(status, err)
 
 
@@ -942,6 +993,7 @@ def store_gather_ragged(h: int, indices: np.ndarray, sizes: np.ndarray, out: Any
         ctx = _new_context()
     status = _lx_store_gather_ragged(h, ib, len(ib), sb, ob, len(ob), ctx.cell, ctx.err, ERRLEN)
     if status:
+        _release(ob)
         _raise(status, ctx.err)
     return ctx.cell[0]
 
@@ -1064,11 +1116,15 @@ def store_create_dict(
     p = _cpath(path)
     t = _cstr(dict_tier, "dict_tier")
     d = _byte_view(dictionary, "dictionary")
-    kind, dtype, shape, ndim = _create_schema_args(schema)
-    return _call(
-        lib.lx_store_create_dict, p, t, d, len(d), kind, dtype, shape, ndim,
-        _CREATE_REPLACE if overwrite else 0, _OUT,
-    )
+    try:
+        kind, dtype, shape, ndim = _create_schema_args(schema)
+        return _call(
+            lib.lx_store_create_dict, p, t, d, len(d), kind, dtype, shape, ndim,
+            _CREATE_REPLACE if overwrite else 0, _OUT,
+        )
+    except BaseException:
+        _release(d)
+        raise
 
 
 # --- schema --------------------------------------------------------------------
@@ -1158,10 +1214,12 @@ def codec_probe(
     offs = _i64_view(offsets, "offsets")
     d = b"" if dictionary is None else dictionary
     out = _new("int64_t[]", len(PROBE_FIELDS))
-    _call(
-        lib.lx_codec_probe, c, t, _byte_view(d, "dictionary"), len(d), _byte_view(data, "data"),
-        len(memoryview(data).cast("B")), offs, len(offsets) - 1, out, len(PROBE_FIELDS),
-    )
+    dv = _byte_view(d, "dictionary")
+    bv = _byte_view(data, "data")
+    try:
+        _call(lib.lx_codec_probe, c, t, dv, len(dv), bv, len(bv), offs, len(offsets) - 1, out, len(PROBE_FIELDS))
+    finally:
+        _release(dv, bv)
     return {name: int(out[i]) for i, name in enumerate(PROBE_FIELDS)}
 
 
@@ -1245,6 +1303,199 @@ def set_threads(n: int) -> None:
 def get_threads() -> int:
     """How many threads one store operation may use."""
     return _call(lib.lx_get_threads, _OUT)
+
+
+# --- the step pipeline -------------------------------------------------------
+
+
+class StepPipe:
+    """A native step pipeline (lx_pipe_*): the steps of a loader drawn and
+    gathered ahead on worker goroutines into caller-owned slots, handed out
+    in step order, one call per step.
+
+    Args:
+        draw: ``("sampler", mode, n, batch, seed, rank, world)`` or
+            ``("epoch", n, batch, rank, world, order)`` (``order`` an int64
+            permutation of ``n``, or None for the records in order).
+        streams: ``(store handle, "dense" or "ragged", record bytes)`` each.
+        slots: per slot, the list ``[indices, data_0, sizes_0, data_1, ...]``
+            of C-contiguous NumPy arrays (``sizes_i`` None for a dense
+            stream); the native workers write them until :meth:`close`.
+        workers, prefetch, start: as the pipeline's config; ``end`` the
+            first step not made, or None.
+
+    The arrays must stay alive until :meth:`close` returns (the caller keeps
+    them) and a slot is the caller's only between the :meth:`next` that
+    hands it out and the one that gives it back.
+    """
+
+    __slots__ = ("handle", "kinds", "io", "_io_len", "_head", "_keep", "_err", "_stash", "sent", "__weakref__")
+
+    def __init__(
+        self,
+        draw: tuple[Any, ...],
+        streams: Sequence[tuple[int, str, int]],
+        slots: Sequence[Sequence[np.ndarray | None]],
+        workers: int,
+        prefetch: int,
+        start: int,
+        end: int | None,
+    ) -> None:
+        self.handle = 0
+        cfg = dict.fromkeys(PIPE_CONFIG_FIELDS, 0)
+        order = None
+        if draw[0] == "sampler":
+            _, mode, n, batch, seed, rank, world = draw
+            signed = seed - (1 << 64) if seed >= 1 << 63 else seed  # the bits of a uint64 in an int64_t
+            cfg.update(draw=_PIPE["DRAW_SAMPLER"], mode=SAMPLER_MODES[mode], seed=signed)
+        elif draw[0] == "epoch":
+            _, n, batch, rank, world, order = draw
+            cfg.update(draw=_PIPE["DRAW_EPOCH"])
+        else:
+            raise ValueError(f"unknown draw {draw[0]!r}")
+        cfg.update(n=n, batch=batch, rank=rank, world=world, workers=workers, prefetch=prefetch, start=start,
+                   end=-1 if end is None else end)
+        config = _new("int64_t[]", [int(cfg[f]) for f in PIPE_CONFIG_FIELDS])
+        width = _PIPE["STREAM_LEN"]
+        kinds = [_PIPE[kind.upper()] for _, kind, _ in streams]
+        st = [0] * (width * len(streams))
+        for i, (h, _, stride) in enumerate(streams):
+            st[i * width + _PIPE["STREAM_HANDLE"]] = h
+            st[i * width + _PIPE["STREAM_KIND"]] = kinds[i]
+            st[i * width + _PIPE["STREAM_STRIDE"]] = stride
+        self.kinds = _new("int64_t[]", kinds or [0])
+        ptrs, lens = self._buffers([a for slot in slots for a in slot])
+        ob = _NULL if order is None else _from_buffer(_I64_ARRAY, order)
+        #: what the native side writes (and reads) until close: kept alive here
+        # per slot the arrays the native side holds (after hold(), the old ones too), then the order
+        self._keep: list[Any] = [list(slot) for slot in slots] + [order]
+        cell = _new("int64_t[1]")
+        _call(lib.lx_pipe_new, config, len(config), _new("int64_t[]", st or [0]), len(streams), ptrs, lens,
+              len(slots), ob, 0 if order is None else len(order), cell)
+        self.handle = int(cell[0])
+        self._head = _PIPE["IO_HEAD"]
+        self._io_len = self._head + len(streams) + len(slots) * 2 + 1
+        self.io = _new("int64_t[]", self._io_len)
+        self._err = _new(_CHAR_ARRAY, ERRLEN)
+        #: what a call interrupted as it returned handed out (a result, or
+        #: the exception of a failed step), for the next call to return
+        self._stash: Any = None
+        #: the slots the last call that returned (or was interrupted as it
+        #: returned) gave back
+        self.sent: Sequence[int] = ()
+
+    @staticmethod
+    def _buffers(arrays: Sequence[np.ndarray | None]) -> tuple[Any, Any]:
+        """The addresses and byte lengths of ``arrays`` (the caller keeps the
+        arrays alive: only their addresses cross)."""
+        ptrs = _new("void *[]", max(1, len(arrays)))
+        lens = _new("int64_t[]", max(1, len(arrays)))
+        for j, a in enumerate(arrays):
+            if a is None or a.nbytes == 0:
+                continue
+            if not a.flags.c_contiguous or not a.flags.writeable:
+                raise ValueError("a pipeline buffer must be a writable C-contiguous array")
+            ptrs[j] = _cast("void *", _from_buffer(_CHAR_ARRAY, a, True))
+            lens[j] = a.nbytes
+        return ptrs, lens
+
+    @property
+    def stashed(self) -> bool:
+        """Whether the next :meth:`next` returns what an interrupted call
+        handed out (it then gives nothing back: pass no slots)."""
+        return self._stash is not None
+
+    def next(self, timeout_us: int, release: Sequence[int]) -> tuple[str, int, int, int]:
+        """Give back the slots ``release`` and take the next step, waiting
+        up to ``timeout_us``: ``(got, step, slot, rows)``, ``got`` one of
+        :data:`PIPE_GOT` (``"batch"``, ``"pending"``, ``"end"``,
+        ``"starved"``); :attr:`sent` says which slots went back. A failed
+        step raises its exception (the status's class, the native message);
+        :meth:`failed` then names its step and stream.
+
+        A KeyboardInterrupt raised as the native call returns (a signal
+        that arrived while it waited) would lose the step it handed out:
+        that step is kept and the next call returns it, without a native
+        call."""
+        if _forked:
+            raise ForkError(FORK_MESSAGE)
+        stash = self._stash
+        if stash is not None:
+            self._stash = None
+            if isinstance(stash, BaseException):
+                raise stash
+            return stash
+        io = self.io
+        io[0] = timeout_us
+        io[2] = -1
+        n = len(release)
+        io[1] = n
+        if n:
+            at = self._head + len(self.kinds)
+            for k in range(n):
+                io[at + k] = release[k]
+        err = self._err
+        try:
+            status = _lx_pipe_next(self.handle, io, self._io_len, err, ERRLEN)
+        except KeyboardInterrupt:
+            if io[2] >= 0:  # the call completed: keep what it handed out
+                self.sent = release
+                self._stash = self._result(int(io[_PIPE["IO_STATUS"]]))
+            raise
+        self.sent = release
+        if status:
+            _raise(status, err)
+        return PIPE_GOT[io[2]], io[3], io[4], io[5]
+
+    def _result(self, status: int) -> Any:
+        """What the last call handed out: its result, or its failure."""
+        if status:
+            try:
+                _raise(status, self._err)
+            except Exception as e:
+                return e
+        io = self.io
+        return PIPE_GOT[io[2]], io[3], io[4], io[5]
+
+    def needed(self, stream: int) -> int:
+        """The bytes ragged ``stream`` needed at the step :meth:`next` handed out."""
+        return int(self.io[self._head + stream])
+
+    def failed(self) -> tuple[int, int] | None:
+        """``(step, stream)`` of the step whose failure :meth:`next` raised
+        (``stream`` -1: its draw); None when what it raised was no step's."""
+        io = self.io
+        if PIPE_GOT[io[_PIPE["IO_KIND"]]] != "failed":
+            return None
+        return int(io[_PIPE["IO_STEP"]]), int(io[_PIPE["IO_STREAM"]])
+
+    def replace(self, slot: int, arrays: Sequence[np.ndarray | None]) -> None:
+        """Give back ``slot`` with new buffers (``arrays`` as one slot of the
+        constructor's ``slots``); the old ones are never touched again."""
+        ptrs, lens = self._buffers(arrays)
+        _call(lib.lx_pipe_replace, self.handle, slot, self.kinds, ptrs, lens, len(arrays))
+        self._keep[slot] = list(arrays)  # the old ones are the caller's alone now
+
+    def hold(self, slot: int, arrays: Sequence[np.ndarray | None]) -> None:
+        """Note the arrays a held ``slot`` has now (one grew while the caller
+        held it); the native side keeps its old ones, kept alive here too,
+        until :meth:`replace` gives the slot back with these."""
+        old = self._keep[slot]
+        stale = [a for a in old if not any(a is b for b in arrays)]
+        self._keep[slot] = [*arrays, stale]
+
+    def close(self) -> None:
+        """Stop the workers and wait for them; afterwards no buffer is
+        touched. Twice is harmless."""
+        h, self.handle = self.handle, 0
+        if h and not _forked:
+            _call(lib.lx_pipe_close, h)
+            self._keep = []
+
+
+def pipe_live() -> int:
+    """The worker goroutines of every step pipeline still running."""
+    return _call(lib.lx_pipe_live, _OUT)
 
 
 # --- loading on first use ----------------------------------------------------

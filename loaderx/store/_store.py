@@ -299,7 +299,7 @@ class StoreHandle:
     _deferred_open = False  # True until a deferred instance is first used
     _bytes_per_record = 0.0  # _read_packed's guess, from the previous read
     _header_length: int | None = None  # len() of a deferred instance made from its header
-    #: for a dataset in object storage, the store._guard.Guard that keeps the
+    #: for a dataset in object storage, the remote._guard.Guard that keeps the
     #: pages of each read in the local cache (None for a local store)
     _guard: Any = None
 
@@ -328,9 +328,10 @@ class StoreHandle:
                 self._deferred_open = False
 
     def _adopt(self, handle: int) -> None:
-        """Take ownership of an open native handle."""
-        self._handle = handle
+        """Take ownership of an open native handle (published last: another
+        thread that finds it without the lock finds the rest set)."""
         self._codec = str(_native.store_codec(handle))
+        self._handle = handle
 
     @property
     def _h(self) -> int:
@@ -360,7 +361,8 @@ class StoreHandle:
     def _guarded(self, idx: np.ndarray, read: Callable[[], _T]) -> _T:
         """``read()``, which reads the records at ``idx``, with their pages
         held in the local cache of a dataset in object storage (see
-        ``store._guard.Guard.read``)."""
+        ``remote._guard.Guard.read``)."""
+        _ = self._h  # opens a deferred instance, which sets its guard first
         g = self._guard
         if g is None:
             return read()

@@ -1,7 +1,29 @@
 """Write NumPy data into a loaderx store.
 
-The user documentation of these names is the docstring of :mod:`loaderx.converter`,
-their public face (``help(loaderx.converter)`` and the API reference show it).
+:func:`from_numpy` turns an array into a *dense* store, one record per slice
+along axis 0. :func:`from_iterator` turns a stream of arrays whose first axis
+varies into a *ragged* store. Both stream the input in bounded pieces, so an
+array opened with ``np.load(..., mmap_mode='r')`` is never materialised, and
+both record a ``schema.msgpack`` (kind, dtype, item shape) next to the data.
+
+A conversion interrupted with Ctrl-C stops at the next piece boundary (or,
+while a ``zstd_dict`` dictionary trains, within a few milliseconds) and
+leaves a valid store holding every record written so far (or no store, if
+the interrupt came before the store was created), closed and unlocked, then
+re-raises :class:`KeyboardInterrupt`.
+
+A conversion killed outright (SIGKILL, a crash, the machine stopping)
+leaves at ``path`` either what was there before or a valid store holding a
+prefix of the records, never a directory that is neither: the store is
+built in a hidden directory beside ``path`` (in ``.NAME.zrecord-stage``)
+and renamed onto ``path`` whole, with its schema, before the first record
+is written. A kill before that rename leaves only the hidden directory,
+which the next conversion to ``path`` removes (while no other process is
+still writing it). With ``overwrite=True`` the previous store stays
+readable at ``path`` until the new one takes its place in one step; on
+systems without an atomic exchange of two directories (other than Linux)
+the swap is two renames, and a kill between them leaves no store at
+``path``.
 
 With ``num_shards=`` the path becomes a sharded dataset instead, its shards
 written by worker processes (:mod:`loaderx.store._parallel`), each with the
@@ -29,8 +51,8 @@ import numpy as np
 from loaderx._args import CONVERT_CODECS, as_int, check_codec
 from loaderx._progress import Progress
 from loaderx.errors import StoreExistsError
-from loaderx.io import remote
-from loaderx.store import _autocodec, _cache, _native, _parallel
+from loaderx.remote import _cache, upload
+from loaderx.store import _autocodec, _native, _parallel
 from loaderx.store._dtypes import check_narrow, check_storable, narrow_element, schema_name
 from loaderx.store._pages import PageReleaser as _PageReleaser
 from loaderx.store._store import packed_offsets
@@ -313,7 +335,7 @@ def _published(path: Any, overwrite: bool, storage_options: dict[str, Any] | Non
     directory and publish it there (``io.remote.publish``), and True. For a
     local path False, after refusing the options only a URL takes."""
     if _cache.is_url(path):
-        remote.publish(str(path), write, overwrite=overwrite, storage_options=storage_options, staging=staging)
+        upload.publish(str(path), write, overwrite=overwrite, storage_options=storage_options, staging=staging)
         return True
     if storage_options is not None or staging is not None:
         raise ValueError(f"storage_options= and staging= are for s3:// URLs, not {path!r}")

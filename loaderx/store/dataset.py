@@ -1,7 +1,17 @@
 """Typed views of a store: :class:`DenseDataset` and :class:`RaggedDataset`.
 
-The user documentation of these names is the docstring of :mod:`loaderx.dataset`,
-their public face (``help(loaderx.dataset)`` and the API reference show it).
+A dense store (written by :func:`loaderx.converter.from_numpy`) holds records
+of one fixed item shape, so a batch is a single fixed-stride gather into an
+array of shape ``(B, *item_shape)``. A ragged store (written by
+:func:`loaderx.converter.from_iterator`) holds records whose first axis
+varies; a batch comes back as a list of arrays, and :func:`pad` turns such a
+list into a dense array when needed.
+
+Both open the store read-only by default; gathers from many threads at once
+are safe and release the GIL for the copy. Opened with ``writable=True`` they
+grow: :meth:`DenseDataset.append` / :meth:`RaggedDataset.append` add records
+of the store's own dtype and shape (the schema never changes), and
+``delete`` / ``compact`` pass through to the store.
 
 Both classes stay in one module with the native schema reader they share:
 what one of them reads of a store, the other reads the same way. Reading
@@ -20,8 +30,9 @@ import numpy as np
 
 from loaderx._args import is_scalar_index, normalize_index
 from loaderx.errors import ClosedError, CorruptStoreError
-from loaderx.store import _cache, _native, _remote, shards
-from loaderx.store._cache import CacheOptions
+from loaderx.remote import _cache, _tree
+from loaderx.remote._cache import CacheOptions
+from loaderx.store import _native, shards
 from loaderx.store._dtypes import from_schema_name
 from loaderx.store._schema import _python_schema
 from loaderx.store._store import (
@@ -275,7 +286,10 @@ class _StoreView(StoreHandle):
     _sharded: tuple[str, str, shards.Manifest] | None = None
 
     #: the mirror in the local cache of a dataset in object storage, else None
-    _tree: _remote.RemoteTree | None = None
+    _tree: _tree.RemoteTree | None = None
+
+    #: whether close() has let go of the tree
+    _let_go = False
 
     #: the most shards of a sharded dataset kept open at once (None: the default)
     _max_open: int | None = None
@@ -297,13 +311,13 @@ class _StoreView(StoreHandle):
                     f"{path!r} is in object storage, which loaderx reads but does not write in place: write "
                     "the dataset locally and publish it with loaderx.io.remote.push (or a converter's url=)"
                 )
-            tree, path = _remote.open_tree(str(path), cache, storage_options)
+            tree, path = _tree.open_tree(str(path), cache, storage_options, holder=self)
         elif cache is not None or storage_options:
             raise ValueError(
                 f"cache= and storage_options= are for datasets in object storage (s3:// URLs), not {path!r}"
             )
         else:
-            tree = _remote.tree_of(os.fspath(path))  # a path inside a mirror (a stream of a remote MSDataset)
+            tree = _tree.tree_of(os.fspath(path), holder=self)  # inside a mirror (a stream of a remote MSDataset)
         super().__init__(path)
         self._max_open = max_open
         self._tree = tree  # the mirror is on disk now; _load makes the handle's guard
@@ -360,15 +374,34 @@ class _StoreView(StoreHandle):
         self._dtype, self._item_shape = dtype, item_shape
         # bytes of one item (dense) or of one row along axis 0 (ragged)
         self._stride = int(np.prod(item_shape, dtype=np.int64)) * dtype.itemsize
-        self._adopt(handle)
+        guard = None
         if self._tree is not None:
+            # the guard is made before the handle is published: a thread
+            # that finds the handle (without the lock) must find its guard,
+            # or it would read the mirror's holes
             try:
                 stores, starts = self._mirror_stores(handle)
-                self._guard = self._tree.guard(handle, stores, starts, lazy=self._sharded is not None)
+                guard = self._tree.guard(handle, stores, starts, lazy=self._sharded is not None)
+                _native.store_set_verify(handle, True)
             except BaseException:
-                self.close()
+                if guard is not None:
+                    guard.close()
+                _native.store_close(handle)
                 raise
-            _native.store_set_verify(handle, True)
+        self._guard = guard
+        self._adopt(handle)
+
+    def close(self) -> None:
+        """Close the dataset; the last dataset of a URL in this process to
+        close lets go of its mirror (which ``loaderx cache clear`` may then
+        remove)."""
+        try:
+            super().close()
+        finally:
+            tree = self._tree
+            if tree is not None and not self._let_go:
+                self._let_go = True
+                tree.let_go(self)
 
     def _adopt(self, handle: int) -> None:
         if self._sharded is None:
@@ -403,9 +436,13 @@ class _StoreView(StoreHandle):
         ``cached_bytes`` (this dataset's pages in the cache),
         ``pinned_bytes`` (what this process holds pinned), ``cache_used_bytes``
         and ``cache_limit_bytes`` (the whole cache directory),
-        ``evicted_bytes`` (what this process evicted from it) and ``repairs``
+        ``evicted_bytes`` (what this process evicted from it), ``repairs``
         (reads that met cached bytes failing their checks, whose pages were
-        checked again and fetched again where they failed). The bytes count
+        checked again and fetched again where they failed),
+        ``refetched_pages`` (fetched pages that failed their checks, a byte
+        flipped in transit, and were fetched again) and ``repaired_files``
+        (small files of the mirror found damaged at an open and downloaded
+        again). The bytes count
         record pages and record-table pages alike. ValueError for a local
         dataset."""
         _ = self._h
@@ -587,7 +624,7 @@ class _StoreView(StoreHandle):
 
 def _reopen_remote(cls: type, url: str, rel: str, opts: CacheOptions, storage: dict[str, Any], gen: str,
                    max_open: int | None = None) -> Any:
-    tree, local = _remote.open_tree(url, opts, storage)
+    tree, local = _tree.open_tree(url, opts, storage)
     if tree.gen_dir != gen:
         raise CorruptStoreError(
             f"the objects under {url!r} changed after the dataset was opened (and pickled): open it again"
@@ -633,7 +670,7 @@ class DenseDataset(_StoreView):
     Args:
         path: a store written by :func:`loaderx.converter.from_numpy` (or a
             sharded dataset), or its ``s3://bucket/prefix`` URL in object
-            storage, read through a local cache (see :mod:`loaderx.store._cache`).
+            storage, read through a local cache (see :mod:`loaderx.remote._cache`).
         writable: open for :meth:`append`, :meth:`delete` and
             :meth:`compact` (one writer per store at a time; local stores only).
         cache: for a URL, the cache's :class:`CacheOptions` (directory,

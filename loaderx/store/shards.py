@@ -243,6 +243,13 @@ def read_manifest(dataset_dir: PathLike) -> Manifest:
     return _parse(raw, file)
 
 
+def parse_manifest(raw: bytes, file: str) -> Manifest:
+    """The manifest in the bytes ``raw`` (what ``file`` holds or will
+    hold). Raises CorruptStoreError naming ``file`` when they are
+    truncated, edited or malformed (its checksum included)."""
+    return _parse(raw, file)
+
+
 def _check_name(name: str) -> None:
     if not name or name.startswith(".") or os.sep in name or name == MANIFEST_FILE or (os.altsep and os.altsep in name):
         raise ValueError(f"shard name {name!r} is not a plain directory name")

@@ -1,7 +1,14 @@
 """Raw byte records: the store engine underneath every dataset.
 
-The user documentation of these names is the docstring of :mod:`loaderx.zrecord`,
-their public face (``help(loaderx.zrecord)`` and the API reference show it).
+A :class:`Zrecord` is a directory holding N records, each an opaque byte
+string, addressed by a dense index space ``0..N``. Every operation is a batch:
+``append`` takes a list, ``gather`` takes a list of indices, and one record is
+just a batch of one. Type interpretation is the caller's job; the dataset
+classes in :mod:`loaderx.dataset` add a dtype and shape on top.
+
+Deleting swaps the last record into the hole, so an index is stable only until
+something is deleted. ``gather`` and ``append`` may run concurrently from any
+number of threads; ``delete`` and ``compact`` need the store to themselves.
 """
 
 from __future__ import annotations

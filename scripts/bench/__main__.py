@@ -1,6 +1,6 @@
 """Throughput of loaderx against the alternatives, in three layers.
 
-    python3 scripts/bench {sampler|store|loader|packing|maint|shards|convert-shards|remote|scale|resume|all}
+    python3 scripts/bench {sampler|store|loader|memory|packing|maint|shards|convert-shards|remote|scale|resume|all}
                           [options]
 
 sampler  index generation alone: numpy's two random APIs against zsampler.
@@ -19,6 +19,11 @@ loader   the whole input pipeline (sample, fetch, collate, hand over a batch):
          ids: loaderx's pack= (concat, first_fit) against Grain's first-fit
          packing and a first-fit collate_fn on torch's DataLoader.
 packing  those packing rows of the loader layer alone.
+memory   the default path against np.take on a warm page cache, at record
+         sizes 256 B to 1 MiB: the default DataLoader (native step pipeline)
+         and on the Python pipeline, gather(out=) verified and raw unverified,
+         np.take(out=, mode="clip"); the loader at batch size 1 for the cost
+         of a step's hand-over; the CPU path of the checked copy.
 maint    ragged conversion and gather, delete 10 % of a store and compact it.
 shards   a dataset read as 4 and 16 shards against the same records in one
          store: gather(out=) and the default DataLoader.
@@ -101,6 +106,7 @@ from convert_shards import bench_convert_shards
 from loader import bench_loader, bench_packing, loader_child
 from machine import machine_info, print_machine
 from maint import bench_maint
+from memory import bench_memory
 from remote import bench_remote, remote_child
 from report import checks, out, plot, write_json
 from resume import STEPS, bench_resume, resume_child
@@ -118,6 +124,7 @@ LAYERS: dict[str, Callable[[argparse.Namespace, dict[str, Any], str], None]] = {
     "sampler": bench_sampler,
     "store": bench_store,
     "loader": bench_loader,
+    "memory": bench_memory,
     "maint": bench_maint,
     "shards": bench_shards,
     "convert-shards": bench_convert_shards,
@@ -126,7 +133,7 @@ LAYERS: dict[str, Callable[[argparse.Namespace, dict[str, Any], str], None]] = {
 
 # --quick: a small configuration (flags given explicitly still win)
 QUICK = {"records": 200, "runs": 2, "store_slice": 0.04, "warm_cap": 0.5, "sampler_loop_ms": 10.0,
-         "loader_warmup": 0.3, "loader_measure": 1.0, "maint_mib": 32,
+         "loader_warmup": 0.3, "loader_measure": 1.0, "maint_mib": 32, "memory_mib": 32,
          "convert_mib": 64, "remote_mib": 32, "scale_max": 10**7, "scale_max_shards": 1_000}
 
 
@@ -181,6 +188,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--loader-warmup", type=float, default=0.5)
     ap.add_argument("--loader-measure", type=float, default=2.5)
     ap.add_argument("--loader-timeout", type=float, default=240.0)
+    ap.add_argument("--memory-mib", type=int, default=128,
+                    help="size of each record size's data in the memory layer, MiB")
     ap.add_argument("--maint-mib", type=int, default=256,
                     help="size of the store that maint deletes from and compacts, MiB")
     ap.add_argument("--convert-mib", type=int, default=2048,

@@ -28,6 +28,7 @@ from contenders.packing import CHECK_BATCHES, FIT_DOCS, PACK_LEN, PACK_LOADERS, 
 from contenders.ragged import MAX_LEN, MIN_LEN, make_tokens
 from data import DOC_MAX, DOC_MIN, make_data, make_documents, read_files_allocated
 from machine import read_text
+from mixpack import bench_mixture_packing
 from mixture import bench_mixture
 from report import MiB, fmt_ratio, log, median, out, shape_str, skip_lines, table
 from store import DEFAULT_RECORDS, DEFAULT_SHAPE
@@ -353,6 +354,8 @@ def bench_loader(args: argparse.Namespace, results: dict[str, Any], tmp: str) ->
     bench_packing(args, results, tmp)
     if selected(args.only, "mixture"):
         bench_mixture(args, results, tmp)
+        if "mixture_packing" not in results:
+            bench_mixture_packing(args, results, tmp)
 
 
 def _round_robin(
@@ -684,3 +687,5 @@ def bench_packing(args: argparse.Namespace, results: dict[str, Any], tmp: str) -
     results["packing_loader"] = {"documents": n, "rows": ROWS, "length": PACK_LEN, "fit_documents": FIT_DOCS,
                                  "workers": args.workers, "lengths": [DOC_MIN, DOC_MAX], "table": rows,
                                  "skipped": skipped, "errors": errors, "ratios": ratios}
+    if selected(args.only, "mixture") or selected(args.only, "loaderx-pack-concat"):
+        bench_mixture_packing(args, results, tmp)

@@ -101,7 +101,8 @@ LARGE_RECORD = 128 * KiB
 class Target:
     """One ratio the project claims, and why it is set where it is."""
 
-    layer: str                 # "sampler", "store", "loader", "maint", "shards", "remote" or "resume"
+    layer: str                 # "sampler", "store", "loader", "maint", "shards", "memory", "memory-step",
+    #                            "remote" or "resume"
     subject: str               # the contender measured
     versus: str                # the reference: a contender, "ceiling" (the memcpy row) or "torch"
     target: float | None       # threshold; None: reported, no target
@@ -113,7 +114,8 @@ class Target:
     # remote: the key of results["remote"]["metrics"] ("fetched": bytes, lower is better)
     metric: str = "speed"
     transform: str | None = None  # loader: only with this transform (None: any)
-    workload: str | None = None   # store: only on this workload (store.WORKLOADS key; None: every one)
+    workload: str | None = None   # store: only on this workload (store.WORKLOADS key; None: every one);
+    #                               memory: comma-separated memory.WORKLOADS keys
 
 
 TARGETS: list[Target] = [
@@ -222,6 +224,20 @@ _ORIG_REASONS = {
 }
 
 TARGETS += [
+    Target("memory", "DataLoader", "np.take", 1.0,
+           reason="the steps made ahead natively, on every core, one native call a step: at least np.take's "
+                  "rate at every record size"),
+    Target("memory", "gather(out=), verified", "np.take", 1.0, workload="4KiB,8KiB-tokens,64KiB,1MiB",
+           reason="one native call a batch, the checksum folded into the copy"),
+    Target("memory", "gather(out=), verified", "np.take", 1.0, workload="256B",
+           reason="one native call a batch, the table entries and records asked for at once"),
+    Target("memory", "gather(out=), raw, unverified", "np.take", 1.4, workload="4KiB,8KiB-tokens,64KiB,1MiB",
+           reason="the unchecked copy, spread over the cores"),
+    Target("memory-step", "native", "python", 10.0,
+           reason="the hand-over of a step made ahead: one native call and the batch dict"),
+]
+
+TARGETS += [
     Target("sampler", name, "original " + mode, 1.0, batch=b,
            reason="the same index stream, one native call per batch; ours fills the caller's buffer")
     for name, mode in (("zsampler iid", "iid"), ("zsampler cyclic", "cyclic"))
@@ -277,6 +293,35 @@ TARGETS += [
 ]
 
 
+TARGETS += [
+    Target("packing", "loaderx mixture", versus, target, metric=f"{key}_{rows}",
+           reason=why)
+    for rows in (16, 64)
+    for versus, key, target, why in (
+        ("loaderx one store", "vs_one_store", 0.9,
+         "a mixture of local stores gathers through one native set of them: one call per batch, as one store"),
+        ("numpy packer", "vs_numpy", 1.5,
+         "one native gather and whole-array placement arithmetic against per-document slicing and "
+         "concatenation in NumPy"),
+    )
+]
+
+
+def _mixpack_checks(results: dict[str, Any], add: Callable[..., None]) -> None:
+    mp = results.get("mixture_packing")
+    if not mp:
+        return
+    by = {r["rows"]: r for r in mp["rows"]}
+    for t in TARGETS:
+        if t.layer != "packing":
+            continue
+        key, rows = t.metric.rsplit("_", 1)
+        r = by.get(int(rows))
+        if r is not None:
+            add(t, f"packed mixture / {t.versus}, concat, {rows} rows of {mp['length']}", r[key],
+                fmt_ratio(r[key]), f"≥ {t.target:g}x")
+
+
 def _paired(a: Sequence[float], b: Sequence[float]) -> float | None:
     """Median of per-run ratios a/b (runs measured side by side)."""
     return median([x / y for x, y in zip(a, b) if y])
@@ -285,6 +330,8 @@ def _paired(a: Sequence[float], b: Sequence[float]) -> float | None:
 def _verdict(t: Target, value: float) -> str:
     if t.target is None:
         return "—"
+    if t.layer == "memory-step":  # value is minus the microseconds a step
+        return "met" if -value <= t.target else "MISSED"
     ok = value <= t.target if t.metric in ("anon_shm", "disk", "fetched") else value >= t.target
     return "met" if ok else "MISSED"
 
@@ -443,6 +490,28 @@ def _shards_checks(results: dict[str, Any], add: Callable[..., None]) -> None:
                 fmt_ratio(r["vs_single"]), f"≥ {t.target:g}x" if t.target else "—")
 
 
+def _memory_checks(results: dict[str, Any], add: Callable[..., None]) -> None:
+    mem = results.get("memory")
+    if not mem:
+        return
+    for t in TARGETS:
+        if t.layer != "memory":
+            continue
+        for r in mem["rows"]:
+            if t.workload is not None and r["key"] not in t.workload.split(","):
+                continue
+            v = r["ratios"].get(t.subject)
+            if v is not None:
+                add(t, f"{t.subject} vs np.take, {r['what']} x {r['batch']}", v, fmt_ratio(v),
+                    f"≥ {t.target:g}x" if t.target else "—")
+    per = {p["pipeline"]: p for p in mem.get("per_step", [])}
+    for t in TARGETS:
+        if t.layer == "memory-step" and t.subject in per and t.target is not None:
+            v = per[t.subject]["cpu_us"]
+            add(t, f"DataLoader ({t.subject} pipeline) at batch size 1: the consumer's CPU a step", -v,
+                f"{v:.1f} us", f"≤ {t.target:g} us")
+
+
 def _remote_checks(results: dict[str, Any], add: Callable[..., None]) -> None:
     rm = results.get("remote")
     if not rm or not rm.get("metrics"):
@@ -483,8 +552,10 @@ def checks(results: dict[str, Any]) -> None:
     _loader_checks(results, add)
     _maint_checks(results, add)
     _shards_checks(results, add)
+    _memory_checks(results, add)
     _remote_checks(results, add)
     _resume_checks(results, add)
+    _mixpack_checks(results, add)
     if lines:
         out("## Checks")
         out()

@@ -2,15 +2,20 @@
 
 :class:`RemoteTree` lists the objects under a URL, keys the mirror by the
 listing (every object's name, size and ETag), downloads the small files
-whole and makes the chunk files and table segments sparse (a shard of a
+whole, checked against their own checksums (``remote._check``) before they
+are kept, and makes the chunk files and table segments sparse (a shard of a
 sharded dataset when a read first needs it, see :meth:`RemoteTree.materialize`),
-numbers their pages (``store._cache._Layout``) and keeps their page state,
-and fetches pages: one range request under the object's ETag, checked by
-the caller's check, written into the mirror, marked present.
-:func:`open_tree` shares one tree per URL and options in a process;
+numbers their pages (``remote._cache._Layout``) and keeps their page state,
+and fetches pages: one range request under the object's ETag, retried
+within the client's limits, checked by the caller's check (and fetched
+again when it fails), written into the mirror, marked present. At each
+open it checks the mirror's small files again (repairing a damaged one in
+place) and frees pages a killed reader wrote but never marked.
+:func:`open_tree` shares one tree per URL and options in a process among
+its holders, and closes it when the last lets go;
 :func:`tree_of` finds the tree whose mirror holds a local path, which is how
 the streams of a remote multi-stream dataset, opened by path, find their
-cache. See ``store._cache`` for the design.
+cache. See ``remote._cache`` for the design.
 """
 
 from __future__ import annotations
@@ -32,8 +37,8 @@ from typing import Any, cast
 import numpy as np
 
 from loaderx.errors import CorruptStoreError, ForkError
-from loaderx.io import _s3
-from loaderx.store._cache import (
+from loaderx.remote import _check, _s3
+from loaderx.remote._cache import (
     _META,
     _PAGED,
     _STATE_VERSION,
@@ -50,11 +55,14 @@ from loaderx.store._cache import (
     _safe,
     _write_atomic,
 )
-from loaderx.store._guard import Guard
+from loaderx.remote._guard import Guard
 
 __all__ = ["RemoteTree", "open_tree", "tree_of"]
 
 _MANIFEST = "manifest.json"
+#: downloads of a small file whose bytes fail their checks before the open
+#: fails: a byte flipped in transit is fetched again, a damaged object is not
+_SMALL_TRIES = 3
 
 
 class RemoteTree:
@@ -66,12 +74,21 @@ class RemoteTree:
         self.storage = dict(storage)
         self.bucket, self.prefix = _s3.parse_url(self.url)
         self._client = _s3.client(self.url, **self.storage)
+        self.limits = _s3.settings(self.storage)
         self._client_pid = os.getpid()
         self.cache = _cache(opts)
         self.fetched_bytes = 0
         self.fetches = 0
+        #: small files of the mirror found damaged and downloaded again
+        self.repaired_files = 0
+        #: fetched pages that failed their checks and were fetched again
+        self.refetched_bad = 0
         self._mu = threading.Lock()
         self._guards: weakref.WeakSet[Guard] = weakref.WeakSet()
+        #: the datasets (and other owners) that use this tree: once the last
+        #: lets go, the tree closes and leaves the process's table, so that
+        #: ``loaderx cache clear`` may remove its mirror
+        self._holders: set[int] = set()
         self._pool: ThreadPoolExecutor | None = None
         self._fetch_locks = [threading.Lock() for _ in range(64)]
         self._objects = self._list()
@@ -101,6 +118,10 @@ class RemoteTree:
         self.pages = self.cache.pages(state_dir, layout)
         self.layout = self.pages.layout
         self._lock_fd = os.open(self.pages.present_path, os.O_RDWR)  # the fetch locks
+        #: pages found written but not marked present (a reader killed
+        #: between its write and its mark) and freed
+        self.reconciled = 0
+        self._reconcile([d for d in self._by_dir if not self._is_shard(d)])
         self._drop_old_generations()
         self.cache.trees.add(self)
 
@@ -145,7 +166,7 @@ class RemoteTree:
                         continue  # "prefix2/..." beside "prefix/..."
                     found[path[len(want):]] = (int(meta["size"]), meta.get("e_tag") or "")
         except Exception as e:
-            raise _s3.remote_error(e, self.url, "", "list") from None
+            raise _s3.remote_error(e, self.url, "", "list", self.limits, endpoint=self._endpoint()) from None
         if not found:
             raise FileNotFoundError(f"{self.url!r}: no objects under this URL (nothing was pushed there?)")
         if not any(r == _META or r.endswith("/" + _META) for r in found):
@@ -163,7 +184,8 @@ class RemoteTree:
 
     def _place(self, rel: str) -> None:
         """Put object ``rel`` into the mirror unless it is there: a paged
-        file as a sparse file of its size, any other downloaded whole."""
+        file as a sparse file of its size, any other downloaded whole and
+        checked (see :meth:`_fetch_small`)."""
         path = os.path.join(self.local, rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         if os.path.exists(path):
@@ -171,22 +193,104 @@ class RemoteTree:
         if _PAGED.match(os.path.basename(rel)):
             _place_new(path, None, self._objects[rel][0])
         else:
-            _place_new(path, self._get(rel))
+            _place_new(path, self._fetch_small(rel))
+
+    def _fetch_small(self, rel: str) -> bytes:
+        """The bytes of the small file ``rel``, downloaded whole and checked
+        against their own checksums (``remote._check``) before anything
+        keeps them; bytes that fail are downloaded again, up to
+        ``_SMALL_TRIES`` times, then CorruptStoreError names the object."""
+        header = None
+        if os.path.basename(rel) == "dict.zr":
+            with contextlib.suppress(OSError), open(os.path.join(self.local, os.path.dirname(rel), _META), "rb") as f:
+                header = f.read(32)
+        why = None
+        for attempt in range(_SMALL_TRIES):
+            if attempt:
+                time.sleep(0.05 * attempt)
+            data = self._get(rel)
+            why = _check.small_fault(rel, data, header)
+            if why is None:
+                return data
+        raise CorruptStoreError(
+            f"{self.object_url(rel)}: {self.name_objects(str(why))}, in each of {_SMALL_TRIES} downloads: the object "
+            "is damaged in storage or was altered after the dataset was written; nothing of it was cached"
+        )
+
+    def _check_small(self, rels: list[str]) -> None:
+        """Check the mirror's copies of the small files ``rels``; one that is
+        missing or fails its checks (damaged on disk since, or cached by an
+        earlier version unchecked) is downloaded again and written over in
+        place, where processes that hold it open see the repair."""
+        for rel in sorted(rels, key=_check.small_order):
+            if _PAGED.match(os.path.basename(rel)):
+                continue
+            path = os.path.join(self.local, rel)
+            if not os.path.exists(path):
+                self._place(rel)
+                continue
+            if _check.local_fault(path, rel) is None:
+                continue
+            data = self._fetch_small(rel)
+            with _flock(os.path.join(self.gen_dir, ".build.lock")), open(path, "r+b") as f:
+                f.write(data)
+                f.truncate(len(data))
+            with self._mu:
+                self.repaired_files += 1
 
     def _mirror(self) -> None:
-        """Mirror every object but those of shards: the small files whole,
-        the chunk files and table segments sparse."""
+        """Mirror every object but those of shards: the small files whole
+        and checked, the chunk files and table segments sparse. A mirror
+        made before has its small files checked again (and repaired)."""
         ready = os.path.join(self.gen_dir, ".ready")
+        roots = [rel for d, rels in sorted(self._by_dir.items()) if not self._is_shard(d) for rel in rels]
         if os.path.exists(ready):
+            self._check_small(roots)
             return
         with _flock(os.path.join(self.gen_dir, ".build.lock")):
-            if os.path.exists(ready):
+            if not os.path.exists(ready):
+                for rel in sorted(roots, key=_check.small_order):
+                    self._place(rel)
+                _write_atomic(ready, b"")
                 return
-            for d, rels in sorted(self._by_dir.items()):
-                if not self._is_shard(d):
-                    for rel in sorted(rels):
-                        self._place(rel)
-            _write_atomic(ready, b"")
+        self._check_small(roots)
+
+    def _reconcile(self, dirs: list[str]) -> None:
+        """Free the blocks of every page of the paged files of the store
+        directories ``dirs`` that holds bytes but is not marked present and
+        that no fetch is writing now: what a process killed between a
+        page's write and its mark leaves, outside the limit's count and out
+        of eviction's sight."""
+        pages, lay = self.pages, self.layout
+        for j in (j for d in dirs for j in range(*lay.store(d))):
+            try:
+                fd = os.open(os.path.join(self.local, lay.rels[j]), os.O_RDWR)
+            except OSError:
+                continue
+            try:
+                first, psize, size = int(lay.first[j]), int(lay.psize[j]), int(lay.size[j])
+                off = 0
+                while off < size:
+                    try:
+                        start = os.lseek(fd, off, os.SEEK_DATA)
+                        end = os.lseek(fd, start, os.SEEK_HOLE)
+                    except OSError:  # ENXIO: no data past off (or no SEEK_DATA here)
+                        break
+                    for p in range(first + start // psize, first + (min(end, size) - 1) // psize + 1):
+                        if pages.present[p] == 1:
+                            continue
+                        if not _ofd(self._lock_fd, fcntl.F_WRLCK, pages.npages + p, 1):
+                            continue  # being fetched
+                        try:
+                            if pages.present[p] != 1:
+                                _, lo, hi = lay.span(p)
+                                _punch(fd, lo, hi - lo)
+                                self.reconciled += 1
+                        finally:
+                            _ofd(self._lock_fd, fcntl.F_UNLCK, pages.npages + p, 1)
+                    off = max(end, start + 1)
+            finally:
+                os.close(fd)
 
     def materialize(self, rel: str) -> None:
         """Mirror the store directory ``rel`` if it is a shard not mirrored
@@ -198,10 +302,13 @@ class RemoteTree:
         if self._is_shard(rel):
             marker = os.path.join(self.gen_dir, "ready", hashlib.sha256(rel.encode()).hexdigest()[:24])
             if not os.path.exists(marker):
-                for obj in sorted(self._by_dir.get(rel, ())):
+                for obj in sorted(self._by_dir.get(rel, ()), key=_check.small_order):
                     self._place(obj)
                 os.makedirs(os.path.dirname(marker), exist_ok=True)
                 _write_atomic(marker, b"")
+            else:  # mirrored by another process or an earlier run: checked once in this one
+                self._check_small(list(self._by_dir.get(rel, ())))
+                self._reconcile([rel])
         with self._mu:
             self._ready.add(rel)
 
@@ -225,37 +332,65 @@ class RemoteTree:
             {int(lay.num[j]): lay.rels[j] for j in files if lay.kind[j] != CHUNK},
         )
 
-    def _get(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
+    def _endpoint(self) -> str | None:
+        """The endpoint the client talks to, for messages (None: AWS's)."""
+        try:
+            return str(self._client.config.get("endpoint") or "") or None
+        except Exception:
+            return None
+
+    def _get(self, rel: str, start: int | None = None, end: int | None = None) -> Any:
+        """Object ``rel`` whole (bytes), or its bytes ``[start, end)`` (a
+        buffer), under the ETag of the listing. The client retries attempts
+        that fail before an answer (refused, reset, stalled, 5xx); an answer
+        cut off mid-body or shorter than asked for is retried here, within
+        the same ``retries`` and the deadline, then reported."""
         import obstore
 
         size, etag = self._objects[rel]
         options: dict[str, Any] = {"if_match": etag} if etag else {}
         if start is not None:
             options["range"] = (start, end)
-        client = self.client  # ForkError in a forked child
-        try:
-            got = obstore.get(client, self._key(rel), options=options).bytes()
-        except Exception as e:
-            from obstore import exceptions as ox
-
-            if isinstance(e, ox.PreconditionError) or "precondition" in str(e).lower():
-                raise CorruptStoreError(
-                    f"{self.object_url(rel)} changed after {self.url!r} was opened (its ETag is no longer "
-                    f"{etag}): open the dataset again to read the new version"
-                ) from None
-            raise _s3.remote_error(e, self.url, self._key(rel), "read") from None
-        data = bytes(got) if start is None else memoryview(got)
         want = size if start is None else cast(int, end) - start  # a range has both ends
-        if len(data) != want:
-            raise CorruptStoreError(
-                f"{self.object_url(rel)}: got {len(data)} bytes where {want} were asked for "
-                f"({'the whole object' if start is None else f'bytes [{start}, {end})'}); the object is "
-                f"{size} bytes in the listing taken at open: it was truncated or replaced"
-            )
-        with self._mu:
-            self.fetched_bytes += len(data)
-            self.fetches += 1
-        return data  # type: ignore[return-value]
+        client = self.client  # ForkError in a forked child
+        limits = self.limits
+        deadline = time.monotonic() + limits.deadline
+        for attempt in range(limits.retries + 1):
+            last = attempt == limits.retries or time.monotonic() + _s3.backoff(attempt) >= deadline
+            try:
+                got = obstore.get(client, self._key(rel), options=options).bytes()
+            except Exception as e:
+                from obstore import exceptions as ox
+
+                if isinstance(e, ox.PreconditionError) or "precondition" in str(e).lower():
+                    raise CorruptStoreError(
+                        f"{self.object_url(rel)} changed after {self.url!r} was opened (its ETag is no longer "
+                        f"{etag}): open the dataset again to read the new version"
+                    ) from None
+                low = str(e).lower()
+                if not last and ("body error" in low or "incompletebody" in low or "unexpectedeof" in low):
+                    time.sleep(_s3.backoff(attempt))  # an answer cut off mid-body: asked again
+                    continue
+                n = attempt + 1 if attempt else None  # else the client's own count in its message
+                raise _s3.remote_error(e, self.url, self._key(rel), "read", limits, attempts=n,
+                                       endpoint=self._endpoint()) from None
+            data = bytes(got) if start is None else memoryview(got)
+            if len(data) != want:
+                if not last:
+                    del data, got
+                    time.sleep(_s3.backoff(attempt))
+                    continue
+                raise CorruptStoreError(
+                    f"{self.object_url(rel)}: got {len(data)} bytes where {want} were asked for "
+                    f"({'the whole object' if start is None else f'bytes [{start}, {end})'}), "
+                    f"{attempt + 1} time(s); the object is {size} bytes in the listing taken at open: it was "
+                    "truncated or replaced"
+                )
+            with self._mu:
+                self.fetched_bytes += len(data)
+                self.fetches += 1
+            return data
+        raise AssertionError("unreachable")
 
     def _drop_old_generations(self) -> None:
         """Remove earlier generations of this URL that no process has open."""
@@ -302,6 +437,11 @@ class RemoteTree:
         for g in list(self._guards):
             g.release_idle()
 
+    def flush_touches(self) -> None:
+        """Stamp the pages this process's reads used since the last flush."""
+        for g in list(self._guards):
+            g.flush_touches()
+
     def fetch_page(self, p: int, check: Callable[[Any], None] | None = None, force: bool = False) -> int:
         """Bring page ``p`` into the mirror (the caller pins it), after
         ``check(bytes)``, which raises CorruptStoreError for bytes that are
@@ -310,7 +450,6 @@ class RemoteTree:
         when present (a copy that failed its checks)."""
         pages = self.pages
         j, lo, hi = self.layout.span(p)
-        rel = self.layout.rels[j]
         with self._fetch_locks[p % len(self._fetch_locks)]:
             if not force and pages.present[p] == 1:
                 return 0
@@ -319,16 +458,7 @@ class RemoteTree:
                 was = pages.present[p] == 1
                 if was and not force:
                     return 0
-                data = self._get(rel, lo, hi)
-                if check is not None:
-                    try:
-                        check(data)
-                    except CorruptStoreError as e:
-                        what = "record bytes" if self.layout.kind[j] == CHUNK else "table entries"
-                        raise CorruptStoreError(
-                            f"{self.object_url(rel)}: bytes [{lo}, {hi}) fail the checks of their {what} "
-                            f"({self.name_objects(str(e))}); the object was altered after the dataset was written"
-                        ) from None
+                data = self._checked(j, lo, hi, check)
                 if not was:
                     # counted before it is marked, so that a process dying
                     # in between leaves the count high, never low
@@ -339,11 +469,41 @@ class RemoteTree:
                     if not was:
                         pages.add_used(lo - hi)
                     raise
-                pages.stamps[p] = int(time.time())
+                pages.stamps[p] = pages.now()
                 pages.present[p] = 1
                 return hi - lo
             finally:
                 _ofd(self._lock_fd, fcntl.F_UNLCK, pages.npages + p, 1)
+
+    def _checked(self, j: int, lo: int, hi: int, check: Callable[[Any], None] | None) -> Any:
+        """Bytes ``[lo, hi)`` of paged file ``j`` fetched, and passing
+        ``check``. Bytes that fail are fetched again (a byte flipped in
+        transit: the ETag held, so the object is the one listed), up to
+        ``retries`` times and at least once; only a mismatch on every fetch
+        says the object was altered."""
+        rel = self.layout.rels[j]
+        tries = max(2, self.limits.retries + 1)
+        for attempt in range(tries):
+            data = self._get(rel, lo, hi)
+            if check is None:
+                return data
+            try:
+                check(data)
+                return data
+            except CorruptStoreError as e:
+                if attempt + 1 < tries:
+                    del data
+                    with self._mu:
+                        self.refetched_bad += 1
+                    time.sleep(_s3.backoff(attempt) / 4)
+                    continue
+                what = "record bytes" if self.layout.kind[j] == CHUNK else "table entries"
+                raise CorruptStoreError(
+                    f"{self.object_url(rel)}: bytes [{lo}, {hi}) fail the checks of their {what} in each of "
+                    f"{tries} fetches ({self.name_objects(str(e))}); its ETag is unchanged, so the object was "
+                    "altered in storage after the dataset was written"
+                ) from None
+        raise AssertionError("unreachable")
 
     def read_page(self, p: int, lo: int | None = None, hi: int | None = None) -> bytes:
         """The mirror's bytes of page ``p`` (or of bytes ``[lo, hi)`` of its
@@ -395,11 +555,30 @@ class RemoteTree:
                 self.cache.set_limit(max(len(view), self.cache.used() - len(view)))
                 self.cache.make_room(len(view))
 
+    def hold(self, owner: object) -> None:
+        """Count ``owner`` as a user of the tree (the caller holds _TREES_LOCK)."""
+        self._holders.add(id(owner))
+
+    def let_go(self, owner: object) -> None:
+        """``owner`` no longer uses the tree; the last one closes it."""
+        with _TREES_LOCK:
+            if id(owner) not in self._holders:
+                return
+            self._holders.discard(id(owner))
+            if self._holders:
+                return
+            for key, tree in list(_TREES.items()):
+                if tree is self:
+                    del _TREES[key]
+        self.close()
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False)
         for g in list(self._guards):
             g.close()
+        with contextlib.suppress(Exception):
+            self.cache.trees.discard(self)  # no longer asked to release or flush
         for name in ("_open_fd", "_lock_fd"):
             fd = getattr(self, name, -1)
             setattr(self, name, -1)  # a second close must not close a descriptor reused since
@@ -418,11 +597,14 @@ _TREES: dict[tuple[str, str, str], RemoteTree] = {}
 _TREES_LOCK = threading.Lock()
 
 
-def open_tree(url: str, cache: CacheOptions | None, storage: dict[str, Any] | None) -> tuple[RemoteTree, str]:
+def open_tree(url: str, cache: CacheOptions | None, storage: dict[str, Any] | None,
+              holder: object | None = None) -> tuple[RemoteTree, str]:
     """The mirror of the dataset at ``url`` and the local path that stands
     for ``url`` in it. A URL naming one stream of a sharded multi-stream
     dataset (``root/stream``, with no objects of its own) mirrors the root.
-    One process opens each (root, options) once and shares it."""
+    One process opens each (root, options) once and shares it among its
+    holders: ``holder`` (a dataset) counts as one until it calls
+    :meth:`RemoteTree.let_go`, and the tree closes when its last one does."""
     opts = cache if cache is not None else CacheOptions()
     if not isinstance(opts, CacheOptions):
         raise TypeError(f"cache must be a loaderx.CacheOptions or None, got {opts!r}")
@@ -432,8 +614,10 @@ def open_tree(url: str, cache: CacheOptions | None, storage: dict[str, Any] | No
     key = (url, repr(opts), json.dumps(storage, sort_keys=True, default=str))
     with _TREES_LOCK:
         tree = _TREES.get(key)
-    if tree is not None:
-        return tree, tree.local
+        if tree is not None:
+            if holder is not None:
+                tree.hold(holder)
+            return tree, tree.local
     try:
         tree, sub = RemoteTree(url, opts, storage), ""
     except FileNotFoundError:
@@ -448,16 +632,23 @@ def open_tree(url: str, cache: CacheOptions | None, storage: dict[str, Any] | No
             raise FileNotFoundError(f"{url!r}: no objects under this URL (nothing was pushed there?)") from None
         key = (root, *key[1:])
     with _TREES_LOCK:
-        tree = _TREES.setdefault(key, tree)
+        made, tree = tree, _TREES.setdefault(key, tree)
+        if holder is not None:
+            tree.hold(holder)
+    if made is not tree:
+        made.close()  # another thread made the same one first
     return tree, os.path.join(tree.local, sub) if sub else tree.local
 
 
-def tree_of(path: str) -> RemoteTree | None:
-    """The open tree whose mirror holds ``path``, if any."""
+def tree_of(path: str, holder: object | None = None) -> RemoteTree | None:
+    """The open tree whose mirror holds ``path``, if any (held for
+    ``holder``, as :func:`open_tree` holds it)."""
     p = os.path.abspath(path)
     with _TREES_LOCK:
         for tree in _TREES.values():
             if p == tree.local or p.startswith(tree.local + os.sep):
+                if holder is not None:
+                    tree.hold(holder)
                 return tree
     return None
 

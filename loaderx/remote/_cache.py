@@ -50,7 +50,7 @@ there:
   (the paged files and their sizes, in page order), ``present`` (one byte
   per page, 1 once its bytes are in the mirror, then one byte per page that
   serialises its fetch across processes), ``stamps`` (each page's last use,
-  in seconds) and ``used`` (the bytes present, a counter kept by every fetch
+  in nanoseconds) and ``used`` (the bytes present, a counter kept by every fetch
   and eviction and recounted by every eviction pass). Byte ``p`` of
   ``present`` is also the page's *pin*: a process that reads page ``p``
   holds a shared open-file-description lock (``F_OFD_SETLK``) on it, and
@@ -104,18 +104,31 @@ The limit counts every page present, table pages included; the headers,
 schemas, dictionaries and manifests (a few small files per store) come on
 top.
 
-Faults: a server that stops answering fails a fetch after the client's
-bounded retries (``io._s3``) with :class:`~loaderx.errors.RemoteError`
-naming the object; an object overwritten since the dataset was opened fails
-its ETag precondition, and one truncated or altered fails its length or its
-checksums, each :class:`~loaderx.errors.CorruptStoreError` naming the
-object; a full disk is an OSError naming the cache directory after one more
-eviction pass. Nothing is marked present that was not written and checked.
+Faults: one attempt of a request is bounded by ``timeout`` and the request
+by a ``deadline``; a refused, reset or stalled attempt, a 5xx answer and an
+answer cut off or short are retried with backoff within ``retries``
+(``remote._s3``, ``remote._tree``), then :class:`~loaderx.errors.RemoteError`
+names the object and says which it was; a page whose fetched bytes fail
+their checks is fetched again before it is reported (a byte flipped in
+transit), and only a mismatch on every fetch, under an unchanged ETag, is
+CorruptStoreError saying the object was altered; an object overwritten
+since the dataset was opened fails its ETag precondition. The small files
+downloaded whole are checked against their own checksums before they are
+cached (``remote._check``), and checked again at each open, where a damaged
+one is downloaded again in place. A full disk is an OSError naming the cache
+directory after one more eviction pass. Nothing is marked present that was
+not written and checked.
+
+Eviction is least recently used: each page's stamp (nanoseconds) is set when
+it is fetched or pinned, and a warm read, which makes no system call, notes
+its records in its guard's touch table, whose pages get fresh stamps, in the
+order of the reads, before an eviction pass looks. A page a killed reader
+wrote but never marked present is freed at the next open.
 
 This module holds the options, the cache directory (its limit, eviction,
 listing and clearing), the page layout of a dataset version and its page
-state; ``store._remote`` the mirror of one dataset root and its fetches;
-``store._guard`` what keeps a handle's reads inside the pages its process
+state; ``remote._tree`` the mirror of one dataset root and its fetches;
+``remote._guard`` what keeps a handle's reads inside the pages its process
 holds. It stays one file past 700 lines because this docstring is the one
 description of the cache's design, and the layout, the page state files and
 eviction it describes are read and written together.
@@ -210,7 +223,7 @@ class CacheOptions:
             bytes overlap. A multiple of 4096; default 8 MiB.
         table_page_size: bytes of one page of a record-table segment (24
             bytes per record), fetched when a read first needs an entry in
-            it. A multiple of 4096; default 16 KiB (see ``store._cache``
+            it. A multiple of 4096; default 16 KiB (see ``remote._cache``
             for the choice).
         prefetch: bytes a :class:`~loaderx.DataLoader` may fetch ahead of
             the step it serves, from the sampler's next steps. 0 turns
@@ -432,16 +445,33 @@ class _Pages:
         self.data_dir = os.path.join(os.path.dirname(state_dir), "data")
         self._layout = layout
         with open(os.path.join(state_dir, "info.json")) as f:
-            self.npages = int(json.load(f)["npages"])
+            info = json.load(f)
+        self.npages = int(info["npages"])
         self.present_path = os.path.join(state_dir, "present")
         mm = np.memmap(self.present_path, dtype=np.uint8, mode="r+")
         self.present = mm[: self.npages]
-        self.stamps = np.memmap(os.path.join(state_dir, "stamps"), dtype=np.uint32, mode="r+")
+        #: each page's last use: nanoseconds (a state made before kept
+        #: seconds in 32 bits, which tie within a second)
+        fine = info.get("stamps") == "ns"
+        self.stamp_scale = 1 if fine else 10**9
+        self.stamps = np.memmap(os.path.join(state_dir, "stamps"), dtype=np.int64 if fine else np.uint32, mode="r+")
         self._used_fd = os.open(os.path.join(state_dir, "used"), os.O_RDWR)
         # a descriptor of its own for eviction: a lock asked for through the
         # descriptor this process pins with would be granted over its own pins
         self._evict_fd = os.open(self.present_path, os.O_RDWR)
+        self._ino = os.fstat(self._evict_fd).st_ino
         self.mu = threading.Lock()
+
+    def now(self) -> int:
+        """A stamp of this moment, in the unit of this state's stamps."""
+        return time.time_ns() // self.stamp_scale
+
+    def current(self) -> bool:
+        """Whether the files this view maps are still the state directory's."""
+        try:
+            return os.stat(self.present_path).st_ino == self._ino
+        except OSError:
+            return False
 
     @staticmethod
     def make(state_dir: str, layout: _Layout) -> None:
@@ -456,13 +486,13 @@ class _Pages:
         with open(os.path.join(tmp, "present"), "wb") as f:
             f.truncate(2 * n)  # present bytes, then fetch-lock bytes
         with open(os.path.join(tmp, "stamps"), "wb") as f:
-            f.truncate(4 * n)
+            f.truncate(8 * n)
         with open(os.path.join(tmp, "used"), "wb") as f:
             f.write(bytes(8))
         layout.save(os.path.join(tmp, "objects.json"))
         with open(os.path.join(tmp, "info.json"), "w") as f:
             json.dump({"npages": layout.npages, "page_size": layout.page_size,
-                       "table_page_size": layout.table_page_size}, f)
+                       "table_page_size": layout.table_page_size, "stamps": "ns"}, f)
         try:
             os.rename(tmp, state_dir)
         except OSError:
@@ -561,7 +591,7 @@ class _Cache:
         os.makedirs(os.path.join(root, "trees"), exist_ok=True)
         self._limit = limit
         self.mu = threading.Lock()
-        self.trees: weakref.WeakSet[Any] = weakref.WeakSet()  # store._remote.RemoteTree of this process
+        self.trees: weakref.WeakSet[Any] = weakref.WeakSet()  # remote._tree.RemoteTree of this process
         self._states: dict[str, _Pages] = {}  # state dir -> its page state
         self._scanned = 0.0
         self.evicted_bytes = 0
@@ -584,6 +614,9 @@ class _Cache:
         """This process's one view of the page state in ``state_dir``."""
         with self.mu:
             st = self._states.get(state_dir)
+            if st is not None and not st.current():
+                self._states.pop(state_dir).close()  # removed (cache clear) and made again since
+                st = None
             if st is None:
                 st = self._states[state_dir] = _Pages(state_dir, layout)
             elif layout is not None and st._layout is None:
@@ -629,6 +662,10 @@ class _Cache:
         with self.mu:
             if sum(s.used() for s in self._scan()) + need <= limit:
                 return
+        # this process's warm reads since the last eviction refresh their
+        # pages' stamps first, so the pages it reads most stay
+        for tree in list(self.trees):
+            tree.flush_touches()
         with _flock(os.path.join(self.root, ".evict.lock")):
             for attempt in range(2):
                 with self.mu:
@@ -651,7 +688,7 @@ class _Cache:
         for k, s in enumerate(states):
             p = np.flatnonzero(s.present == 1)
             if p.size:
-                stamps.append(s.stamps[p])
+                stamps.append(s.stamps[p].astype(np.int64) * s.stamp_scale)
                 owners.append(np.full(p.size, k, dtype=np.int32))
                 pages.append(p)
         freed = 0

@@ -1,7 +1,7 @@
 """Keeping a handle's reads inside the pages its process holds.
 
 A :class:`Guard` is made per native handle of a dataset in object storage
-(``store._remote.RemoteTree.guard``). It gives each store behind the handle
+(``remote._tree.RemoteTree.guard``). It gives each store behind the handle
 its residency map (a sharded dataset's stores when a read first touches
 them), so a warm read runs as one native call; for a read the maps refused
 it works out the batch's table pages from its indices (global index, shard,
@@ -10,13 +10,14 @@ entries name, and runs the read again; it checks the pages of a read that
 met damaged bytes again and fetches those that fail; it fetches ahead for
 the loader; it lets go of this process's idle pins when the cache needs
 room; and it checks every page and record for ``verify()``. See
-``store._cache`` for the design. It stays one file past 700 lines: the pins,
+``remote._cache`` for the design. It stays one file past 700 lines: the pins,
 the pages of the batches in flight and the fast-path count it keeps are what
 every one of those steps must agree on to be right.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import os
@@ -28,8 +29,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from loaderx.errors import CorruptStoreError, NotResidentError
+from loaderx.remote._cache import _PIN_DEADLINE, ENTRY, SEG_SHIFT, StoreFiles, _ofd
 from loaderx.store import _native
-from loaderx.store._cache import _PIN_DEADLINE, ENTRY, SEG_SHIFT, StoreFiles, _ofd
 
 __all__ = ["Guard"]
 
@@ -39,6 +40,10 @@ _MASK = (1 << SEG_SHIFT) - 1
 #: bytes whose chunk pages it holds at once
 _VERIFY_RECORDS = 1 << 14
 _VERIFY_BYTES = 256 << 20
+
+#: the reads the touch table keeps: the last ones before an eviction pass
+#: are what it refreshes (older ones keep the stamps of their fetch or pin)
+_TOUCH_READS = 1024
 
 #: a check of a fetched page's bytes (raises CorruptStoreError), or None
 _Check = Callable[[Any], None] | None
@@ -121,6 +126,10 @@ class Guard:
         #: reads that met bytes failing their checks, whose pages were then
         #: checked from the mirror (and fetched again where they failed)
         self.repairs = 0
+        #: the touch table: the indices of the reads since the last flush,
+        #: whose pages get this moment's stamp when eviction next looks
+        #: (a warm read pays one list append, not a write per page)
+        self._touched: collections.deque[np.ndarray] = collections.deque(maxlen=_TOUCH_READS)
         try:
             if lazy:
                 _native.set_require_residency(h)
@@ -245,25 +254,37 @@ class Guard:
                     part.append(v)
         return _TableNeed(_cat(pages), _cat(owner), _cat(segs), tuple(_cat(c) for c in cut))  # type: ignore[arg-type]
 
-    def _chunk_need(self, idx: np.ndarray,
-                    spans: tuple[np.ndarray, ...] | None = None) -> _ChunkNeed:
-        """The chunk pages of the records at ``idx``, from their entries
-        (whose table pages the caller holds)."""
+    def _chunk_pages(self, idx: np.ndarray, spans: tuple[np.ndarray, ...] | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
+        """The chunk pages of the records at ``idx`` (record after record)
+        and how many each record has, from their entries (whose table pages
+        the caller holds); then the spans and each record's first and last
+        page."""
         if spans is None:
             spans = _native.store_spans(self.h, idx)
         s, c, o, ln = (a.astype(np.int64) for a in spans)
-        _, local = self._route(idx)
         cp = self.cpage
-        first = np.empty(idx.size, dtype=np.int64)
-        for k in np.unique(s).tolist():
-            at = s == k
-            first[at] = self.files[k].chunk_base[c[at]]
+        if len(self.rels) == 1:
+            first = self.files[0].chunk_base[c]
+        else:
+            first = np.empty(idx.size, dtype=np.int64)
+            for k in np.unique(s).tolist():
+                at = s == k
+                first[at] = self.files[k].chunk_base[c[at]]
         last = first + (o + np.maximum(ln, 1) - 1) // cp
         first += o // cp
         count = np.where(ln > 0, last - first + 1, 0)
         total = int(count.sum())
         starts = np.cumsum(count) - count
         pages = np.repeat(first, count) + (np.arange(total, dtype=np.int64) - np.repeat(starts, count))
+        return pages, count, (s, c, o, ln, first, last)
+
+    def _chunk_need(self, idx: np.ndarray,
+                    spans: tuple[np.ndarray, ...] | None = None) -> _ChunkNeed:
+        """The chunk pages of the records at ``idx``, from their entries
+        (whose table pages the caller holds)."""
+        pages, _, (s, c, o, ln, first, last) = self._chunk_pages(idx, spans)
+        _, local = self._route(idx)
         one = (ln > 0) & (first == last)
         order = np.argsort(first[one], kind="stable")
         ones = tuple(a[one][order] for a in (first, s, c, local))
@@ -317,7 +338,9 @@ class Guard:
             self.fast += 1
         damaged = False
         try:
-            return fn()
+            out = fn()
+            self._touch(idx)
+            return out
         except NotResidentError:
             pass
         except CorruptStoreError:
@@ -331,7 +354,9 @@ class Guard:
             for attempt in range(2):
                 try:
                     with self.reading(idx, chunks, repair=damaged):
-                        return fn()
+                        out = fn()
+                    self._touch(idx)
+                    return out
                 except CorruptStoreError as e:
                     if attempt or damaged:
                         raise self._named(e) from None
@@ -341,6 +366,61 @@ class Guard:
             # what this read pinned beyond the limit goes now, not at the
             # next fetch: an idle process keeps no more than the limit
             self.tree.cache.make_room(0)
+
+    def _touch(self, idx: np.ndarray) -> None:
+        """Note that the records at ``idx`` were read (for the LRU stamps)."""
+        self._touched.append(idx)  # a bounded deque: the oldest drop off
+
+    def flush_touches(self) -> None:
+        """Give the pages of the reads noted since the last flush stamps in
+        the order of the reads (a page gets the stamp of the last read that
+        used it, so eviction's order among them is the reads'): their table
+        pages by arithmetic, their chunk pages from their entries (left
+        alone for entries no longer held). One native call for them all."""
+        with self.mu:
+            items = list(self._touched)
+            self._touched.clear()
+        if not items or self.closed:
+            return
+        st = self.pages
+        # best effort: a handle closed meanwhile, or entries no longer held,
+        # leave those pages' stamps as they were
+        try:
+            idx = np.concatenate(items).astype(np.int64, copy=False)
+            if idx.size == 0:
+                return
+            rank = np.repeat(np.arange(len(items), dtype=np.int32), [a.size for a in items])
+            # each page gets the rank of the last read that used it: a dense
+            # array over the pages, no sort
+            newest = np.full(st.npages, -1, dtype=np.int32)
+            pages, ranks = self._table_pages_of(idx, rank)
+            np.maximum.at(newest, pages, ranks)
+            with contextlib.suppress(Exception):
+                pages, count, _ = self._chunk_pages(idx)
+                np.maximum.at(newest, pages, np.repeat(rank, count))
+        except Exception:
+            return
+        p = np.flatnonzero(newest >= 0)
+        now = time.time_ns()
+        st.stamps[p] = (now - (len(items) - newest[p].astype(np.int64))) // st.stamp_scale
+
+    def _table_pages_of(self, u: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The table pages of the (unique, registered) records ``u`` and the
+        rank of each: one or two a record, in no particular order."""
+        ks, local = self._route(u)
+        tp = self.tpage
+        pages, ranks = [], []
+        for k in np.unique(ks).tolist() if ks is not None else [0]:
+            f = self.files.get(k)
+            if f is None or f.table_base is None:
+                continue
+            at = ks == k if ks is not None else slice(None)
+            loc = local[at]
+            off = (loc & _MASK) * ENTRY
+            base = f.table_base[loc >> SEG_SHIFT]
+            pages += [base + off // tp, base + (off + ENTRY - 1) // tp]
+            ranks += [rank[at], rank[at]]
+        return _cat(pages), _cat(ranks)
 
     def whole(self, fn: Callable[[], _T]) -> _T:
         """``fn()``, a native call that reads every table entry of the
@@ -440,7 +520,7 @@ class Guard:
         instead of raised."""
         present, held = self.pages.present, self.held
         missing: list[int] = []
-        now = int(time.time())
+        now = self.pages.now()
         for p in slots[~held[slots]].tolist():
             self._lock(p)
             if present[p] == 1:
@@ -454,7 +534,7 @@ class Guard:
             _ = self.tree.client  # a forked child fails here, before it starts a fetch
         except BaseException:
             with self.mu:
-                for p in missing:
+                for p in missing if not self.closed else ():
                     _ofd(self.fd, fcntl.F_UNLCK, p, 1)
             raise
         self.tree.cache.make_room(int(self.layout.page_sizes()[missing].sum()))
@@ -485,12 +565,18 @@ class Guard:
                     if not isinstance(got, BaseException):
                         total += got
                     elif failures is not None and isinstance(got, CorruptStoreError):
-                        failures.append((p, got))
+                        failures.append((p, got.with_traceback(None)))
                         failed.add(p)
                     else:
                         first_error = first_error or got
+                del got, outcomes
                 if first_error is not None:
-                    raise first_error
+                    # raised with no local left naming it, so that its
+                    # traceback (which holds this frame) makes no cycle
+                    try:
+                        raise first_error
+                    finally:
+                        first_error = None
                 again = []
                 for p in missing:
                     if p in failed:
@@ -509,7 +595,7 @@ class Guard:
             raise
         finally:
             with self.mu:
-                for p in failed:
+                for p in failed if not self.closed else ():
                     if not held[p]:
                         _ofd(self.fd, fcntl.F_UNLCK, p, 1)
 
@@ -705,6 +791,8 @@ class Guard:
 
     def _release_locked(self) -> None:
         """release_idle's work, under ``mu`` with no fast-path read in flight."""
+        if self.closed:
+            return
         keep = np.zeros(self.held.size, dtype=bool)
         for slots in self.inflight.values():
             keep[slots] = True
@@ -716,14 +804,19 @@ class Guard:
         self.held[free] = False
 
     def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
+        with self.mu:
+            if self.closed:
+                return
+            self.closed = True
+            # nothing is held once the descriptor goes: a release after this
+            # must not unlock through a descriptor number reused since
+            self.held[:] = False
+            fd, self.fd = self.fd, -1
         for k in list(self.files):
             with contextlib.suppress(Exception):  # the handle may be closed already, which removed the maps
                 _native.store_set_residency(self.h, k, None, None, 0)
         with contextlib.suppress(OSError):
-            os.close(self.fd)  # closing the descriptor drops its pins
+            os.close(fd)  # closing the descriptor drops its pins
 
     def stats(self) -> dict[str, int]:
         sizes = self.layout.page_sizes()
@@ -736,4 +829,5 @@ class Guard:
         return {"fetched_bytes": self.tree.fetched_bytes, "fetches": self.tree.fetches, "cached_bytes": present,
                 "pinned_bytes": held, "cache_used_bytes": self.tree.cache.used(),
                 "cache_limit_bytes": self.tree.cache.limit(), "evicted_bytes": self.tree.cache.evicted_bytes,
-                "repairs": self.repairs}
+                "repairs": self.repairs, "refetched_pages": self.tree.refetched_bad,
+                "repaired_files": self.tree.repaired_files}

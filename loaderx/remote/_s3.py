@@ -2,7 +2,7 @@
 ``S3Store`` configured from explicit options, the ``AWS_*`` environment and
 the AWS shared files, with every failure turned into a
 :class:`~loaderx.errors.RemoteError` that names the object and what went
-wrong. ``io.remote`` (upload) and ``store._cache`` (reading through a local
+wrong. ``remote.upload`` and ``remote._cache`` (reading through a local
 cache) both build on it.
 
 The client is obstore's ``S3Store`` (``pip install 'loaderx[s3]'``): one
@@ -32,20 +32,55 @@ from loaderx.errors import ForkError, RemoteError
 
 __all__ = [
     "parse_url", "client", "remote_error", "import_obstore", "short", "OPTIONS", "DEFAULT_TIMEOUT",
-    "DEFAULT_RETRIES",
+    "DEFAULT_RETRIES", "Settings", "settings", "backoff",
 ]
 
-#: Seconds one request may take (connect, send, receive) before it fails.
+#: Seconds one attempt of a request may take (connect, send, receive)
+#: before it counts as stalled and is tried again.
 DEFAULT_TIMEOUT = 60.0
-#: Retries of a failed request (connection refused, 5xx, timeouts) with
-#: exponential backoff from 100 ms; 3 keep a dead endpoint's error near 1 s.
+#: Retries of a failed attempt (connection refused or reset, a stall, 5xx,
+#: a body cut short) with exponential backoff from 100 ms; 3 keep a dead
+#: endpoint's error near 1 s.
 DEFAULT_RETRIES = 3
+#: the backoff before retry k (from 0): 100 ms doubling, at most 5 s
+_BACKOFF0, _BACKOFF_MAX = 0.1, 5.0
 _INSTALL = "pip install 'loaderx[s3]'"
 #: the options client() takes, besides the URL
 OPTIONS = frozenset(
     {"endpoint_url", "access_key_id", "secret_access_key", "session_token", "region", "profile", "allow_http",
-     "timeout", "retries"}
+     "timeout", "retries", "deadline"}
 )
+
+
+def backoff(k: int) -> float:
+    """Seconds to wait before retry ``k`` (0 for the first)."""
+    return min(_BACKOFF_MAX, _BACKOFF0 * 2.0**k)
+
+
+class Settings:
+    """The time limits of requests: ``timeout`` bounds one attempt,
+    ``retries`` the attempts after the first, ``deadline`` one read with all
+    its attempts and backoffs (default: every attempt timing out, plus the
+    backoffs between them)."""
+
+    def __init__(self, timeout: float, retries: int, deadline: float | None) -> None:
+        self.timeout, self.retries = timeout, retries
+        self.deadline = deadline if deadline is not None else \
+            (retries + 1) * timeout + sum(backoff(k) for k in range(retries))
+
+
+def settings(options: dict[str, Any]) -> Settings:
+    """The :class:`Settings` of client options (ValueError for bad ones)."""
+    timeout = options.get("timeout")
+    timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
+    retries = options.get("retries")
+    retries = DEFAULT_RETRIES if retries is None else int(retries)
+    deadline = options.get("deadline")
+    deadline = None if deadline is None else float(deadline)
+    if timeout <= 0 or retries < 0 or (deadline is not None and deadline <= 0):
+        raise ValueError(f"timeout and deadline must be > 0 and retries >= 0, got timeout={timeout!r}, "
+                         f"retries={retries!r}, deadline={deadline!r}")
+    return Settings(timeout, retries, deadline)
 
 
 #: the process that made a client (and so started obstore's runtime)
@@ -123,8 +158,10 @@ def client(url: str, **options: Any) -> Any:
     ``endpoint_url``, ``access_key_id``, ``secret_access_key``,
     ``session_token``, ``region``, ``profile`` (a profile of the AWS shared
     files), ``allow_http`` (default: true when the endpoint is ``http://``),
-    ``timeout`` (seconds per request, default 60) and ``retries``
-    (default 3).
+    ``timeout`` (seconds one attempt of a request may take, default 60),
+    ``retries`` (attempts after the first, with backoff, default 3) and
+    ``deadline`` (seconds one request may take with all its attempts;
+    default: every attempt timing out, plus the backoffs).
 
     Raises:
         ImportError: obstore is missing (naming ``pip install 'loaderx[s3]'``).
@@ -172,23 +209,21 @@ def client(url: str, **options: Any) -> Any:
     if allow_http is None:
         flag = env.get("AWS_ALLOW_HTTP")
         allow_http = flag.lower() in ("1", "true", "yes") if flag else str(endpoint or "").startswith("http://")
-    timeout = options.get("timeout")
-    timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
-    retries = options.get("retries")
-    retries = DEFAULT_RETRIES if retries is None else int(retries)
-    if timeout <= 0 or retries < 0:
-        raise ValueError(f"timeout must be > 0 and retries >= 0, got {timeout!r} and {retries!r}")
+    limits = settings(options)
     client_options = {
         "allow_http": bool(allow_http),
-        "connect_timeout": datetime.timedelta(seconds=min(timeout, 5.0)),
-        "timeout": datetime.timedelta(seconds=timeout),
+        "connect_timeout": datetime.timedelta(seconds=min(limits.timeout, 5.0)),
+        "timeout": datetime.timedelta(seconds=limits.timeout),
     }
+    # the client retries what fails before a response arrives (refused,
+    # reset, stalled, 5xx) within the deadline: a stall costs one attempt,
+    # not the whole budget
     retry_config = {
-        "max_retries": retries,
-        "retry_timeout": datetime.timedelta(seconds=timeout),
+        "max_retries": limits.retries,
+        "retry_timeout": datetime.timedelta(seconds=limits.deadline),
         "backoff": {
-            "init_backoff": datetime.timedelta(milliseconds=100),
-            "max_backoff": datetime.timedelta(seconds=5),
+            "init_backoff": datetime.timedelta(seconds=_BACKOFF0),
+            "max_backoff": datetime.timedelta(seconds=_BACKOFF_MAX),
             "base": 2,
         },
     }
@@ -224,13 +259,26 @@ def short(e: BaseException) -> str:
 _UNREACHABLE = ("connect", "connection", "timed out", "dns", "refused", "error sending request")
 
 
-def remote_error(e: Exception, url: str, key: str, action: str) -> RemoteError:
-    """The client's exception ``e`` as a RemoteError that says what failed."""
+def _attempts(low: str) -> int | None:
+    """The attempts a client error says were made (retries + 1)."""
+    m = re.search(r"after (\d+) retries", low) or re.search(r"\bretries: (\d+)", low)
+    return int(m.group(1)) + 1 if m else None
+
+
+def remote_error(e: Exception, url: str, key: str, action: str, limits: Settings | None = None,
+                 attempts: int | None = None, endpoint: str | None = None) -> RemoteError:
+    """The client's exception ``e`` as a RemoteError that says what failed:
+    a server that stalled (no answer within the timeout, on every attempt),
+    refused the connection (nothing listens), could not be reached at all,
+    reset the connection, or answered with an error."""
     from obstore import exceptions as ox
 
     where = f"s3://{parse_url(url)[0]}/{key}" if key else url
     text = short(e)
     low = " ".join(str(e).split()).lower()  # all of it: the cause often comes after the first 400 characters
+    n = attempts or _attempts(low)
+    tries = f"{n} attempt{'s' if n != 1 else ''}" if n else "every attempt"
+    at = f" at {endpoint}" if endpoint else ""
     if isinstance(e, (ox.PermissionDeniedError, ox.UnauthenticatedError, PermissionError)) or any(
         s in low for s in ("accessdenied", "signaturedoesnotmatch", "invalidaccesskeyid", "403 forbidden")
     ):
@@ -240,11 +288,19 @@ def remote_error(e: Exception, url: str, key: str, action: str) -> RemoteError:
     elif isinstance(e, (ox.NotFoundError, FileNotFoundError)):
         why = "no such object"
     elif re.search(r"\b5\d\d\b[^\n]{0,40}(internal|service|unavailable|gateway|server)|server error", low):
-        why = "the server answered with an error (HTTP 5xx) through every retry"
-    elif any(s in low for s in _UNREACHABLE) or re.search(
-        r"(?<!retry_)timeout", low
-    ):
-        why = "the endpoint cannot be reached (server down, wrong endpoint_url, or a network problem)"
+        code = re.search(r"\b(5\d\d)\b", low)
+        why = f"the server answered with an error (HTTP {code.group(1) if code else '5xx'}) on {tries}"
+    elif "connectionrefused" in low or "connection refused" in low:
+        why = (f"the connection was refused{at} ({tries}): no server listens there (server down, or a wrong "
+               "endpoint_url)")
+    elif ("kind: timeout" in low or "operation timed out" in low) and "connect" not in low:
+        secs = f"{limits.timeout:g} s" if limits else "the timeout"
+        why = f"no answer in {secs}, {tries}: the server stalled (it accepted the connection but did not answer)"
+    elif "connectionreset" in low or "connection reset" in low or "incompletebody" in low \
+            or "body error" in low or "unexpectedeof" in low:
+        why = f"the connection was reset or cut off mid-answer ({tries})"
+    elif any(s in low for s in _UNREACHABLE) or re.search(r"(?<!retry_)timeout", low):
+        why = f"the endpoint cannot be reached{at} ({tries}; server down, wrong endpoint_url, or a network problem)"
     else:
         why = "the request failed"
     return RemoteError(f"{action} {where}: {why}: {text}", url=url)

@@ -1,0 +1,370 @@
+"""The loader's native step pipeline: a whole step made ahead natively.
+
+When every stream is a local store and the loader draws with a built-in
+sampler and runs no transform, a :class:`NativePipeline` takes the place of
+:class:`loaderx.loader._pipeline.Pipeline`: the native library
+(``steppipe/``, exposed as ``lx_pipe_*``) draws each step's indices and
+gathers every stream on its own worker goroutines, ahead of the consumer,
+into batch buffers allocated here; ``next()`` is one native call that hands
+over a step already made (the GIL released while it waits). What Python
+does per step is the hand-over: recycle the slots the consumer let go,
+build the batch dict of views of the slot's arrays, and for a ragged stream
+its offsets (:meth:`loaderx.loader._ragged.RaggedStream.finish`).
+
+The buffers, and how long a batch stays valid
+---------------------------------------------
+The pipeline has a fixed number of *slots*, each one step's memory (its
+indices, and every stream's batch arrays). A slot handed out is the
+consumer's: the native workers fill only free slots. Before each step the
+loader gives back every slot none of whose arrays is referenced any more
+(``sys.getrefcount``, as :class:`loaderx.loader._pipeline.BufferPool`
+does): so a batch, or any view of it, that the consumer still holds is never
+written, whatever it does with it. A consumer that holds more than
+:data:`HELD_SLOTS` batches at once gets the oldest slot's memory
+*retired*: the slot is given new arrays and the consumer keeps the old ones
+for good (a fresh allocation per step, as ``list(loader)`` needs anyway).
+A raw pointer taken through ``.ctypes`` holds no reference: copy the batch
+if you keep one.
+
+Where a configuration cannot use it (a transform, a custom sampler, a
+mixture, packed rows, NumPy arrays or datasets in object storage as
+streams, worker processes, ``num_workers=0``), the loader runs the Python
+pipeline instead; :func:`native_blocker` says why.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import sys
+import weakref
+from typing import Any
+
+import numpy as np
+
+from loaderx.errors import ClosedError, CorruptStoreError
+from loaderx.loader._packing import PackStream
+from loaderx.loader._ragged import _GROWTH, RaggedStream
+from loaderx.loader.sampler import Sampler
+from loaderx.store import _native
+from loaderx.store.dataset import DenseDataset, RaggedDataset
+
+#: slots the consumer may hold at once before the oldest is retired
+HELD_SLOTS = 4
+
+#: microseconds one native wait lasts before Python looks at its signals
+#: (a Ctrl-C is raised within this much of arriving)
+WAIT_US = 50_000
+
+#: the environment variable that picks the pipeline of the loaders made
+#: after it is set: ``native`` (the default, where the configuration allows
+#: it) or ``python`` (always the Python pipeline)
+ENV_VAR = "LOADERX_PIPELINE"
+
+_LIVE: weakref.WeakSet[NativePipeline] = weakref.WeakSet()
+
+
+def native_blocker(streams: list[Any], sampler: Any, transform: Any, workers: int) -> str | None:
+    """Why these streams and this draw cannot run on the native pipeline,
+    or None when they can."""
+    forced = os.environ.get(ENV_VAR, "native").strip().lower() or "native"
+    if forced not in ("native", "python"):
+        raise ValueError(f"{ENV_VAR}={forced!r}: want 'native' or 'python'")
+    if forced == "python":
+        return f"{ENV_VAR}=python"
+    if transform is not None:
+        return "a transform runs on the Python pipeline's worker threads"
+    if workers < 1:
+        return "num_workers=0 makes every step in the caller"
+    if native_draw(sampler) is None:
+        return f"the draw ({type(sampler).__name__}) is Python code"
+    for name, ds, _ in streams:
+        if isinstance(ds, PackStream):
+            return f"stream {name!r} is packed"
+        store = ds.dataset if isinstance(ds, RaggedStream) else ds
+        if hasattr(ds, "array"):
+            return f"stream {name!r} is a NumPy array (np.take runs in Python threads)"
+        if not isinstance(store, (DenseDataset, RaggedDataset)):
+            return f"stream {name!r} is a {type(store).__name__}"
+        if getattr(store, "_guard", None) is not None:
+            return f"stream {name!r} is in object storage (its page cache is Python code)"
+    return None
+
+
+def native_draw(sampler: Any) -> tuple[Any, ...] | None:
+    """The draw of ``sampler`` as the native pipeline takes it, or None:
+    a :class:`loaderx.loader.sampler.Sampler`, or a draw that describes
+    itself (``native_draw()``, as the loader's epoch pass does)."""
+    if isinstance(sampler, Sampler):
+        return ("sampler", sampler.mode, sampler.n, sampler.batch_size, sampler.seed, *sampler.shard)
+    describe = getattr(sampler, "native_draw", None)
+    return None if describe is None else describe()
+
+
+class NativePipeline:
+    """One run of a loader from ``start_step`` on the native pipeline; the
+    counterpart of :class:`loaderx.loader._pipeline.Pipeline` (``next``,
+    ``next_out``, ``stop``).
+
+    Args:
+        streams: ``(name, dataset or RaggedStream, pool)`` per stream.
+        sampler: a :class:`loaderx.loader.sampler.Sampler` or an epoch draw.
+        num_workers: the native workers.
+        prefetch: steps made ahead of the consumer.
+        start_step: the first step handed out.
+        end: the first step not made, or None.
+    """
+
+    def __init__(
+        self,
+        streams: list[Any],
+        sampler: Any,
+        num_workers: int,
+        prefetch: int,
+        start_step: int,
+        end: int | None,
+    ) -> None:
+        self.streams = streams
+        self.sampler = sampler
+        self.num_workers = num_workers
+        self.next_out = start_step
+        self.end = end
+        self.batch = sampler.batch_size
+        self._pipe: Any = None
+        self._names = [name for name, _, _ in streams]
+        self._kinds = ["ragged" if isinstance(ds, RaggedStream) else "dense" for _, ds, _ in streams]
+        self._ragged = any(k == "ragged" for k in self._kinds)
+        nslots = prefetch + num_workers + HELD_SLOTS
+        self.slots = [self._new_slot() for _ in range(nslots)]
+        native_streams = []
+        for (_, ds, _), kind in zip(streams, self._kinds):
+            store = ds.dataset if kind == "ragged" else ds
+            native_streams.append((store._h, kind, 0 if kind == "ragged" else store._stride))
+        draw = native_draw(sampler)
+        assert draw is not None
+        self._pipe = _native.StepPipe(draw, native_streams, [self._native_view(s) for s in self.slots],
+                                      num_workers, prefetch, start_step, end)
+        self._baseline = [self._refs(s) for s in self.slots]
+        #: the slots the consumer holds, oldest first
+        self.held: list[int] = []
+        #: slots whose arrays changed while held (a ragged buffer grown)
+        self._changed: set[int] = set()
+        self._end_seen = False
+        _LIVE.add(self)
+
+    # -- slots -------------------------------------------------------------
+
+    def _new_slot(self) -> list[Any]:
+        """One step's memory: ``[indices, stream_0, stream_1, ...]``, a dense
+        stream's batch array or a ragged stream's RaggedPool slot list."""
+        b = self.batch
+        slot: list[Any] = [np.empty(b, dtype=np.int64)]
+        for (_, ds, pool), kind in zip(self.streams, self._kinds):
+            if kind == "ragged":
+                slot.append(pool._new())
+            else:
+                slot.append(np.empty((b, *ds.item_shape), dtype=ds.dtype))
+        return slot
+
+    def _native_view(self, slot: list[Any]) -> list[np.ndarray | None]:
+        """The arrays of a slot the native side writes."""
+        out: list[np.ndarray | None] = [slot[0]]
+        for part, kind in zip(slot[1:], self._kinds):
+            if kind == "ragged":
+                out += [part[0], part[1]]
+            else:
+                out += [part, None]
+        return out
+
+    @staticmethod
+    def _arrays(slot: list[Any]) -> list[np.ndarray]:
+        out = [slot[0]]
+        for part in slot[1:]:
+            if isinstance(part, list):
+                out += part
+            else:
+                out.append(part)
+        return out
+
+    def _refs(self, slot: list[Any]) -> list[int]:
+        if not self._ragged:  # every entry an array: the slot list is the one holder counted
+            return list(map(sys.getrefcount, slot))
+        return [sys.getrefcount(a) for a in self._arrays(slot)]
+
+    def _idle(self, k: int) -> bool:
+        return self._refs(self.slots[k]) == self._baseline[k]
+
+    def _releasable(self) -> list[int]:
+        """The held slots the consumer let go of (they stay on ``held``
+        until the native side has them back: see :meth:`_sent`); slots
+        whose arrays changed go back at once with them, and the oldest held
+        ones beyond :data:`HELD_SLOTS` are retired."""
+        held = self.held
+        if self._ragged:
+            free = [k for k in held if self._idle(k)]
+        else:  # the common case, spelled out: a slot list of arrays each
+            refs, slots, base = sys.getrefcount, self.slots, self._baseline
+            free = [k for k in held if list(map(refs, slots[k])) == base[k]]
+        changed = self._changed
+        if changed:
+            for k in [k for k in free if k in changed]:
+                free.remove(k)
+                self._replace(k, self.slots[k])
+        busy = len(self.held) - len(free)
+        while busy >= HELD_SLOTS:
+            k = next(k for k in self.held if k not in free)
+            self._replace(k, None)
+            busy -= 1
+        return free
+
+    def _sent(self, slots: Any) -> None:
+        """Take the slots the native side has back off ``held``."""
+        if slots:
+            self.held = [k for k in self.held if k not in slots]
+
+    def _replace(self, k: int, slot: list[Any] | None) -> None:
+        """Give slot ``k`` back with the arrays of ``slot`` (new ones when
+        None: the consumer keeps the old)."""
+        if slot is None:
+            slot = self._new_slot()
+        try:
+            self._pipe.replace(k, self._native_view(slot))
+        except ValueError:
+            if isinstance(self._pipe, _native.StepPipe) and k in self.held:
+                # given back already by a call a Ctrl-C cut short: the slot is not ours to change
+                self.held = [j for j in self.held if j != k]
+                return
+            raise
+        self.held = [j for j in self.held if j != k]
+        self.slots[k] = slot
+        self._changed.discard(k)
+        self._baseline[k] = self._refs(slot)
+
+    # -- consumption -------------------------------------------------------
+
+    def start(self) -> None:
+        """The native workers started with the pipeline."""
+
+    def next(self) -> Any:
+        """The batch of the next step, in step order (see
+        :meth:`loaderx.loader._pipeline.Pipeline.next`): a ForkError in a
+        child of ``os.fork()``, whose copy of the buffers belongs to the
+        parent's pipeline."""
+        _native.check_fork()
+        pipe = self._pipe
+        if pipe is None:
+            raise ClosedError("the DataLoader is closed")
+        got = self._unclaimed
+        if got is None:
+            got = self._take(pipe)
+        self._unclaimed = None
+        step, k, rows = got
+        try:
+            self.next_out = step + 1
+            if k not in self.held:
+                self.held.append(k)
+            slot = self.slots[k]
+            if self._ragged:
+                return self._batch_ragged(step, k, slot, rows)
+            if rows == self.batch:
+                return dict(zip(self._names, slot[1:]))
+            return {name: a[:rows] for name, a in zip(self._names, slot[1:])}
+        except KeyboardInterrupt:  # the step stays the next one handed out
+            self._unclaimed = got
+            self.next_out = step
+            raise
+
+    _unclaimed: tuple[int, int, int] | None = None
+
+    def _take(self, pipe: Any) -> tuple[int, int, int]:
+        """``(step, slot, rows)`` of the next step from the native side."""
+        release = self._releasable() if self.held and not pipe.stashed else ()
+        while True:
+            try:
+                got, step, k, rows = pipe.next(WAIT_US, release)
+            except Exception as e:
+                self._sent(pipe.sent)
+                if isinstance(e, ClosedError) and pipe.failed() is None:
+                    raise ClosedError("the DataLoader is closed") from None
+                self._failed(e)  # a step's failure (a store closed under it: ClosedError naming it)
+            self._sent(pipe.sent)
+            release = ()
+            if got == "batch":
+                return step, k, rows
+            if got == "end":
+                raise StopIteration
+            if got == "starved":  # the consumer holds every slot: retire the oldest
+                if not self.held:
+                    raise RuntimeError(
+                        f"the native pipeline has no free slot at step {self.next_out} and this loader "
+                        "holds none of them: its slot bookkeeping is lost; close the loader and make another"
+                    )
+                self._replace(self.held[0], None)
+
+    def _batch_ragged(self, step: int, k: int, slot: list[Any], rows: int) -> dict[str, Any]:
+        idx = slot[0][:rows]
+        batch = {}
+        for i, (name, ds, _) in enumerate(self.streams):
+            part = slot[1 + i]
+            if self._kinds[i] == "dense":
+                batch[name] = part if rows == self.batch else part[:rows]
+                continue
+            try:
+                needed = self._pipe.needed(i)
+                if needed > part[0].size:  # the bytes did not fit: grow, gather here
+                    part[0] = np.empty(int(needed * _GROWTH), dtype=np.uint8)
+                    self._changed.add(k)
+                    batch[name] = ds.gather_into(idx, part, step)
+                    # the slot's arrays stay referenced as the baseline counts them
+                    self._pipe.hold(k, self._native_view(slot))
+                else:
+                    batch[name] = ds.finish(idx, part, ds.dataset._rows(part[1][:rows], idx), needed)
+            except CorruptStoreError as e:
+                raise CorruptStoreError(f"step {step}, stream {name!r}: {e}") from e
+        return batch
+
+    def _failed(self, error: BaseException) -> None:
+        """Raise the failure of a step, naming its step and stream."""
+        where = self._pipe.failed()
+        if where is None:
+            raise error
+        step, i = where
+        self.next_out = step + 1  # the step counts as consumed
+        if i < 0:
+            raise error
+        name, ds, _ = self.streams[i]
+        if isinstance(error, (CorruptStoreError, ClosedError)):
+            raise type(error)(f"step {step}, stream {name!r}: {error}") from error
+        if isinstance(error, ValueError) and not isinstance(error, ClosedError) and isinstance(ds, DenseDataset):
+            # a record of another size than the schema's: damage, named as the Python path names it
+            idx = self.sampler(step, np.empty(self.batch, dtype=np.int64))
+            try:
+                ds._size_damage(ds._h, idx, error)
+            except CorruptStoreError as e:
+                raise CorruptStoreError(f"step {step}, stream {name!r}: {e}") from error
+        raise error
+
+    def stop_claiming(self) -> int:
+        """Let the workers claim nothing new: not supported here (the
+        native pipeline runs no transform, so never hands over to worker
+        processes)."""
+        raise RuntimeError("the native pipeline does not hand over to worker processes")
+
+    def stop(self, join_timeout: float = 0.0) -> None:
+        """Stop the native workers and wait for them (each finishes the
+        gather it is in); the buffers are then the loader's alone."""
+        pipe, self._pipe = self._pipe, None
+        if pipe is not None:
+            pipe.close()
+        _LIVE.discard(self)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.stop()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for pipe in list(_LIVE):
+        pipe.stop()
