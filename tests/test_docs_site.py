@@ -297,6 +297,10 @@ def test_strict_build_refuses_broken_links_and_docstrings(tmp_path: Path) -> Non
     (tmp_path / "docs" / "api.md").write_text("# API\n\n::: badmod\n")
     config.update(docs_dir="docs", nav=[{"Home": "index.md"}, {"API": "api.md"}])
     config.pop("hooks", None)
+    for plugin in config["plugins"]:  # the site's griffe extension, from the checkout
+        if isinstance(plugin, dict) and "mkdocstrings" in plugin:
+            options = plugin["mkdocstrings"]["handlers"]["python"]["options"]
+            options["extensions"] = [str(ROOT / e) for e in options.get("extensions", [])]
     (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump(config))
     res = build(tmp_path / "mkdocs.yml", tmp_path / "site")
     assert res.returncode != 0
