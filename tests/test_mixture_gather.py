@@ -98,3 +98,16 @@ def test_scatter_paths_agree() -> None:
         got = np.zeros_like(want)
         mixture_mod._scatter(placed, starts, stage, got, 4)
         assert np.array_equal(got, want)
+
+
+def test_a_closed_source_is_refused_on_the_joined_path(sources):
+    from loaderx.errors import ClosedError
+
+    mix = _mixture(sources, "int320", False)
+    stream = mix.loader_streams({}, np.dtype(np.int64))["x"]
+    slot = [np.empty(16, dtype=np.uint8), np.empty(4, np.int64), np.empty(5, np.int64), np.empty(4, np.int64),
+            np.empty(0, stream.dtype)]
+    stream.gather_into(np.arange(4, dtype=np.int64), slot)
+    stream.parts[1][1].close()
+    with pytest.raises(ClosedError, match="is closed"):
+        stream.gather_into(np.arange(4, dtype=np.int64), slot)

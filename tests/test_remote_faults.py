@@ -596,9 +596,9 @@ def test_the_fault_suite(s3server, pushed, tmp_path):
     url, _ = pushed
     rng = np.random.default_rng(30)
     limit = 16 * PAGE
-    batches = [[np.sort(rng.choice(N, 16, replace=False)).tolist() for _ in range(3)] for _ in range(TRIALS)]
+    batches = [[np.sort(rng.choice(N, 8, replace=False)).tolist() for _ in range(3)] for _ in range(TRIALS)]
     job = {"url": url, "dir": str(tmp_path), "limit": limit, "batches": batches,
-           "batch_bytes": 16 * PAGE + 3 * (16 << 10)}
+           "batch_bytes": 2 * 8 * PAGE + 3 * (16 << 10)}  # a record may span two pages
     plan = [(k, *FAULTS[k % len(FAULTS)], 1 if (k // len(FAULTS)) % 2 == 0 else 10**6) for k in range(TRIALS)]
     lanes = [_Lane(s3server, job, n) for n in range(LANES)]
     results: dict[int, list[str]] = {}

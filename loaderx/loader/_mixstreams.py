@@ -150,7 +150,12 @@ class MixtureRaggedStream(_Parts, RaggedStream):
         storage, a writable one), which then read through :func:`_read`."""
         pid = os.getpid()
         if self.__dict__.get("_joined_pid") == pid:
-            return self.__dict__["_joined_h"]
+            h = self.__dict__["_joined_h"]
+            if h is not None:
+                for _, ds in self.parts:  # a source closed meanwhile is closed here too
+                    if ds._handle is None:
+                        ds._h  # noqa: B018 -- raises ClosedError, naming the dataset
+            return h
         with _JOIN_LOCK:
             if self.__dict__.get("_joined_pid") != pid:
                 h = _join([ds for _, ds in self.parts], self.offsets)
