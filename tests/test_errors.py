@@ -1,4 +1,4 @@
-"""The exceptions the README promises: damage is CorruptStoreError naming the
+"""The exceptions the documentation promises (docs/guides/errors.md): damage is CorruptStoreError naming the
 file, OSErrors carry their errno, an index past int64 is an IndexError."""
 
 from __future__ import annotations

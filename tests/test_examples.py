@@ -1,4 +1,4 @@
-"""The README examples, run as written (on small generated data), and the
+"""The documented examples, run as written (on small generated data), and the
 package surface."""
 
 from __future__ import annotations

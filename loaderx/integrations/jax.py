@@ -173,11 +173,10 @@ class DeviceLoader:
     def load_state_dict(self, state: Mapping[str, Any] | str) -> None:
         """Continue from ``state`` (a dict from :meth:`state_dict`, or its JSON
         text); batches already in flight are dropped."""
-        if isinstance(state, str):
-            state = json.loads(state)
+        loaded: Mapping[str, Any] = json.loads(state) if isinstance(state, str) else state
         self._queue.clear()
         self._exhausted = False
-        self.loader.load_state_dict(state)
+        self.loader.load_state_dict(loaded)
 
     def close(self) -> None:
         """Drop the batches in flight and close the loader."""

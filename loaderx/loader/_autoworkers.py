@@ -214,7 +214,7 @@ def _no_runqueue() -> float:
 
 def _thread_kernel_seconds() -> float:
     """This thread's system CPU seconds so far (0.0 where not measurable)."""
-    return resource.getrusage(resource.RUSAGE_THREAD).ru_stime  # type: ignore[union-attr]
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_stime  # type: ignore[union-attr, unused-ignore]
 
 
 def _kernel_clock() -> Callable[[], float]:

@@ -39,6 +39,8 @@ class _Parts:
 
     parts: list[tuple[str, Any]]
     starts: np.ndarray
+    offsets: tuple[int, ...]
+    total: int
 
     @property
     def mixture_parts(self) -> list[tuple[str, Any]]:
@@ -292,7 +294,7 @@ def _read(ds: RaggedDataset, local: np.ndarray, sizes: np.ndarray, buf: np.ndarr
         if ds._guard is None:
             needed = int(_native.store_gather_ragged(h, local, sizes, view))
         else:  # a dataset in object storage: its pages held in the cache meanwhile
-            needed = int(ds._guarded(local, lambda v=view: _native.store_gather_ragged(h, local, sizes, v)))
+            needed = int(ds._guarded(local, lambda v=view: _native.store_gather_ragged(h, local, sizes, v)))  # type: ignore[misc]  # mypy infers no lambda with a default argument
         if needed <= view.size:
             return buf, needed
         bigger = np.empty(int((at + needed) * _GROWTH) + 1, dtype=np.uint8)
@@ -326,7 +328,7 @@ def _scatter(
     if not total:
         return
     if total >= _SLICE_BYTES * n.size:  # long runs: a slice copy each
-        to, fro = memoryview(out), memoryview(stage)
+        to, fro = memoryview(out), memoryview(stage)  # type: ignore[arg-type]  # numpy's stubs give ndarray the buffer protocol from 3.12 on
         for a, b, m in zip(s.tolist(), d.tolist(), n.tolist()):
             to[b : b + m] = fro[a : a + m]
         return

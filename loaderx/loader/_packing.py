@@ -216,7 +216,7 @@ class TokenIndex:
             got = [self._records.get(p) for p in range(t0 - t0 % c, t1 - t1 % c + 1, c)]
         if all(g is not None for g in got):
             parts = []
-            for k, (flat, lens, bounds) in enumerate(got):
+            for k, (flat, lens, bounds) in enumerate(got):  # type: ignore[misc]  # all() above ruled the Nones out
                 base = (t0 - t0 % c) + k * c
                 a = bounds[max(t0, base) - base]
                 b = bounds[min(t1, base + c - 1) - base + 1]
@@ -357,7 +357,7 @@ class PackStream(RaggedStream):
     keeps_cursor = True
 
     def __init__(
-        self, name: str, dataset: RaggedDataset, pack: Pack, offsets_dtype: np.dtype, batch_size: int
+        self, name: str, dataset: Any, pack: Pack, offsets_dtype: np.dtype, batch_size: int
     ) -> None:
         super().__init__(name, dataset, None, offsets_dtype)
         self.pack = pack

@@ -105,8 +105,9 @@ _JOIN_TIMEOUT = 2.0  # seconds close() waits for workers before terminating them
 def _exception_message(e: BaseException) -> tuple[bytes | None, str, str, str]:
     """An exception as ``(pickle or None, type name, message, traceback text)``."""
     t = type(e)
+    blob: bytes | None
     try:
-        blob: bytes | None = pickle.dumps(e)
+        blob = pickle.dumps(e)
         pickle.loads(blob)  # an exception whose __init__ takes other arguments fails here
     except Exception:
         blob = None
@@ -447,7 +448,7 @@ class ProcessPool:
     ) -> None:
         self.num_workers = num_workers
         self.prefetch = prefetch
-        self._ctx = multiprocessing.get_context(start_method)
+        self._ctx: Any = multiprocessing.get_context(start_method)  # a spawn or forkserver context
         self._names = _Names()
         self._workers: list[_Worker | None] = [None] * num_workers
         self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._names, 0.5)
@@ -664,7 +665,7 @@ class ProcessPool:
         for w in live:
             waitables[w.conn] = w
             waitables[w.proc.sentinel] = w
-        ready = mp_connection.wait(list(waitables), timeout)
+        ready: list[Any] = mp_connection.wait(list(waitables), timeout)
         dead = []
         for obj in ready:
             w = waitables[obj]
@@ -688,7 +689,7 @@ class ProcessPool:
             return
         if kind == "fatal":
             blob, tname, text, tb = msg[1:]
-            err = WorkerError(
+            err: LoaderxError = WorkerError(
                 f"worker process {w.proc.pid} could not set up the loader's streams, sampler or "
                 f"transform: {tname}: {text}"
             )
@@ -715,7 +716,6 @@ class ProcessPool:
             self._free.append(slot)
             blob, tname, text, tb = msg[4:]
             original = self._original(blob, tname, text, tb)
-            err: LoaderxError
             if isinstance(original, CorruptStoreError):
                 # damage is damage wherever it was read: the same exception
                 # as in thread mode (its message names the step, the stream,

@@ -14,14 +14,11 @@ from __future__ import annotations
 import collections
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from loaderx.store import _native
-
-if TYPE_CHECKING:
-    from loaderx.store.dataset import RaggedDataset
 
 #: records whose lengths are read to estimate a batch's bytes
 _SAMPLE = 1024
@@ -96,7 +93,8 @@ class RaggedStream:
 
     Args:
         name: the stream's name (for messages).
-        dataset: the store.
+        dataset: the store (a RaggedDataset), or a mixture's ragged stream, which reads the
+            same way.
         pad: None to pack, else a :func:`check_pad` result.
         offsets_dtype: the dtype of a packed batch's offsets.
     """
@@ -104,7 +102,7 @@ class RaggedStream:
     def __init__(
         self,
         name: str,
-        dataset: RaggedDataset,
+        dataset: Any,
         pad: tuple[str, int] | None,
         offsets_dtype: np.dtype,
     ) -> None:

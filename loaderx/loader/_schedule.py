@@ -535,7 +535,7 @@ class Schedule:
             return
         for i, c in enumerate(counts):
             target = sum(
-                self.weights[j][i] * self.g * (self.starts[j + 1] - self.starts[j]) for j in range(k)
+                (self.weights[j][i] * self.g * (self.starts[j + 1] - self.starts[j]) for j in range(k)), Fraction(0)
             )
             if not abs(c - target) < k:
                 raise ValueError(

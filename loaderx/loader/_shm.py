@@ -38,7 +38,7 @@ if _POSIX:
 def _map(name: str, size: int, *, create: bool = False, readonly: bool = False) -> mmap.mmap:
     """Create (``create=True``) or open the named segment and map it."""
     if not _POSIX:  # a Windows named mapping lives while a handle is open
-        return mmap.mmap(-1, size, tagname=name)
+        return mmap.mmap(-1, size, tagname=name)  # type: ignore[call-arg, unused-ignore]  # Windows' mmap
     flags = os.O_CREAT | os.O_EXCL | os.O_RDWR if create else os.O_RDONLY if readonly else os.O_RDWR
     fd = _posixshmem.shm_open("/" + name, flags, 0o600)
     try:

@@ -43,7 +43,7 @@ import logging
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -87,6 +87,9 @@ from loaderx.loader.mixture import Mixture
 from loaderx.loader.options import TORCH_ARGS, LoaderOptions, check_mixture_args, check_sampler
 from loaderx.loader.sampler import IndexSampler, Sampler
 from loaderx.store.dataset import DenseDataset, RaggedDataset
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = ["DataLoader", "LoaderOptions", "PackedBatch", "PaddedBatch"]
 
@@ -498,14 +501,15 @@ class DataLoader:
             )
         batch_bytes = sum(opts.batch_size * ds.nbytes_per_item for ds in sources.values())
         self._prefetch = opts.resolved_prefetch(batch_bytes)
-        workers = opts.worker_threads
-        self._workers = workers
-        capacity = self._prefetch + workers + 3
+        self._workers: int = opts.worker_threads
+        capacity = self._prefetch + self._workers + 3
         self._streams: list[Stream] = [
             (
                 name,
                 ds,
-                (PackPool if isinstance(ds, PackStream) else RaggedPool)(ds, opts.batch_size, capacity)
+                PackPool(ds, opts.batch_size, capacity)
+                if isinstance(ds, PackStream)
+                else RaggedPool(ds, opts.batch_size, capacity)
                 if isinstance(ds, RaggedStream)
                 else BufferPool((opts.batch_size, *ds.item_shape), ds.dtype, capacity),
             )
@@ -789,8 +793,10 @@ class DataLoader:
     # -- properties --------------------------------------------------------
 
     @property
-    def streams(self) -> dict[str, DenseDataset | RaggedDataset | np.ndarray]:
-        """The streams, by name (as they were given)."""
+    def streams(self) -> dict[str, Any]:
+        """The streams, by name: each :class:`DenseDataset`, :class:`RaggedDataset`
+        or NumPy array as it was given; over a :class:`Mixture`, the mixture's
+        streams over its sources' joint index space."""
         return {
             name: ds.array if isinstance(ds, _ArrayStream) else getattr(ds, "dataset", ds)
             for name, ds, _ in self._streams
@@ -829,7 +835,7 @@ class DataLoader:
             )
         return self._end
 
-    def indices(self, step: int) -> np.ndarray:
+    def indices(self, step: int) -> NDArray[np.int64]:
         """The record indices gathered at ``step`` (this rank's part of the
         global batch): ``batch_size`` of them, fewer only for the short last
         batch of an ``epoch`` pass or when a custom sampler draws fewer.

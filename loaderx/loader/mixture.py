@@ -55,7 +55,7 @@ import hashlib
 import threading
 from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -66,6 +66,9 @@ from loaderx.loader._schedule import COUNTS, Schedule, check_schedule, spread, w
 from loaderx.loader.sampler import sample
 from loaderx.store import _native
 from loaderx.store.dataset import DenseDataset, RaggedDataset
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike, NDArray
 
 __all__ = ["Mixture"]
 
@@ -403,7 +406,7 @@ class Mixture:
                 current = w
         return dict(zip(self.names, current))
 
-    def locate(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
+    def locate(self, indices: ArrayLike) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """``(source, record)`` of global indices (as ``DataLoader.indices`` returns)."""
         idx = np.asarray(indices, dtype=np.int64)
         src = _locate(np.asarray(self.offsets[:-1], dtype=np.int64), idx)

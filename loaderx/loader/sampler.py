@@ -29,7 +29,7 @@ mode the ranks never share an index within a step.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -45,6 +45,9 @@ from loaderx._args import (
 )
 from loaderx.store import _native
 
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
 __all__ = ["MODES", "IndexSampler", "Sampler", "WeightedSampler", "sample"]
 
 
@@ -55,7 +58,7 @@ class IndexSampler(Protocol):
     least one, for a short batch such as the last of a pass), a pure function
     of ``step`` (the same step gives the same indices in every process)."""
 
-    def indices(self, step: int) -> np.ndarray:
+    def indices(self, step: int) -> NDArray[np.int64]:
         """The record indices of ``step``."""
         ...
 
@@ -68,8 +71,8 @@ def sample(
     *,
     seed: int = 0,
     shard: tuple[int, int] = (0, 1),
-    out: np.ndarray | None = None,
-) -> np.ndarray:
+    out: NDArray[np.int64] | None = None,
+) -> NDArray[np.int64]:
     """The indices this rank reads at ``step``, in one native call.
 
     Args:
@@ -139,6 +142,8 @@ class Sampler:
     batch_size: int
     seed: int = 0
     shard: tuple[int, int] = (0, 1)
+    if TYPE_CHECKING:  # an instance attribute that __post_init__ sets, not a field
+        _args: ClassVar[tuple[str, int, int, int, int, int]]
 
     def __post_init__(self) -> None:
         check_mode(self.mode)
@@ -163,7 +168,7 @@ class Sampler:
             return None
         return self.n // self.global_batch_size
 
-    def __call__(self, step: int, out: np.ndarray | None = None) -> np.ndarray:
+    def __call__(self, step: int, out: NDArray[np.int64] | None = None) -> NDArray[np.int64]:
         """The indices of ``step`` (see :func:`sample`)."""
         if out is None:
             out = np.empty(self.batch_size, dtype=np.int64)
@@ -254,7 +259,7 @@ class WeightedSampler:
         key = np.array([self.seed, step], dtype=np.uint64)
         return np.random.Generator(np.random.Philox(key=key))
 
-    def indices(self, step: int) -> np.ndarray:
+    def indices(self, step: int) -> NDArray[np.int64]:
         """This rank's ``batch_size`` indices of ``step`` (int64)."""
         step = check_step(step)
         rng = self._rng(step)

@@ -243,7 +243,7 @@ class CacheOptions:
             raise TypeError(f"CacheOptions.dir must be a path or None, got {self.dir!r}")
         if self.dir is not None:
             object.__setattr__(self, "dir", os.fspath(self.dir))
-        v = self.threads
+        v: object = self.threads
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"CacheOptions.threads must be an int >= 1, got {v!r}")
         for name in ("page_size", "table_page_size"):

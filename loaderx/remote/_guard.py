@@ -433,7 +433,7 @@ class Guard:
             with self.mu:
                 self.inflight[token] = need.pages
             try:
-                self._hold(need.pages, lambda p, n=need: self._table_check(*n.where(p), p))
+                self._hold(need.pages, lambda p, n=need: self._table_check(*n.where(p), p))  # type: ignore[misc, call-arg]  # a lambda with a default
                 if attempt:
                     self._count_repair()
                     self._repair_table(need, self._raise)
@@ -763,9 +763,9 @@ class Guard:
                 with self.mu:
                     self.inflight[token] = np.concatenate([need.pages, cneed.pages])
                 cfailed: list[tuple[int, CorruptStoreError]] = []
-                self._pin(np.unique(cneed.pages), lambda p, n=cneed: self._chunk_check(n, p), cfailed)
-                for p, e in cfailed:
-                    fault(self._url(p), str(e))
+                self._pin(np.unique(cneed.pages), lambda p, n=cneed: self._chunk_check(n, p), cfailed)  # type: ignore[misc]  # mypy infers no lambda with a default argument
+                for p, exc in cfailed:
+                    fault(self._url(p), str(exc))
                 self._repair_chunks(cneed, fault, {p for p, _ in cfailed})
                 with self.mu:
                     self.inflight[token] = need.pages

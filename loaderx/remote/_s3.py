@@ -119,7 +119,7 @@ def import_obstore() -> Any:
     return obstore
 
 
-def _aws_file(env: str, default: str) -> configparser.ConfigParser:
+def _aws_file(env: str, default: str) -> configparser.RawConfigParser:
     cp = configparser.RawConfigParser()
     path = os.environ.get(env) or os.path.join(os.path.expanduser("~"), ".aws", default)
     with contextlib.suppress(OSError, configparser.Error):

@@ -32,7 +32,7 @@ import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -351,7 +351,7 @@ class RemoteTree:
         options: dict[str, Any] = {"if_match": etag} if etag else {}
         if start is not None:
             options["range"] = (start, end)
-        want = size if start is None else end - start
+        want = size if start is None else cast(int, end) - start  # a range has both ends
         client = self.client  # ForkError in a forked child
         limits = self.limits
         deadline = time.monotonic() + limits.deadline
@@ -509,7 +509,7 @@ class RemoteTree:
         """The mirror's bytes of page ``p`` (or of bytes ``[lo, hi)`` of its
         file), as the cache holds them."""
         j, plo, phi = self.layout.span(p)
-        lo, hi = (plo, phi) if lo is None else (lo, hi)
+        lo, hi = (plo, phi) if lo is None else (lo, cast(int, hi))  # both or neither
         fd = os.open(self.pages.path(j), os.O_RDONLY)
         try:
             return os.pread(fd, hi - lo, lo)

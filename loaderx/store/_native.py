@@ -65,7 +65,7 @@ import struct
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from cffi import FFI
@@ -232,6 +232,55 @@ def _dense(names: dict[str, int], what: str) -> tuple[str, ...]:
     if sorted(names.values()) != list(range(len(names))):
         raise ImportError(f"{library_path}: {what} are not numbered 0..{len(names) - 1}: {names}")
     return tuple(names)
+
+if TYPE_CHECKING:
+    # What _bind sets once the library is loaded, declared for type checkers
+    # (at run time these names do not exist until the first native call).
+    ffi: FFI
+    lib: Any
+    library_path: str
+    OK: int
+    INVALID: int
+    OUT_OF_RANGE: int
+    NOT_FOUND: int
+    CORRUPT: int
+    CLOSED: int
+    IO: int
+    BUSY: int
+    INTERNAL: int
+    EXISTS: int
+    CANCELED: int
+    NOT_RESIDENT: int
+    STATUS_EXCEPTIONS: dict[int, type[BaseException]]
+    _EXCEPTIONS: tuple[type[BaseException], ...]
+    CODEC_NAMES: tuple[str, ...]
+    SAMPLER_MODES: dict[str, int]
+    STATS_FIELDS: tuple[str, ...]
+    PROBE_FIELDS: tuple[str, ...]
+    MAX_DIMS: int
+    MAX_RECORD_SIZE: int
+    _ERROR_HEAD: int
+    _CREATE_REPLACE: int
+    SAMPLE_SPEC_FIELDS: tuple[str, ...]
+    _from_buffer: Any
+    _cast: Any
+    _new: Any
+    _string: Any
+    _I64: np.dtype[np.int64]
+    _I64_ARRAY: Any
+    _CHAR_ARRAY: Any
+    _NULL: Any
+    _lx_sample: Any
+    _lx_store_gather: Any
+    _lx_store_gather_packed: Any
+    _lx_store_gather_ragged: Any
+    _lx_store_len: Any
+    _SAMPLE_SPEC: struct.Struct
+    _pack_spec: Any
+    PIPE_CONFIG_FIELDS: tuple[str, ...]
+    _PIPE: dict[str, int]
+    PIPE_GOT: tuple[str, ...]
+    _lx_pipe_next: Any
 
 
 def _bind() -> None:
@@ -1318,7 +1367,8 @@ class StepPipe:
         ptrs, lens = self._buffers([a for slot in slots for a in slot])
         ob = _NULL if order is None else _from_buffer(_I64_ARRAY, order)
         #: what the native side writes (and reads) until close: kept alive here
-        self._keep = [list(slot) for slot in slots] + [order]
+        # per slot the arrays the native side holds (after hold(), the old ones too), then the order
+        self._keep: list[Any] = [list(slot) for slot in slots] + [order]
         cell = _new("int64_t[1]")
         _call(lib.lx_pipe_new, config, len(config), _new("int64_t[]", st or [0]), len(streams), ptrs, lens,
               len(slots), ob, 0 if order is None else len(order), cell)

@@ -239,8 +239,8 @@ class RaggedSpool:
         sizes = np.fromiter((r.nbytes for r in records), dtype=np.int64, count=len(records))
         for r in records:
             if r.nbytes:
-                self._values.write(memoryview(r.reshape(-1).view(np.uint8)))
-        self._sizes.write(memoryview(sizes))
+                self._values.write(memoryview(r.reshape(-1).view(np.uint8)))  # type: ignore[arg-type]  # numpy's stubs give ndarray the buffer protocol from 3.12 on
+        self._sizes.write(memoryview(sizes))  # type: ignore[arg-type]  # numpy's stubs give ndarray the buffer protocol from 3.12 on
         self.count += len(records)
         self.nbytes += int(sizes.sum())
 

@@ -379,7 +379,7 @@ class StoreHandle:
         sizes = np.empty(n, dtype=np.int64)
         buf = np.empty(max(0, int(n * self._bytes_per_record)), dtype=np.uint8)
         while True:
-            needed = int(self._guarded(idx, lambda b=buf: _native.store_gather_ragged(self._h, idx, sizes, b)))
+            needed = int(self._guarded(idx, lambda b=buf: _native.store_gather_ragged(self._h, idx, sizes, b)))  # type: ignore[misc]  # mypy infers no lambda with a default argument
             if needed <= buf.size:
                 break
             buf = np.empty(needed, dtype=np.uint8)

@@ -44,7 +44,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -229,12 +229,12 @@ class _Output:
 
     def create(self, *args: Any) -> int:
         """Run :func:`_create_store` with ``args`` and return the handle."""
-        done = self._done
+        done = cast("list[tuple[bool, Any]]", self._done)  # __init__ made it a list
         finished = self._finished
 
         def run() -> None:
             try:
-                done.append((True, _create_store(*args, cancel=self._cancel)))
+                done.append((True, _create_store(*args, cancel=self._cancel)))  # type: ignore[misc]  # args end before cancel
             except BaseException as e:  # handed to the waiting thread
                 done.append((False, e))
             finally:
@@ -259,7 +259,7 @@ class _Output:
     @property
     def handle(self) -> int:
         """The open handle (after :meth:`create` returned)."""
-        return self._done[0][1]
+        return cast("list[tuple[bool, Any]]", self._done)[0][1]
 
     def finish(self, failed: bool, sync: bool = True) -> None:
         """Close the store, syncing it first when ``sync``; with ``failed``
@@ -710,8 +710,9 @@ def from_iterator(
             known only then; then every shard is encoded from the spool at
             once. The spool costs a sequential write and read of the raw
             records and as much disk until the call returns.
-        storage_options, staging: for an ``s3://`` ``path``, as for
+        storage_options: for an ``s3://`` ``path``, as for
             :func:`from_numpy`.
+        staging: for an ``s3://`` ``path``, as for :func:`from_numpy`.
 
     Raises:
         TypeError: an unsupported dtype, or an array whose dtype differs from
@@ -1016,6 +1017,7 @@ def train_dict(
     records = []
     total = 0
     for i, value in enumerate(samples):
+        rec: np.ndarray | memoryview
         if isinstance(value, np.ndarray):
             rec = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
         else:

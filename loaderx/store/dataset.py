@@ -50,6 +50,8 @@ from loaderx.store._store import (
 _INT64 = np.dtype(np.int64)
 
 if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
     from loaderx._args import IndexLike, PathLike
 
 __all__ = ["DenseDataset", "RaggedDataset", "VerifyReport", "pad", "verify_sharded", "CacheOptions"]
@@ -634,8 +636,8 @@ def _reopen_writable(cls: type, path: str) -> Any:
     return cls(path, writable=True)
 
 
-def _reopen_sharded(cls: type, path: str, resolved: tuple[str, str, shards.Manifest],
-                    max_open: int | None = None) -> Any:
+def _reopen_sharded(cls: type[DenseDataset] | type[RaggedDataset], path: str,
+                    resolved: tuple[str, str, shards.Manifest], max_open: int | None = None) -> Any:
     obj = cls._deferred(path)
     obj._sharded = resolved
     obj._max_open = max_open
@@ -934,7 +936,8 @@ class RaggedDataset(_StoreView):
             its ``s3://`` URL (see :class:`DenseDataset`).
         writable: open for :meth:`append`, :meth:`delete` and
             :meth:`compact` (one writer per store at a time).
-        cache, storage_options: for a URL, as for :class:`DenseDataset`.
+        cache: for a URL, as for :class:`DenseDataset`.
+        storage_options: for a URL, as for :class:`DenseDataset`.
         max_open_shards: for a sharded dataset, the most shards kept open at
             once, as for :class:`DenseDataset`.
 
@@ -992,7 +995,7 @@ class RaggedDataset(_StoreView):
             )
         return rows
 
-    def lengths(self, indices: IndexLike | None = None) -> np.ndarray:
+    def lengths(self, indices: IndexLike | None = None) -> NDArray[np.int64]:
         """The first-axis length of each record (all records if ``indices`` is
         None), as int64, without reading the records."""
         idx, shape = self._indices(slice(None) if indices is None else indices)

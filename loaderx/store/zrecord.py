@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -25,6 +25,8 @@ from loaderx.store._dtypes import check_narrow
 from loaderx.store._store import Fault, StoreHandle, VerifyReport, compact_handle, open_logged
 
 if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
     from loaderx._args import IndexLike, PathLike
 
 __all__ = ["CODECS", "Fault", "VerifyReport", "Zrecord"]
@@ -97,7 +99,9 @@ class Zrecord(StoreHandle):
             size = 0 if dict_size is None else as_int(dict_size, "dict_size")
             if size < 0:
                 raise ValueError(f"dict_size must not be negative, got {dict_size!r}")
-            kwargs: dict[str, Any] = {"samples": list(samples), "dict_size": size} if codec == "zstd_dict" else {}
+            kwargs: dict[str, Any] = (
+                {"samples": list(cast(Sequence[Any], samples)), "dict_size": size} if codec == "zstd_dict" else {}
+            )
             if codec == "narrow":
                 if element is None:
                     raise ValueError(
@@ -188,7 +192,7 @@ class Zrecord(StoreHandle):
 
     # -- reading -----------------------------------------------------------
 
-    def sizes(self, indices: IndexLike) -> np.ndarray:
+    def sizes(self, indices: IndexLike) -> NDArray[np.int64]:
         """The byte size of each record, as an int64 array of the key's shape."""
         idx, shape = self._indices(indices)
         if not idx.size:
@@ -204,7 +208,7 @@ class Zrecord(StoreHandle):
         if not idx.size:
             return []
         buf, offsets, _ = self._read_packed(idx)
-        mv = memoryview(buf)
+        mv = memoryview(buf)  # type: ignore[arg-type]  # numpy's stubs give ndarray the buffer protocol from 3.12 on
         bounds = offsets.tolist()
         return [bytes(mv[bounds[k] : bounds[k + 1]]) for k in range(len(idx))]
 

@@ -1,5 +1,5 @@
 """What the benchmark prints and writes: tables, the checks against the
-README's targets, the plot and the JSON file.
+targets of the Benchmarks page (docs/benchmarks.md), the plot and the JSON file.
 
 Every layer prints its own table as soon as it is measured (a long run shows
 progress); the helpers for that live here, with the checks that read the
@@ -86,10 +86,10 @@ def skip_lines(skipped: Sequence[str]) -> None:
 
 
 # ---------------------------------------------------------------------------
-# targets: what the README's Benchmarks section reports against
+# targets: what the Benchmarks page (docs/benchmarks.md) reports against
 #
 # One row per claim. `target` None means the figure is reported in the
-# README without a target (a known loss the README explains): the check
+# Benchmarks page without a target (a known loss the page explains): the check
 # prints it with result "—" and never MISSED. Store targets apply to the
 # record sizes in `sizes`: "large" is 128 KiB and up (the 256 KiB run),
 # "small" below that (the 12 KiB run).
@@ -208,7 +208,7 @@ TARGETS: list[Target] = [
 
 
 # Against the original Zig loaderx 1.5.2: every row at least on par. Where this
-# project is still behind, the reason is the measured one the README gives.
+# project is still behind, the reason is the measured one the Benchmarks page gives.
 _ORIG_STORE = {"raw": "original-raw", "zstd": "original-zstd", "zstdict": "original-zstdict"}
 _STORE_METRIC = {"speed": "random gather", "seq": "sequential gather", "write": "conversion"}
 _ORIG_REASONS = {
@@ -563,7 +563,7 @@ def checks(results: dict[str, Any]) -> None:
         out("## Checks")
         out()
         out("Each ratio is taken between figures measured in this run (median of per-run ratios). "
-            "A target of — marks a figure the README reports as a known loss, with its reason. "
+            "A target of — marks a figure the Benchmarks page reports as a known loss, with its reason. "
             "Against the original, every ratio is loaderx / original with above 1 meaning this "
             "project does better (for memory, time and bytes written the ratio is inverted "
             "accordingly: original / loaderx, except `peak anon + shm`, where lower is better).")
