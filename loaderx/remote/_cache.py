@@ -1,5 +1,9 @@
 """Datasets in object storage, read through a bounded local cache.
 
+The module stays one file past 700 lines: the cache's page states, the
+locks that guard them across processes and the eviction that reads both
+are one protocol, and kept together it is read in one place.
+
 Opening ``s3://bucket/prefix`` lists the objects under the prefix and builds
 a *mirror* of the dataset in the cache directory: the small files (headers,
 dictionaries, schemas, manifests) are downloaded whole, and every chunk file
