@@ -70,22 +70,33 @@ class _Closed(Exception):
     """The peer closed the connection (or it timed out)."""
 
 
-def _read_head(sock: socket.socket, buf: bytearray) -> bytes:
+def _recv_more(sock: socket.socket, buf: bytearray) -> None:
+    """Append what the socket has next to buf; _Closed when it has nothing."""
+    try:
+        got = sock.recv(65536)
+    except OSError:
+        raise _Closed from None
+    if not got:
+        raise _Closed
+    buf += got
+
+
+def _read_until(sock: socket.socket, buf: bytearray, mark: bytes, limit: int | None = None) -> bytes:
+    """The bytes of buf and the socket up to and including mark (taken out
+    of buf); _Closed past limit bytes without it."""
     while True:
-        end = buf.find(b"\r\n\r\n")
+        end = buf.find(mark)
         if end >= 0:
-            head = bytes(buf[: end + 4])
-            del buf[: end + 4]
-            return head
-        try:
-            got = sock.recv(65536)
-        except OSError:
-            raise _Closed from None
-        if not got:
+            out = bytes(buf[: end + len(mark)])
+            del buf[: end + len(mark)]
+            return out
+        _recv_more(sock, buf)
+        if limit is not None and len(buf) > limit:
             raise _Closed
-        buf += got
-        if len(buf) > 1 << 20:
-            raise _Closed
+
+
+def _read_head(sock: socket.socket, buf: bytearray) -> bytes:
+    return _read_until(sock, buf, b"\r\n\r\n", 1 << 20)
 
 
 def _read_exact(sock: socket.socket, buf: bytearray, n: int) -> bytes:
@@ -103,19 +114,7 @@ def _read_exact(sock: socket.socket, buf: bytearray, n: int) -> bytes:
 
 
 def _read_line(sock: socket.socket, buf: bytearray) -> bytes:
-    while True:
-        end = buf.find(b"\r\n")
-        if end >= 0:
-            line = bytes(buf[: end + 2])
-            del buf[: end + 2]
-            return line
-        try:
-            got = sock.recv(65536)
-        except OSError:
-            raise _Closed from None
-        if not got:
-            raise _Closed
-        buf += got
+    return _read_until(sock, buf, b"\r\n")
 
 
 def _parse(head: bytes) -> tuple[str, dict[str, str]]:
