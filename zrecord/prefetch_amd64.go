@@ -15,6 +15,13 @@ const canPrefetch = true
 //go:noescape
 func prefetchLines(p *byte, n int)
 
+// prefetchRecord asks the CPU to load the n bytes at p into its L2 cache
+// (PREFETCHT1): the lines of a record copied a little later (see
+// prefetchAhead). It never faults, whatever p is.
+//
+//go:noescape
+func prefetchRecord(p *byte, n int)
+
 // repMovsb copies n bytes from src to dst (not overlapping) with REP MOVSB.
 //
 //go:noescape

@@ -17,6 +17,22 @@ loop:
 done:
 	RET
 
+// func prefetchRecord(p *byte, n int)
+//
+// prefetchLines with PREFETCHT1: the lines go to the L2 cache.
+TEXT ·prefetchRecord(SB), NOSPLIT, $0-16
+	MOVQ  p+0(FP), AX
+	MOVQ  n+8(FP), CX
+	TESTQ CX, CX
+	JLE   recordDone
+recordLoop:
+	PREFETCHT1 (AX)
+	ADDQ  $64, AX
+	SUBQ  $64, CX
+	JG    recordLoop
+recordDone:
+	RET
+
 // func repMovsb(dst, src *byte, n int)
 //
 // Copies n bytes from src to dst, which do not overlap, with REP MOVSB.

@@ -9,5 +9,8 @@ const canPrefetch = false
 // instead (touchRecords).
 func prefetchLines(p *byte, n int) {}
 
+// prefetchRecord does nothing here, as prefetchLines.
+func prefetchRecord(p *byte, n int) {}
+
 // copyRecord copies a raw record: copy(to, from).
 func copyRecord(to, from []byte) { copy(to, from) }
