@@ -130,17 +130,19 @@ func Live() int64 { return live.Load() }
 type Pipeline struct {
 	cfg Config
 
-	mu        sync.Mutex
-	changed   chan struct{} // closed, and replaced, at every change of the fields below
-	nextOut   int64         // the next step handed out
-	nextClaim int64         // the next step a worker claims
-	free      []int         // free slots, the most recently released last
-	state     []slotState
-	results   map[int64]result
-	closed    bool
-	done      chan struct{}
-	started   bool
-	wg        sync.WaitGroup
+	mu sync.Mutex
+	// ready opens when a step is made (or the pipeline closes), for the
+	// consumer; room when the window moves or a slot comes free (or the
+	// pipeline closes), for the workers.
+	ready, room gate
+	nextOut     int64 // the next step handed out
+	nextClaim   int64 // the next step a worker claims
+	free        []int // free slots, the most recently released last
+	state       []slotState
+	results     map[int64]result
+	closed      bool
+	started     bool
+	wg          sync.WaitGroup
 }
 
 // New checks cfg and makes a pipeline; Start starts its workers.
@@ -150,12 +152,10 @@ func New(cfg Config) (*Pipeline, error) {
 	}
 	p := &Pipeline{
 		cfg:       cfg,
-		changed:   make(chan struct{}),
 		nextOut:   cfg.Start,
 		nextClaim: cfg.Start,
 		state:     make([]slotState, len(cfg.Slots)),
 		results:   make(map[int64]result),
-		done:      make(chan struct{}),
 	}
 	for k := len(cfg.Slots) - 1; k >= 0; k-- {
 		p.free = append(p.free, k)
@@ -214,12 +214,6 @@ func checkSlot(cfg *Config, k int, s Slot) error {
 	return nil
 }
 
-// signal wakes every waiter; p.mu is held.
-func (p *Pipeline) signal() {
-	close(p.changed)
-	p.changed = make(chan struct{})
-}
-
 // Start starts the workers (once; a closed pipeline starts none).
 func (p *Pipeline) Start() {
 	p.mu.Lock()
@@ -247,12 +241,9 @@ func (p *Pipeline) claim() (step int64, slot int, ok bool) {
 		if p.nextClaim < p.nextOut+int64(p.cfg.Prefetch) && len(p.free) > 0 {
 			break
 		}
-		ch := p.changed
+		t := p.room.token()
 		p.mu.Unlock()
-		select {
-		case <-ch:
-		case <-p.done:
-		}
+		p.room.wait(t, 0)
 		p.mu.Lock()
 	}
 	step = p.nextClaim
@@ -285,8 +276,13 @@ func (p *Pipeline) work() {
 			p.state[slot] = slotReady
 		}
 		p.results[step] = r
-		p.signal()
+		p.ready.open()
+		if r.err != nil {
+			p.room.open() // its slot is free again
+		}
 		p.mu.Unlock()
+		p.ready.flush()
+		p.room.flush()
 	}
 }
 
@@ -362,6 +358,7 @@ func (p *Pipeline) giveBack(slot int) error {
 // back, ErrEnd past the end of a finite pipeline, ErrClosed once closed.
 // Without a started pipeline the step is made in the caller.
 func (p *Pipeline) Next(timeout time.Duration, release []int) (Batch, error) {
+	defer p.room.flush() // after the unlock below: see gate
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, s := range release {
@@ -373,9 +370,9 @@ func (p *Pipeline) Next(timeout time.Duration, release []int) (Batch, error) {
 		}
 	}
 	if len(release) > 0 {
-		p.signal()
+		p.room.open()
 	}
-	var timer *time.Timer
+	var deadline time.Time
 	for {
 		if p.closed {
 			return Batch{}, ErrClosed
@@ -387,7 +384,7 @@ func (p *Pipeline) Next(timeout time.Duration, release []int) (Batch, error) {
 		if r, ok := p.results[step]; ok {
 			delete(p.results, step)
 			p.nextOut++
-			p.signal()
+			p.room.open()
 			if r.err != nil {
 				return Batch{}, r.err
 			}
@@ -400,28 +397,20 @@ func (p *Pipeline) Next(timeout time.Duration, release []int) (Batch, error) {
 		if !p.started {
 			return p.makeHere(step)
 		}
-		if timer == nil {
+		if deadline.IsZero() {
 			if timeout <= 0 {
 				return Batch{}, ErrPending
 			}
-			timer = time.NewTimer(timeout)
-			defer timer.Stop()
+			deadline = time.Now().Add(timeout)
 		}
-		ch := p.changed
+		left := time.Until(deadline)
+		if left <= 0 {
+			return Batch{}, ErrPending
+		}
+		t := p.ready.token()
 		p.mu.Unlock()
-		expired := false
-		select {
-		case <-ch:
-		case <-p.done:
-		case <-timer.C:
-			expired = true
-		}
+		p.ready.wait(t, left)
 		p.mu.Lock()
-		if expired {
-			if _, ok := p.results[p.nextOut]; !ok && !p.closed {
-				return Batch{}, ErrPending
-			}
-		}
 	}
 }
 
@@ -444,6 +433,7 @@ func (p *Pipeline) makeHere(step int64) (Batch, error) {
 // Replace gives back a slot the consumer held with new buffers for it (the
 // consumer keeps the old ones: the pipeline never touches them again).
 func (p *Pipeline) Replace(slot int, s Slot) error {
+	defer p.room.flush()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -460,7 +450,7 @@ func (p *Pipeline) Replace(slot int, s Slot) error {
 	}
 	p.cfg.Slots[slot] = s
 	err := p.giveBack(slot)
-	p.signal()
+	p.room.open()
 	return err
 }
 
@@ -471,11 +461,13 @@ func (p *Pipeline) Close() {
 	p.mu.Lock()
 	if !p.closed {
 		p.closed = true
-		close(p.done)
 		p.results = nil
-		p.signal()
+		p.ready.open()
+		p.room.open()
 	}
 	p.mu.Unlock()
+	p.ready.flush()
+	p.room.flush()
 	p.wg.Wait()
 }
 

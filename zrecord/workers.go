@@ -5,16 +5,30 @@ import (
 	"sync/atomic"
 )
 
-// threadSetting is the value given to SetThreads; 0 means GOMAXPROCS.
+// threadSetting is the value given to SetThreads; 0 means the default:
+// defaultThreads when set, else GOMAXPROCS.
 var threadSetting atomic.Int32
+
+// defaultThreads is the value given to SetDefaultThreads; 0 means GOMAXPROCS.
+var defaultThreads atomic.Int32
+
+// SetDefaultThreads sets what SetThreads(0) restores: n goroutines, or
+// runtime.GOMAXPROCS(0) at the time of each call when n <= 0. A program
+// that raises GOMAXPROCS above its CPUs, to keep a P free for threads that
+// call into Go from C, sets it to the CPUs, so that one call still fans out
+// no wider than the machine.
+func SetDefaultThreads(n int) {
+	defaultThreads.Store(int32(min(max(n, 0), maxThreads)))
+}
 
 // maxThreads bounds SetThreads.
 const maxThreads = 1024
 
 // SetThreads sets the package-wide number of goroutines a single Gather or
-// Append may fan out to. n <= 0 restores the default, runtime.GOMAXPROCS(0)
-// at the time of each call. Small batches never fan out: a worker is only
-// started when it gets about fanOutBytes of work.
+// Append may fan out to. n <= 0 restores the default (SetDefaultThreads;
+// runtime.GOMAXPROCS(0) at the time of each call unless that was set).
+// Small batches never fan out: a worker is only started when it gets about
+// fanOutBytes of work.
 func SetThreads(n int) {
 	if n <= 0 {
 		threadSetting.Store(0)
@@ -26,6 +40,9 @@ func SetThreads(n int) {
 // Threads returns the fan-out width set by SetThreads.
 func Threads() int {
 	if n := threadSetting.Load(); n > 0 {
+		return int(n)
+	}
+	if n := defaultThreads.Load(); n > 0 {
 		return int(n)
 	}
 	return runtime.GOMAXPROCS(0)
