@@ -369,9 +369,8 @@ func (p *Pipeline) Next(timeout time.Duration, release []int) (Batch, error) {
 			_ = p.giveBack(s)
 		}
 	}
-	if len(release) > 0 {
-		p.room.open()
-	}
+	released := len(release) > 0
+	defer p.openRoom(&released) // before the unlock
 	var deadline time.Time
 	for {
 		if p.closed {
@@ -384,7 +383,6 @@ func (p *Pipeline) Next(timeout time.Duration, release []int) (Batch, error) {
 		if r, ok := p.results[step]; ok {
 			delete(p.results, step)
 			p.nextOut++
-			p.room.open()
 			if r.err != nil {
 				return Batch{}, r.err
 			}
@@ -407,10 +405,31 @@ func (p *Pipeline) Next(timeout time.Duration, release []int) (Batch, error) {
 		if left <= 0 {
 			return Batch{}, ErrPending
 		}
+		p.openRoom(&released)
 		t := p.ready.token()
 		p.mu.Unlock()
+		p.room.flush()
 		p.ready.wait(t, left)
 		p.mu.Lock()
+	}
+}
+
+// openRoom opens the workers' gate after the consumer took steps or gave
+// slots back (released), when that can let a waiting worker go on: a
+// worker waits for a free slot inside the window, or for the window to
+// move. Given a slot with the window not full, it opens at once; a moved
+// window, only once the steps claimed ahead of the consumer are down to
+// half the window, so that workers faster than the consumer wake once for
+// every few steps instead of once a step (each wake a system call of the
+// consumer's, and at batch size 1 the steps themselves cost less). A
+// consumer about to wait for a step no worker claimed always finds the
+// gate open: none is then claimed ahead. p.mu is held.
+func (p *Pipeline) openRoom(released *bool) {
+	ahead := p.nextClaim - p.nextOut
+	window := int64(p.cfg.Prefetch)
+	if ahead*2 <= window || (*released && ahead < window) {
+		p.room.open()
+		*released = false
 	}
 }
 

@@ -21,16 +21,20 @@ const (
 type gate struct {
 	seq     atomic.Uint32
 	waiters atomic.Int32
+	opened  atomic.Bool // since the last flush
 }
 
 type gateToken = uint32
 
 func (g *gate) token() gateToken { return g.seq.Load() }
 
-func (g *gate) open() { g.seq.Add(1) }
+func (g *gate) open() {
+	g.seq.Add(1)
+	g.opened.Store(true)
+}
 
 func (g *gate) flush() {
-	if g.waiters.Load() > 0 {
+	if g.opened.Swap(false) && g.waiters.Load() > 0 {
 		_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(&g.seq)), futexWakePrivate, math.MaxInt32, 0, 0, 0)
 	}
 }
