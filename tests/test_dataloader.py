@@ -13,6 +13,7 @@ import pytest
 
 from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataloader import PREFETCH_BYTES, DataLoader, LoaderOptions
+from loaderx.loader.options import SMALL_PREFETCH_BYTES, SMALL_PREFETCH_STEPS
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import ClosedError
 from loaderx.loader import dataloader
@@ -393,12 +394,17 @@ def test_option_validation(streams):
     assert opts.resolved_prefetch(1024) == 2 and opts.worker_threads == 0
     many = LoaderOptions(num_workers=10_000)
     assert 1 <= many.worker_threads <= (os.cpu_count() or 1)
-    assert many.resolved_prefetch(1024) == max(2, 2 * many.worker_threads)
+    # small batches: as many as fit in SMALL_PREFETCH_BYTES, up to SMALL_PREFETCH_STEPS
+    assert many.resolved_prefetch(1024) == max(2 * many.worker_threads, SMALL_PREFETCH_STEPS)
+    assert many.resolved_prefetch(SMALL_PREFETCH_BYTES // 8) == max(2 * many.worker_threads, 8)
+    assert many.resolved_prefetch(SMALL_PREFETCH_BYTES) == max(2, 2 * many.worker_threads)
     assert many.resolved_prefetch(PREFETCH_BYTES // 2) == 2  # large batches: fewer in flight
     assert many.resolved_prefetch(PREFETCH_BYTES * 4) == 1
     assert LoaderOptions(prefetch=7).resolved_prefetch(PREFETCH_BYTES * 4) == 7
     assert LoaderOptions(num_workers=1).worker_threads == 1
-    with DataLoader(s, batch_size=8, num_workers=1) as loader:
+    with DataLoader(s, batch_size=8, num_workers=1) as loader:  # 8 labels of 8 bytes: a small batch
+        assert loader.prefetch == SMALL_PREFETCH_STEPS
+    with DataLoader(s, batch_size=8, num_workers=1, prefetch=2) as loader:
         assert loader.prefetch == 2
     assert repr(opts) == (
         "LoaderOptions(batch_size=3, num_workers=0, sampler='cyclic', seed=0, shard=(0, 1), "
@@ -411,8 +417,8 @@ def test_closed_stream_error_reaches_the_consumer(stores):
     loader = DataLoader({"label": ds}, batch_size=4, num_workers=2)
     next(loader)
     ds.close()
-    with pytest.raises(ClosedError):
-        for _ in range(20):
+    with pytest.raises(ClosedError):  # after the steps made ahead before the close, at the latest
+        for _ in range(loader.prefetch + 20):
             next(loader)
     loader.close()
 

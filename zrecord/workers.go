@@ -93,9 +93,18 @@ func gatherBlocks(workers, n int) int {
 // parallelBlocks runs work(0..blocks-1) on the calling goroutine and up to
 // workers-1 persistent helpers, each claiming the next block until none is
 // left, and waits; otherwise as parallel.
+// A call made while others run fans out only onto the cores they leave:
+// with Threads() 2, the second of two concurrent calls (two workers of a
+// step pipeline, each gathering a batch of 4 MiB) runs on its caller
+// alone, instead of four goroutines sharing two cores.
 func parallelBlocks(workers, blocks int, op string, work func(b int) error) error {
+	busy := int(inParallel.Add(1))
+	defer inParallel.Add(-1)
 	if blocks <= 1 {
 		return guarded(op, 0, work)
+	}
+	if busy > 1 {
+		workers = min(workers, max(1, Threads()-busy+1))
 	}
 	if workers <= 1 {
 		for b := range blocks {
@@ -107,6 +116,9 @@ func parallelBlocks(workers, blocks int, op string, work func(b int) error) erro
 	}
 	return fanOut(blocks, min(workers, blocks)-1, op, work)
 }
+
+// inParallel counts the calls of parallelBlocks running.
+var inParallel atomic.Int32
 
 // guarded runs work(w) with memory faults turned into panics and every
 // panic turned into an error.
