@@ -13,10 +13,10 @@ import pytest
 
 from loaderx.converter import from_iterator, from_numpy
 from loaderx.dataloader import PREFETCH_BYTES, DataLoader, LoaderOptions
-from loaderx.loader.options import SMALL_PREFETCH_BYTES, SMALL_PREFETCH_STEPS
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.errors import ClosedError
 from loaderx.loader import dataloader
+from loaderx.loader.options import SMALL_PREFETCH_BYTES, SMALL_PREFETCH_STEPS
 from loaderx.sampler import MODES, Sampler
 from loaderx.store import _native as native
 

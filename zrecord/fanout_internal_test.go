@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // The fan-out is measured from a goroutine locked to its OS thread, as a cgo
@@ -201,6 +202,49 @@ func TestParallelBlocksMoreThanWorkers(t *testing.T) {
 		})
 		if want := fmt.Sprintf("block %d: boom", tc.blocks-2); err == nil || err.Error() != want {
 			t.Errorf("%d workers, %d blocks: error %v, want %q", tc.workers, tc.blocks, err, want)
+		}
+	}
+}
+
+// TestFanOutLeavesCoresToCallsBeside: a call of parallelBlocks made while
+// another runs fans out only onto the cores that one leaves; alone, the
+// same call spreads its blocks over Threads() goroutines.
+func TestFanOutLeavesCoresToCallsBeside(t *testing.T) {
+	SetThreads(2)
+	defer SetThreads(0)
+	widest := func() int32 {
+		var now, most atomic.Int32
+		work := func(int) error {
+			n := now.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			deadline := time.Now().Add(2 * time.Millisecond)
+			for time.Now().Before(deadline) { // busy, so that a helper takes blocks meanwhile
+			}
+			now.Add(-1)
+			return nil
+		}
+		if err := parallelBlocks(2, 8, "test", work); err != nil {
+			t.Fatal(err)
+		}
+		return most.Load()
+	}
+	if runtime.GOMAXPROCS(0) >= 2 {
+		alone := int32(0)
+		for range 20 { // a helper may miss a short job on a busy machine: it only has to take part once
+			if alone = max(alone, widest()); alone == 2 {
+				break
+			}
+		}
+		if alone != 2 {
+			t.Fatalf("alone, 8 blocks ran at most %d at a time, want 2", alone)
+		}
+	}
+	inParallel.Add(1) // another call running
+	defer inParallel.Add(-1)
+	for range 5 {
+		if got := widest(); got != 1 {
+			t.Fatalf("beside another call, 8 blocks ran %d at a time, want 1 (Threads() %d)", got, Threads())
 		}
 	}
 }

@@ -217,8 +217,9 @@ class DataLoader:
         shard: ``(rank, world)``: this process's part of a data-parallel run.
         start_step: the first step to yield.
         prefetch: steps that may be in flight ahead of the consumer; by
-            default twice the worker threads (at least 2), capped so that no
-            more than 64 MiB of batches are in flight (at least 1).
+            default twice the worker threads (at least 2), or up to 32 small
+            batches (1 MiB of them), capped so that no more than 64 MiB of
+            batches are in flight (at least 1).
         steps: stop after step ``steps - 1`` (``len(loader) == steps``).
         epoch: one pass over the records, each exactly once per pass (over
             all ranks): in order with ``sampler="sequential"``, in one
