@@ -394,16 +394,19 @@ def test_option_validation(streams):
     assert opts.resolved_prefetch(1024) == 2 and opts.worker_threads == 0
     many = LoaderOptions(num_workers=10_000)
     assert 1 <= many.worker_threads <= (os.cpu_count() or 1)
-    # small batches: as many as fit in SMALL_PREFETCH_BYTES, up to SMALL_PREFETCH_STEPS
-    assert many.resolved_prefetch(1024) == max(2 * many.worker_threads, SMALL_PREFETCH_STEPS)
-    assert many.resolved_prefetch(SMALL_PREFETCH_BYTES // 8) == max(2 * many.worker_threads, 8)
-    assert many.resolved_prefetch(SMALL_PREFETCH_BYTES) == max(2, 2 * many.worker_threads)
+    assert many.resolved_prefetch(1024) == max(2, 2 * many.worker_threads)
+    # on the native pipeline, small batches: as many as fit in SMALL_PREFETCH_BYTES, up to SMALL_PREFETCH_STEPS
+    assert many.resolved_prefetch(1024, small_deeper=True) == max(2 * many.worker_threads, SMALL_PREFETCH_STEPS)
+    assert many.resolved_prefetch(SMALL_PREFETCH_BYTES // 8, small_deeper=True) == max(2 * many.worker_threads, 8)
+    assert many.resolved_prefetch(SMALL_PREFETCH_BYTES, small_deeper=True) == max(2, 2 * many.worker_threads)
     assert many.resolved_prefetch(PREFETCH_BYTES // 2) == 2  # large batches: fewer in flight
     assert many.resolved_prefetch(PREFETCH_BYTES * 4) == 1
     assert LoaderOptions(prefetch=7).resolved_prefetch(PREFETCH_BYTES * 4) == 7
     assert LoaderOptions(num_workers=1).worker_threads == 1
-    with DataLoader(s, batch_size=8, num_workers=1) as loader:  # 8 labels of 8 bytes: a small batch
+    with DataLoader(s, batch_size=8, num_workers=1) as loader:  # 8 labels of 8 bytes, native: a small batch
         assert loader.prefetch == SMALL_PREFETCH_STEPS
+    with DataLoader(s, batch_size=8, num_workers=1, transform=lambda b: b) as loader:  # the Python pipeline
+        assert loader.prefetch == 2
     with DataLoader(s, batch_size=8, num_workers=1, prefetch=2) as loader:
         assert loader.prefetch == 2
     assert repr(opts) == (

@@ -217,8 +217,9 @@ class DataLoader:
         shard: ``(rank, world)``: this process's part of a data-parallel run.
         start_step: the first step to yield.
         prefetch: steps that may be in flight ahead of the consumer; by
-            default twice the worker threads (at least 2), or up to 32 small
-            batches (1 MiB of them), capped so that no more than 64 MiB of
+            default twice the worker threads (at least 2), or on the native
+            step pipeline up to 32 small batches (1 MiB of them), capped so
+            that no more than 64 MiB of
             batches are in flight (at least 1).
         steps: stop after step ``steps - 1`` (``len(loader) == steps``).
         epoch: one pass over the records, each exactly once per pass (over
@@ -521,6 +522,8 @@ class DataLoader:
         self._init_workers()
         #: why the steps cannot be made by the native pipeline (None: they are)
         self._native_blocker = native_blocker(self._streams, self.sampler, self._transform, self._workers)
+        if self._native_blocker is None and self._mode == "thread" and self._timer is None and opts.prefetch is None:
+            self._prefetch = opts.resolved_prefetch(batch_bytes, small_deeper=True)
 
     def _global_draw(self, n: int) -> tuple[Any, int, tuple[int, int]]:
         """What packing draws from (packing is global, see

@@ -229,11 +229,12 @@ class LoaderOptions:
         2-CPU machine 4 workers ran ~30% slower than 2."""
         return min(self.num_workers, _available_cpus())
 
-    def resolved_prefetch(self, batch_bytes: int) -> int:
+    def resolved_prefetch(self, batch_bytes: int, small_deeper: bool = False) -> int:
         """``prefetch``, or its default for batches of ``batch_bytes`` bytes
         (all streams): twice the worker threads (at least 2), or, with
-        workers, as many batches as fit in :data:`SMALL_PREFETCH_BYTES` (at
-        most :data:`SMALL_PREFETCH_STEPS`) when that is more, but no more batches
+        workers and ``small_deeper`` (the native step pipeline), as many
+        batches as fit in :data:`SMALL_PREFETCH_BYTES` (at most
+        :data:`SMALL_PREFETCH_STEPS`) when that is more, but no more batches
         than fit in :data:`PREFETCH_BYTES`, and at least 1. Every batch in
         flight is one more buffer to fill, and once they outgrow the CPU
         caches each one costs throughput (measured on 64 MiB batches: 4 in
@@ -245,7 +246,9 @@ class LoaderOptions:
         step each, or some would sit idle."""
         if self.prefetch is not None:
             return self.prefetch
-        small = min(SMALL_PREFETCH_STEPS, SMALL_PREFETCH_BYTES // max(1, batch_bytes)) if self.worker_threads else 0
+        small = 0
+        if small_deeper and self.worker_threads:
+            small = min(SMALL_PREFETCH_STEPS, SMALL_PREFETCH_BYTES // max(1, batch_bytes))
         by_count = max(2, 2 * self.worker_threads, small)
         by_bytes = PREFETCH_BYTES // max(1, batch_bytes)
         least = self.worker_threads if self.workers == "process" else 1  # "auto" starts on threads
