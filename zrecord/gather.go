@@ -241,7 +241,7 @@ func copyChecked(frames bool, locs []entry, chunks []*chunk, dst []byte, stride,
 					pd = chunks[f.chunk].bytes()
 				}
 				if int(f.off) < len(pd) {
-					prefetchRecord(&pd[f.off], int(min(f.phys, checkedPrefetchBytes)))
+					prefetchRecord(&pd[f.off], int(min(f.phys, prefetchBytes)))
 				}
 			}
 		}
@@ -252,16 +252,6 @@ func copyChecked(frames bool, locs []entry, chunks []*chunk, dst []byte, stride,
 	}
 	return hi, 0, false
 }
-
-// checkedPrefetchBytes is how much of a record copyChecked asks for
-// prefetchAhead records ahead: more than copyPlain's prefetchBytes, since
-// the checked copy cannot run ahead of its loads the way a plain one does
-// (the multiplications hold its out-of-order window). On consecutive 2 KiB
-// records, fetching them whole instead of their first KiB took the checked
-// gather from 0.50x to 0.84x of the unchecked one (CPU time, medians of
-// four interleaved rounds of BenchmarkGatherVerified); random ones were
-// unchanged.
-const checkedPrefetchBytes = 4 << 10
 
 // mayEncode reports whether the store's codec may store a record encoded
 // (a zstd frame or a narrowed record, told from a raw one by phys_length !=
@@ -621,19 +611,23 @@ func (g *gatherScratch) touchRecords(chunks []*chunk) {
 // asks the CPU to load, and prefetchBytes how much of each: a record's
 // first lines arrive while the record before it is copied, instead of
 // each copy starting with a cache miss, and the hardware prefetcher
-// follows a record's later lines once its copy runs. Measured on 2 KiB
-// raw records (BenchmarkGatherSmall), two records of up to 1 KiB each
-// did best; farther or more gave the lines back before their copy.
+// follows a record's later lines once its copy runs.
+//
 // Records are asked for into the L2 cache (prefetchRecord), not the L1:
 // a prefetch into the L1 holds one of its few miss buffers until the line
 // arrives, and a gather that asked for whole records that way starved its
-// own loads. On random batches of 256 from 64 MiB of raw records, the
-// checked gather took 0.53-0.60x the time with L2 prefetches at 2 and
-// 4 KiB, and 0.70x at 256 bytes (BenchmarkGatherVerified-style rounds
-// alternated in one run; the unchecked copy gained 0-20%).
+// own loads. Into the L2, more of each record pays: the checked copy and
+// a narrowed record's widening run chains of work that their loads wait
+// behind, and even the plain copy gained. On random batches of 256 from
+// 64 MiB of records, with L2 prefetches of up to 4 KiB against L1 ones
+// (of 4 KiB for checked copies, 1 KiB otherwise), in alternated rounds of
+// one run: the checked gather took 0.53-0.60x the time at 2 and 4 KiB and
+// 0.70x at 256 bytes, the unchecked one about 0.77x at 4 KiB, and 8 KiB
+// token rows stored narrowed 0.71x. (With L1 prefetches, two records of up
+// to 1 KiB each had done best for the plain copy of 2 KiB records.)
 const (
 	prefetchAhead = 2
-	prefetchBytes = 1 << 10
+	prefetchBytes = 4 << 10
 )
 
 // prefetchBatchMax bounds the stored bytes of a call that prefetchBatch
@@ -642,19 +636,16 @@ const (
 const prefetchBatchMax = 256 << 10
 
 // prefetch asks the CPU to load the start of the k-th record of the call
-// (up to checkedPrefetchBytes of it: a narrowed record's widening, like
-// the checked copy, runs a chain of work its loads wait behind; on 8 KiB
-// token rows stored narrowed to 4 KiB, a gather took 0.71x the time with
-// whole records asked for instead of their first KiB) when its chunk is
-// mapped. A prefetch never faults, so a record of a
-// truncated file costs nothing here: its copy reports it.
+// (up to prefetchBytes of it) when its chunk is mapped. A prefetch never
+// faults, so a record of a truncated file costs nothing here: its copy
+// reports it.
 func (g *gatherScratch) prefetch(chunks []*chunk, k int) {
 	e := &g.locs[k]
 	if e.phys == 0 {
 		return
 	}
 	if d := chunks[e.chunk].bytes(); d != nil {
-		prefetchRecord(&d[e.off], int(min(e.phys, checkedPrefetchBytes)))
+		prefetchRecord(&d[e.off], int(min(e.phys, prefetchBytes)))
 	}
 }
 
