@@ -223,6 +223,13 @@ func (c *creation) inspect() error {
 		}
 	}
 	ents, err := fsys.ReadDir(c.final)
+	if isNotExist(err) {
+		// Another Create swapped its store in and removed this directory
+		// between the Stat and the read (the read of a removed directory
+		// fails so): the path is as if looked at a moment later, when it
+		// was gone. Whatever is there by publish time, publish sees.
+		return nil
+	}
 	if err != nil {
 		return wrapf(err, "create %s", c.final)
 	}
@@ -406,6 +413,11 @@ func (c *creation) publish() error {
 			}
 			c.swap = swapOldMoved
 			if err := fsys.Rename(c.stage, c.final); err != nil {
+				if errors.Is(err, os.ErrExist) { // ENOTEMPTY too
+					// Another Create put its store in the place this one
+					// cleared: it replaced the previous store first.
+					return errf(ErrExists, "create %s: made by another meanwhile: %v", c.final, err)
+				}
 				return wrapf(err, "create %s: rename %s", c.final, c.stage)
 			}
 			c.swap = swapBoth
