@@ -167,7 +167,11 @@ class S3Server:
             "-s3.autoCreateBucket=false",
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
-            "-master.volumeSizeLimitMB=1024",
+            # Small volumes: SeaweedFS makes as many as the free disk holds
+            # at this size, and every bucket takes some; with 1 GiB ones a
+            # disk with 4 GB free ran out of them and every upload was
+            # answered HTTP 500. The tests' objects are small.
+            "-master.volumeSizeLimitMB=64",
             # A single master elects itself; the default 10 s election and the
             # volume server's 10 s pre-stop pause only slow a restart down.
             "-master.electionTimeout=1s",
