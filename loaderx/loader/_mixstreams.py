@@ -20,10 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from loaderx.errors import CorruptStoreError
 from loaderx.loader._ragged import _GROWTH, RaggedStream
 from loaderx.store import _native
-from loaderx.store.dataset import RaggedDataset
+from loaderx.store.dataset import RaggedDataset, whole_rows
 
 #: the last per-source plan of a batch's indices, per thread (see _Parts._groups)
 _PLANS = threading.local()
@@ -223,16 +222,7 @@ class MixtureRaggedStream(_Parts, RaggedStream):
     def _rows_of(self, sizes: np.ndarray, idx: np.ndarray) -> np.ndarray:
         """The rows of records of ``sizes`` bytes (``idx``: their global
         indices, for the message of a size that is not whole rows)."""
-        if not self.row_bytes:
-            return np.zeros_like(sizes)
-        rows, rem = np.divmod(sizes, self.row_bytes)
-        if rem.any():
-            j = int(np.argmax(rem != 0))
-            raise CorruptStoreError(
-                f"stream {self.name!r}: record {int(idx[j])} is {int(sizes[j])} bytes, not a multiple of "
-                f"one row ({self.row_bytes} bytes)"
-            )
-        return rows
+        return whole_rows(sizes, idx, self.row_bytes, f"stream {self.name!r}")
 
 
 #: the attributes of a mixture's ragged stream that hold its joined handle

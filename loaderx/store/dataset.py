@@ -918,6 +918,21 @@ class DenseDataset(_StoreView):
             yield from batch
 
 
+def whole_rows(sizes: np.ndarray, idx: np.ndarray, row_bytes: int, where: str) -> np.ndarray:
+    """The rows of records of ``sizes`` bytes, rows of ``row_bytes`` each
+    (none when 0); a record that is not whole rows is
+    :class:`CorruptStoreError` naming ``where`` and its index in ``idx``."""
+    if row_bytes == 0:
+        return np.zeros_like(sizes)
+    rows, rem = np.divmod(sizes, row_bytes)
+    if rem.any():
+        k = int(np.argmax(rem != 0))
+        raise CorruptStoreError(
+            f"{where}: record {int(idx[k])} is {int(sizes[k])} bytes, not a multiple of one row ({row_bytes} bytes)"
+        )
+    return rows
+
+
 class RaggedDataset(_StoreView):
     """A ragged store: record ``i`` is an array of shape ``(L_i, *item_shape)``
     where the first axis ``L_i`` varies from record to record.
@@ -984,16 +999,7 @@ class RaggedDataset(_StoreView):
         return int(_native.store_append_packed(h, data, offsets))
 
     def _rows(self, sizes: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        if self._stride == 0:
-            return np.zeros_like(sizes)
-        rows, rem = np.divmod(sizes, self._stride)
-        if rem.any():
-            k = int(np.argmax(rem != 0))
-            raise CorruptStoreError(
-                f"{self._path!r}: record {int(idx[k])} is {int(sizes[k])} bytes, not a "
-                f"multiple of one row ({self._stride} bytes)"
-            )
-        return rows
+        return whole_rows(sizes, idx, self._stride, repr(self._path))
 
     def lengths(self, indices: IndexLike | None = None) -> NDArray[np.int64]:
         """The first-axis length of each record (all records if ``indices`` is
