@@ -6,7 +6,7 @@ GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 LIB := loaderx/lib/libloaderx.so
-GO_SOURCES := $(shell find capi steppipe zrecord zsampler -name '*.go' -not -name '*_test.go' 2>/dev/null)
+GO_SOURCES := $(shell find capi steppack steppipe zrecord zsampler -name '*.go' -not -name '*_test.go' 2>/dev/null)
 
 .PHONY: all build setup setup-browser demo test test-go test-race test-py test-matrix check docs bench bench-deps clean wheels wheels-deps wheels-check sdist
 
@@ -61,7 +61,7 @@ test-go:
 	$(GO) test -count=1 -timeout 30m ./...
 
 test-race:
-	$(GO) test -count=1 -timeout 30m -race -short ./zrecord/... ./zsampler/... ./steppipe/...
+	$(GO) test -count=1 -timeout 30m -race -short ./zrecord/... ./zsampler/... ./steppipe/... ./steppack/...
 
 test-py: $(LIB)
 	$(PYTHON) -m pytest -q tests

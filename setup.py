@@ -1,4 +1,4 @@
-"""Builds the Go core (capi/, steppipe/, zrecord/, zsampler/) into loaderx/lib/ as part of
+"""Builds the Go core (capi/, steppack/, steppipe/, zrecord/, zsampler/) into loaderx/lib/ as part of
 every install: ``pip install .`` builds it into the wheel, ``pip install -e .``
 builds it in place. The Python side loads it with cffi in ABI mode, so a wheel
 does not depend on the CPython ABI: it is tagged ``py3-none-<platform>``."""

@@ -13,7 +13,7 @@ package main
 
 // The version of the exported interface: it changes whenever an export is
 // added, removed or changes its signature or meaning.
-#define LX_ABI_VERSION 8
+#define LX_ABI_VERSION 9
 
 // The largest number of dimensions an item shape may have (NumPy's limit).
 #define LX_MAX_DIMS 64
@@ -114,7 +114,8 @@ enum lx_probe {
 // sampler of mode, n, batch, seed, rank, world, as lx_sample draws) or
 // LX_PIPE_DRAW_EPOCH (one pass over n records in the order lx_pipe_new's
 // order array gives, or in order without one). END is the first step not
-// made, or -1 for an endless pipeline.
+// made, or -1 for an endless pipeline. LX_PIPE_DRAW_NONE draws nothing: a
+// pipeline whose every stream is LX_PIPE_PACKED (each plans its own records).
 enum lx_pipe_config {
 	LX_PIPE_DRAW = 0,
 	LX_PIPE_MODE = 1,
@@ -132,21 +133,69 @@ enum lx_pipe_config {
 
 enum lx_pipe_draw {
 	LX_PIPE_DRAW_SAMPLER = 0,
-	LX_PIPE_DRAW_EPOCH = 1
+	LX_PIPE_DRAW_EPOCH = 1,
+	LX_PIPE_DRAW_NONE = 2
 };
 
 // A stream of lx_pipe_new: LX_PIPE_STREAM_LEN int64_t values, the store
-// handle, the kind and (dense) the record size in bytes.
+// handle, the kind and (dense) the record size in bytes or (packed) the
+// bytes of one token; a packed stream (concat packing, package steppack)
+// also its rows and row length in tokens, its rank and world, whether its
+// cu_seqlens are int64 (1) or int32 (0), and the token its plan starts at
+// (lx_pipe_plan appends to the plan), and SOURCES: 1 when the handle is a
+// set whose stores are a mixture's sources, each segment then naming the
+// store of its record (0: every segment is of source 0).
 enum lx_pipe_stream {
 	LX_PIPE_STREAM_HANDLE = 0,
 	LX_PIPE_STREAM_KIND = 1,
 	LX_PIPE_STREAM_STRIDE = 2,
-	LX_PIPE_STREAM_LEN = 3
+	LX_PIPE_STREAM_ROWS = 3,
+	LX_PIPE_STREAM_LENGTH = 4,
+	LX_PIPE_STREAM_RANK = 5,
+	LX_PIPE_STREAM_WORLD = 6,
+	LX_PIPE_STREAM_WIDE = 7,
+	LX_PIPE_STREAM_BASE = 8,
+	LX_PIPE_STREAM_SOURCES = 9,
+	LX_PIPE_STREAM_LEN = 10
 };
 
+// The kinds of stream, and the buffers each has in a slot: a dense or a
+// ragged stream its data and its sizes (NULL for a dense one); a packed
+// stream its data and sizes, then LX_PIPE_PACKED_AUX more in the order of
+// enum lx_pipe_aux.
 enum lx_pipe_kind {
 	LX_PIPE_DENSE = 0,
-	LX_PIPE_RAGGED = 1
+	LX_PIPE_RAGGED = 1,
+	LX_PIPE_PACKED = 2
+};
+
+// A packed stream's buffers after its data and sizes (the arrays of a
+// packed batch; T = rows * length tokens, S segments): the step's records
+// (int64), segment ids and positions (int32, T each), cu_seqlens (S + 1),
+// segment counts (int32, rows), each segment's record (int64), start in
+// it (int64) and source (int32), and META (int64, LX_PIPE_META_LEN): the
+// step's records, the tokens of the first before the step, and its
+// segments. A count past the room of its buffers is written, the arrays
+// it counts are not: the caller makes such a step itself.
+enum lx_pipe_aux {
+	LX_PIPE_AUX_IDX = 0,
+	LX_PIPE_AUX_SEG = 1,
+	LX_PIPE_AUX_POS = 2,
+	LX_PIPE_AUX_CU = 3,
+	LX_PIPE_AUX_NSEG = 4,
+	LX_PIPE_AUX_REC = 5,
+	LX_PIPE_AUX_AT = 6,
+	LX_PIPE_AUX_SRC = 7,
+	LX_PIPE_AUX_META = 8,
+	LX_PIPE_PACKED_AUX = 9
+};
+
+// The values of a packed stream's META buffer.
+enum lx_pipe_meta {
+	LX_PIPE_META_RECORDS = 0,
+	LX_PIPE_META_SKIP = 1,
+	LX_PIPE_META_SEGMENTS = 2,
+	LX_PIPE_META_LEN = 3
 };
 
 // The int64_t values of lx_pipe_next's io array, by position: TIMEOUT (in,
@@ -155,7 +204,7 @@ enum lx_pipe_kind {
 // and STREAM (the failing stream of a step error, -1 for its draw) and
 // STATUS (the status returned, which a caller interrupted as the call
 // returned may have missed) are written, then from LX_PIPE_IO_HEAD on one value per stream, the bytes a
-// ragged stream needed. The released slots follow those.
+// ragged or packed stream needed. The released slots follow those.
 enum lx_pipe_io {
 	LX_PIPE_IO_TIMEOUT = 0,
 	LX_PIPE_IO_NRELEASE = 1,
@@ -174,7 +223,8 @@ enum lx_pipe_got {
 	LX_PIPE_GOT_PENDING = 1,
 	LX_PIPE_GOT_END = 2,
 	LX_PIPE_GOT_STARVED = 3,
-	LX_PIPE_GOT_FAILED = 4
+	LX_PIPE_GOT_FAILED = 4,
+	LX_PIPE_GOT_UNPLANNED = 5
 };
 
 // Flags of lx_store_create.
@@ -246,12 +296,22 @@ const (
 	pipeConfigLen    = C.LX_PIPE_CONFIG_LEN
 	pipeDrawSampler  = C.LX_PIPE_DRAW_SAMPLER
 	pipeDrawEpoch    = C.LX_PIPE_DRAW_EPOCH
+	pipeDrawNone     = C.LX_PIPE_DRAW_NONE
 	pipeStreamHandle = C.LX_PIPE_STREAM_HANDLE
 	pipeStreamKind   = C.LX_PIPE_STREAM_KIND
 	pipeStreamStride = C.LX_PIPE_STREAM_STRIDE
+	pipeStreamRows   = C.LX_PIPE_STREAM_ROWS
+	pipeStreamLength = C.LX_PIPE_STREAM_LENGTH
+	pipeStreamRank   = C.LX_PIPE_STREAM_RANK
+	pipeStreamWorld  = C.LX_PIPE_STREAM_WORLD
+	pipeStreamWide   = C.LX_PIPE_STREAM_WIDE
+	pipeStreamBase   = C.LX_PIPE_STREAM_BASE
+	pipeStreamSrcs   = C.LX_PIPE_STREAM_SOURCES
 	pipeStreamLen    = C.LX_PIPE_STREAM_LEN
 	pipeDense        = C.LX_PIPE_DENSE
 	pipeRagged       = C.LX_PIPE_RAGGED
+	pipePacked       = C.LX_PIPE_PACKED
+	pipePackedAux    = C.LX_PIPE_PACKED_AUX
 	pipeIOTimeout    = C.LX_PIPE_IO_TIMEOUT
 	pipeIONRelease   = C.LX_PIPE_IO_NRELEASE
 	pipeIOKind       = C.LX_PIPE_IO_KIND
@@ -266,7 +326,18 @@ const (
 	pipeGotEnd       = C.LX_PIPE_GOT_END
 	pipeGotStarved   = C.LX_PIPE_GOT_STARVED
 	pipeGotFailed    = C.LX_PIPE_GOT_FAILED
+	pipeGotUnplanned = C.LX_PIPE_GOT_UNPLANNED
 	maxRecordSize    = C.LX_MAX_RECORD_SIZE
+)
+
+// A packed stream's buffers (enum lx_pipe_aux, then LX_PIPE_PACKED_AUX)
+// and meta values (enum lx_pipe_meta, then LX_PIPE_META_LEN), as
+// package steppack numbers them (a test checks).
+var (
+	pipeAuxEnum = [...]int{C.LX_PIPE_AUX_IDX, C.LX_PIPE_AUX_SEG, C.LX_PIPE_AUX_POS, C.LX_PIPE_AUX_CU,
+		C.LX_PIPE_AUX_NSEG, C.LX_PIPE_AUX_REC, C.LX_PIPE_AUX_AT, C.LX_PIPE_AUX_SRC, C.LX_PIPE_AUX_META,
+		C.LX_PIPE_PACKED_AUX}
+	pipeMetaEnum = [...]int{C.LX_PIPE_META_RECORDS, C.LX_PIPE_META_SKIP, C.LX_PIPE_META_SEGMENTS, C.LX_PIPE_META_LEN}
 )
 
 // createReplace is lx_store_create's flag LX_CREATE_REPLACE.

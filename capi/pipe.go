@@ -17,7 +17,9 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/loaderx/loaderx/steppack"
 	"github.com/loaderx/loaderx/steppipe"
+	"github.com/loaderx/loaderx/zrecord"
 	"github.com/loaderx/loaderx/zsampler"
 )
 
@@ -32,7 +34,28 @@ var pipes = struct {
 type pipeEntry struct {
 	p       *steppipe.Pipeline
 	streams int
+	kinds   []int64
 	batch   int
+	// packs holds the packed streams by stream number (their plans grow
+	// through lx_pipe_plan)
+	packs map[int]*steppack.Concat
+}
+
+// bufsOf is the buffers one stream of kind has in a slot.
+func bufsOf(kind int64) int {
+	if kind == pipePacked {
+		return 2 + pipePackedAux
+	}
+	return 2
+}
+
+// slotWidth is the buffers of one slot: its indices, then every stream's.
+func slotWidth(kinds []int64) int {
+	n := 1
+	for _, k := range kinds {
+		n += bufsOf(k)
+	}
+	return n
 }
 
 func lookupPipe(h int64) (*pipeEntry, error) {
@@ -48,9 +71,9 @@ func lookupPipe(h int64) (*pipeEntry, error) {
 	return nil, invalidf("%d is not a pipeline handle", h)
 }
 
-// slotBuffers reads one slot's buffers: 1 + 2*streams pointers at ptrs with
-// their byte lengths at lens (the indices, then per stream its data and its
-// sizes, NULL for a dense stream).
+// slotBuffers reads one slot's buffers: slotWidth(kinds) pointers at ptrs
+// with their byte lengths at lens (the indices, then per stream its data
+// and its sizes, NULL for a dense stream, and a packed stream's others).
 func slotBuffers(ptrs []unsafe.Pointer, lens []int64, kinds []int64, k int) (steppipe.Slot, error) {
 	var s steppipe.Slot
 	view := func(j int, what string) (unsafe.Pointer, int64, error) {
@@ -67,17 +90,18 @@ func slotBuffers(ptrs []unsafe.Pointer, lens []int64, kinds []int64, k int) (ste
 	if n > 0 {
 		s.Indices = unsafe.Slice((*int64)(p), n/8)
 	}
+	at := 1
 	for i, kind := range kinds {
 		var b steppipe.Buffers
-		p, n, err := view(1+2*i, fmt.Sprintf("stream %d data", i))
+		p, n, err := view(at, fmt.Sprintf("stream %d data", i))
 		if err != nil {
 			return s, err
 		}
 		if n > 0 {
 			b.Data = unsafe.Slice((*byte)(p), n)
 		}
-		if kind == pipeRagged {
-			p, n, err := view(2+2*i, fmt.Sprintf("stream %d sizes", i))
+		if kind == pipeRagged || kind == pipePacked {
+			p, n, err := view(at+1, fmt.Sprintf("stream %d sizes", i))
 			if err != nil {
 				return s, err
 			}
@@ -85,6 +109,20 @@ func slotBuffers(ptrs []unsafe.Pointer, lens []int64, kinds []int64, k int) (ste
 				b.Sizes = unsafe.Slice((*int64)(p), n/8)
 			}
 		}
+		if kind == pipePacked {
+			for j := range pipePackedAux {
+				p, n, err := view(at+2+j, fmt.Sprintf("stream %d packed buffer %d", i, j))
+				if err != nil {
+					return s, err
+				}
+				var aux []byte
+				if n > 0 {
+					aux = unsafe.Slice((*byte)(p), n)
+				}
+				b.Aux = append(b.Aux, aux)
+			}
+		}
+		at += bufsOf(kind)
 		s.Streams = append(s.Streams, b)
 	}
 	return s, nil
@@ -124,7 +162,11 @@ func lx_pipe_new(config *C.int64_t, configLen C.int64_t, streams *C.int64_t, nst
 		if err != nil {
 			return err
 		}
-		per := 1 + 2*int(nstreams)
+		kinds := make([]int64, nstreams)
+		for i := range kinds {
+			kinds[i] = st[i*pipeStreamLen+pipeStreamKind]
+		}
+		per := slotWidth(kinds)
 		if bufs == nil {
 			return nullArg("bufs")
 		}
@@ -170,10 +212,11 @@ func lx_pipe_new(config *C.int64_t, configLen C.int64_t, streams *C.int64_t, nst
 				return err
 			}
 			cfg.Draw = e
+		case pipeDrawNone: // every stream packed (steppipe checks)
 		default:
 			return invalidf("draw %d is not a pipeline draw", cf[pipeDraw])
 		}
-		kinds := make([]int64, nstreams)
+		packs := map[int]*steppack.Concat{}
 		for i := range int(nstreams) {
 			row := st[i*pipeStreamLen : (i+1)*pipeStreamLen]
 			h := row[pipeStreamHandle]
@@ -182,7 +225,6 @@ func lx_pipe_new(config *C.int64_t, configLen C.int64_t, streams *C.int64_t, nst
 				return fmt.Errorf("stream %d: %w", i, err)
 			}
 			name := fmt.Sprintf("%d", i)
-			kinds[i] = row[pipeStreamKind]
 			switch kinds[i] {
 			case pipeDense:
 				stride := row[pipeStreamStride]
@@ -192,6 +234,14 @@ func lx_pipe_new(config *C.int64_t, configLen C.int64_t, streams *C.int64_t, nst
 				cfg.Streams = append(cfg.Streams, steppipe.Stream{Name: name, Dense: r, Stride: int(stride)})
 			case pipeRagged:
 				cfg.Streams = append(cfg.Streams, steppipe.Stream{Name: name, Ragged: r})
+			case pipePacked:
+				c, err := packedStream(r, row)
+				if err != nil {
+					return fmt.Errorf("stream %d: %w", i, err)
+				}
+				packs[i] = c
+				cfg.Streams = append(cfg.Streams, steppipe.Stream{Name: name, Packed: c})
+				cfg.Limited, cfg.Limit = true, 0
 			default:
 				return invalidf("stream %d: kind %d is not a stream kind", i, kinds[i])
 			}
@@ -210,10 +260,70 @@ func lx_pipe_new(config *C.int64_t, configLen C.int64_t, streams *C.int64_t, nst
 		p.Start()
 		pipes.Lock()
 		pipes.last++
-		pipes.m[pipes.last] = &pipeEntry{p: p, streams: int(nstreams), batch: cfg.Batch}
+		pipes.m[pipes.last] = &pipeEntry{p: p, streams: int(nstreams), kinds: kinds, batch: cfg.Batch, packs: packs}
 		*handle = C.int64_t(pipes.last)
 		pipes.Unlock()
 		return nil
+	})
+}
+
+// packedStream is the concat packing of a packed stream's row of
+// lx_pipe_new: over a set of a mixture's sources, its stores are the
+// sources of its segments.
+func packedStream(r reader, row []int64) (*steppack.Concat, error) {
+	plan, err := steppack.NewPlan(row[pipeStreamBase])
+	if err != nil {
+		return nil, err
+	}
+	c := &steppack.Concat{Source: r, Plan: plan, Rows: row[pipeStreamRows], Length: row[pipeStreamLength],
+		RowBytes: row[pipeStreamStride], Rank: row[pipeStreamRank], World: row[pipeStreamWorld],
+		WideOffsets: row[pipeStreamWide] != 0}
+	if t, ok := r.(*zrecord.Set); ok && row[pipeStreamSrcs] != 0 {
+		for k := range t.NumStores() {
+			c.SourceStarts = append(c.SourceStarts, t.Start(k))
+		}
+	}
+	return c, c.Validate()
+}
+
+// lx_pipe_plan appends n records idx of lens tokens each to the plan of
+// packed stream (the records that follow in its stream of tokens: the
+// caller's draws, in order), lets go of the records the steps handed out
+// need no more, and writes to *limit the first step the plan does not hold
+// to the end, which the workers may not claim yet (n may be 0, to read it).
+//
+//export lx_pipe_plan
+func lx_pipe_plan(h C.int64_t, stream C.int64_t, idx *C.int64_t, lens *C.int64_t, n C.int64_t, limit *C.int64_t,
+	errBuf *C.char, errLen C.int64_t) C.int {
+	return call("lx_pipe_plan", errBuf, errLen, func() error {
+		e, err := lookupPipe(int64(h))
+		if err != nil {
+			return err
+		}
+		c, ok := e.packs[int(stream)]
+		if !ok {
+			return invalidf("stream %d of the pipeline is not packed", stream)
+		}
+		if n < 0 || n > 1<<40 {
+			return invalidf("%d records", n)
+		}
+		if n > 0 {
+			is, err := int64s(idx, n, "idx")
+			if err != nil {
+				return err
+			}
+			ls, err := int64s(lens, n, "lens")
+			if err != nil {
+				return err
+			}
+			if err := c.Plan.Append(is, ls); err != nil {
+				return err
+			}
+		}
+		c.Plan.Prune(c.First(e.p.NextOut()))
+		at := c.Limit()
+		e.p.SetLimit(at)
+		return setOut(limit, "limit", at)
 	})
 }
 
@@ -280,6 +390,9 @@ func lx_pipe_next(h C.int64_t, io *C.int64_t, ioLen C.int64_t, errBuf *C.char, e
 	case errors.Is(err, steppipe.ErrStarved):
 		v[pipeIOKind] = pipeGotStarved
 		return statusOK
+	case errors.Is(err, steppipe.ErrUnplanned):
+		v[pipeIOKind] = pipeGotUnplanned
+		return statusOK
 	case errors.As(err, &se):
 		v[pipeIOKind] = pipeGotFailed
 		v[pipeIOStep] = se.Step
@@ -305,16 +418,21 @@ func lx_pipe_replace(h C.int64_t, slot C.int64_t, kinds *C.int64_t, ptrs *unsafe
 		if err != nil {
 			return err
 		}
-		per := 1 + 2*e.streams
+		ks, err := int64s(kinds, C.int64_t(e.streams), "kinds")
+		if err != nil {
+			return err
+		}
+		for i, k := range ks {
+			if k != e.kinds[i] {
+				return invalidf("stream %d is of kind %d, not %d", i, e.kinds[i], k)
+			}
+		}
+		per := slotWidth(ks)
 		if n != C.int64_t(per) {
 			return invalidf("%d buffers for a slot of %d streams, want %d", n, e.streams, per)
 		}
 		if ptrs == nil {
 			return nullArg("ptrs")
-		}
-		ks, err := int64s(kinds, C.int64_t(e.streams), "kinds")
-		if err != nil {
-			return err
 		}
 		ls, err := int64s(lens, n, "lens")
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 	"unsafe"
 
+	"github.com/loaderx/loaderx/steppack"
 	"github.com/loaderx/loaderx/steppipe"
 	"github.com/loaderx/loaderx/zrecord"
 	"github.com/loaderx/loaderx/zsampler"
@@ -68,6 +69,9 @@ var statusTable = []struct {
 	{zsampler.ErrInvalid, statusInvalid},
 	{steppipe.ErrInvalid, statusInvalid},
 	{steppipe.ErrClosed, statusClosed},
+	{steppack.ErrChanged, statusCorrupt},
+	{steppack.ErrInvalid, statusInvalid},
+	{steppack.ErrUnplanned, statusInvalid},
 	{errSchemaInvalid, statusInvalid},
 }
 

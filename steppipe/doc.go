@@ -22,6 +22,14 @@
 // buffer. [Live] counts the workers of every pipeline still running, so a
 // test can check that none is left behind.
 //
+// A stream may also be Packed: its source makes the stream's whole step
+// from its own plan of which records the step holds (package steppack's
+// concat packing), and a pipeline of packed streams draws nothing. Such a
+// source knows only the steps its plan reaches, so the pipeline may be
+// Limited: workers claim no step at or past the limit, which
+// [Pipeline.SetLimit] raises as the plan grows, and Next returns
+// [ErrUnplanned] for the next step when it is past it.
+//
 // Next waits at most the timeout it is given and returns [ErrPending] when
 // the step is not ready by then, so that a caller that must look at signals
 // now and then (a Python interpreter waiting for Ctrl-C) gets control back.

@@ -21,6 +21,9 @@ var (
 	// ErrStarved: the next step cannot be made because the consumer holds
 	// every slot; give one back (or Replace one) first.
 	ErrStarved = errors.New("steppipe: every slot is held by the consumer")
+	// ErrUnplanned: the next step is at or past the claim limit (see
+	// [Pipeline.SetLimit]): what it needs to be made is not known yet.
+	ErrUnplanned = errors.New("steppipe: the next step is past the claim limit")
 )
 
 // DenseSource gathers fixed-size records: record indices[i] at dst[i*stride:].
@@ -35,21 +38,34 @@ type RaggedSource interface {
 	GatherRagged(indices []int64, sizes []int64, dst []byte) (int64, error)
 }
 
+// PackedSource makes a stream's whole batch itself, from its own plan of
+// which records each step holds (a packed stream's rows, whose records are
+// not the step's draw: see package steppack). It returns the bytes of Data
+// the step needed (as a ragged source does) and may use every buffer of b.
+// Like a Draw, it must be a pure function of the step, and safe for
+// concurrent use.
+type PackedSource interface {
+	MakeStep(step int64, b Buffers) (needed int64, err error)
+}
+
 // Stream is one stream of the batch: Dense with records of Stride bytes,
-// or Ragged.
+// Ragged, or Packed.
 type Stream struct {
 	Name   string
 	Dense  DenseSource
 	Stride int
 	Ragged RaggedSource
+	Packed PackedSource
 }
 
 // Buffers is one stream's memory in one slot: Data receives the batch
 // (Batch*Stride bytes for a dense stream, any size for a ragged one) and,
-// for a ragged stream, Sizes (Batch values) each record's size.
+// for a ragged stream, Sizes (Batch values) each record's size. Aux holds
+// a packed stream's other arrays, in the order its source defines.
 type Buffers struct {
 	Data  []byte
 	Sizes []int64
+	Aux   [][]byte
 }
 
 // Slot is the memory of one step in flight: the step's indices (Batch
@@ -61,6 +77,8 @@ type Slot struct {
 
 // Config describes a pipeline.
 type Config struct {
+	// Draw gives each step's indices; nil when every stream is Packed
+	// (each picks its own records), the steps then holding no indices.
 	Draw    Draw
 	Batch   int // indices per step at most
 	Streams []Stream
@@ -72,6 +90,10 @@ type Config struct {
 	// Start is the first step handed out; End the first step not made, or
 	// negative for an endless pipeline.
 	Start, End int64
+	// Limited makes Limit the first step workers may not claim yet;
+	// [Pipeline.SetLimit] raises it (a packed stream's plan grows).
+	Limited bool
+	Limit   int64
 }
 
 // Batch is a step handed to the consumer: its slot and how many records it
@@ -137,6 +159,7 @@ type Pipeline struct {
 	ready, room gate
 	nextOut     int64 // the next step handed out
 	nextClaim   int64 // the next step a worker claims
+	limit       int64 // the first step not claimable yet (negative: none)
 	free        []int // free slots, the most recently released last
 	state       []slotState
 	results     map[int64]result
@@ -154,8 +177,12 @@ func New(cfg Config) (*Pipeline, error) {
 		cfg:       cfg,
 		nextOut:   cfg.Start,
 		nextClaim: cfg.Start,
+		limit:     -1,
 		state:     make([]slotState, len(cfg.Slots)),
 		results:   make(map[int64]result),
+	}
+	if cfg.Limited {
+		p.limit = max(cfg.Limit, 0)
 	}
 	for k := len(cfg.Slots) - 1; k >= 0; k-- {
 		p.free = append(p.free, k)
@@ -164,9 +191,13 @@ func New(cfg Config) (*Pipeline, error) {
 }
 
 func check(cfg *Config) error {
+	packed := len(cfg.Streams) > 0
+	for _, st := range cfg.Streams {
+		packed = packed && st.Packed != nil
+	}
 	switch {
-	case cfg.Draw == nil:
-		return fmt.Errorf("%w: no draw", ErrInvalid)
+	case cfg.Draw == nil && !packed:
+		return fmt.Errorf("%w: no draw (only a pipeline of packed streams has none)", ErrInvalid)
 	case cfg.Batch <= 0:
 		return fmt.Errorf("%w: batch %d", ErrInvalid, cfg.Batch)
 	case cfg.Workers <= 0:
@@ -179,8 +210,14 @@ func check(cfg *Config) error {
 		return fmt.Errorf("%w: start step %d", ErrInvalid, cfg.Start)
 	}
 	for i, st := range cfg.Streams {
-		if (st.Dense == nil) == (st.Ragged == nil) {
-			return fmt.Errorf("%w: stream %d (%q) needs exactly one of a dense and a ragged source", ErrInvalid, i, st.Name)
+		kinds := 0
+		for _, set := range []bool{st.Dense != nil, st.Ragged != nil, st.Packed != nil} {
+			if set {
+				kinds++
+			}
+		}
+		if kinds != 1 {
+			return fmt.Errorf("%w: stream %d (%q) needs exactly one of a dense, a ragged and a packed source", ErrInvalid, i, st.Name)
 		}
 		if st.Dense != nil && st.Stride < 0 {
 			return fmt.Errorf("%w: stream %q: stride %d", ErrInvalid, st.Name, st.Stride)
@@ -207,7 +244,11 @@ func checkSlot(cfg *Config, k int, s Slot) error {
 			if want := cfg.Batch * st.Stride; len(b.Data) < want {
 				return fmt.Errorf("%w: slot %d, stream %q: %d bytes, the batch needs %d", ErrInvalid, k, st.Name, len(b.Data), want)
 			}
-		} else if len(b.Sizes) < cfg.Batch {
+		} else if c, ok := st.Packed.(interface{ CheckBuffers(Buffers) error }); ok {
+			if err := c.CheckBuffers(b); err != nil {
+				return fmt.Errorf("slot %d, stream %q: %w", k, st.Name, err)
+			}
+		} else if st.Ragged != nil && len(b.Sizes) < cfg.Batch {
 			return fmt.Errorf("%w: slot %d, stream %q: sizes hold %d values, the batch needs %d", ErrInvalid, k, st.Name, len(b.Sizes), cfg.Batch)
 		}
 	}
@@ -238,7 +279,7 @@ func (p *Pipeline) claim() (step int64, slot int, ok bool) {
 		if p.closed || (p.cfg.End >= 0 && p.nextClaim >= p.cfg.End) {
 			return 0, 0, false
 		}
-		if p.nextClaim < p.nextOut+int64(p.cfg.Prefetch) && len(p.free) > 0 {
+		if p.nextClaim < p.nextOut+int64(p.cfg.Prefetch) && len(p.free) > 0 && (p.limit < 0 || p.nextClaim < p.limit) {
 			break
 		}
 		t := p.room.token()
@@ -296,7 +337,11 @@ func (p *Pipeline) make(step int64, slot int) (r result) {
 		}
 	}()
 	s := p.cfg.Slots[slot]
-	k, err := p.cfg.Draw.Draw(step, s.Indices[:p.cfg.Batch])
+	k := 0
+	var err error
+	if p.cfg.Draw != nil {
+		k, err = p.cfg.Draw.Draw(step, s.Indices[:p.cfg.Batch])
+	}
 	if err != nil {
 		return result{err: p.stepError(step, -1, err)}
 	}
@@ -308,6 +353,17 @@ func (p *Pipeline) make(step int64, slot int) (r result) {
 	for i, st := range p.cfg.Streams {
 		stream = i
 		b := s.Streams[i]
+		if st.Packed != nil {
+			needed, err := st.Packed.MakeStep(step, b)
+			if err != nil {
+				return result{err: p.stepError(step, i, err)}
+			}
+			if r.needed == nil {
+				r.needed = make([]int64, len(p.cfg.Streams))
+			}
+			r.needed[i] = needed
+			continue
+		}
 		if st.Dense != nil {
 			if st.Stride == 0 || k == 0 {
 				continue
@@ -391,6 +447,9 @@ func (p *Pipeline) Next(timeout time.Duration, release []int) (Batch, error) {
 		}
 		if p.nextClaim <= step && len(p.free) == 0 {
 			return Batch{}, ErrStarved
+		}
+		if p.nextClaim <= step && p.limit >= 0 && step >= p.limit {
+			return Batch{}, ErrUnplanned
 		}
 		if !p.started {
 			return p.makeHere(step)
@@ -488,6 +547,34 @@ func (p *Pipeline) Close() {
 	p.ready.flush()
 	p.room.flush()
 	p.wg.Wait()
+}
+
+// SetLimit lets the workers claim the steps before limit (negative: every
+// step); a lower limit than the present one is passed over, since steps
+// may have been claimed up to it.
+func (p *Pipeline) SetLimit(limit int64) {
+	defer p.room.flush()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.limit < 0 || (limit >= 0 && limit <= p.limit) {
+		return
+	}
+	p.limit = limit
+	p.room.open()
+}
+
+// Limit is the first step the workers may not claim yet (negative: none).
+func (p *Pipeline) Limit() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.limit
+}
+
+// NextOut is the next step Next hands out.
+func (p *Pipeline) NextOut() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.nextOut
 }
 
 // Slots is the number of slots.

@@ -31,7 +31,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 #: The Go sources the library is built from.
-_GO_SOURCES = ("capi", "zrecord", "zsampler")
+_GO_SOURCES = ("capi", "steppack", "steppipe", "zrecord", "zsampler")
 
 
 def load_build_native() -> ModuleType:

@@ -341,7 +341,7 @@ def test_a_build_drops_modules_an_earlier_build_left(tmp_path: Path) -> None:
     src.mkdir()
     for name in ("setup.py", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", "go.mod", "go.sum"):
         shutil.copy(ROOT / name, src / name)
-    for name in ("loaderx", "python", "capi", "zrecord", "zsampler", "steppipe"):
+    for name in ("loaderx", "python", "capi", "zrecord", "zsampler", "steppipe", "steppack"):
         shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "lib", "testdata"))
     stale = src / "build" / "lib" / "loaderx" / "_moved_away.py"
     stale.parent.mkdir(parents=True)

@@ -26,10 +26,28 @@ for good (a fresh allocation per step, as ``list(loader)`` needs anyway).
 A raw pointer taken through ``.ctypes`` holds no reference: copy the batch
 if you keep one.
 
+Packed rows in concat mode
+--------------------------
+One stream packed in concat mode, over one local store or a record-weighted
+mixture of them, runs here too (``steppack/``). Where a step starts depends
+on the lengths of every record drawn before it, and a mixture's draw is
+Python code, so this side *plans*: it appends the records of the sampler's
+steps in order, with their lengths from the table, to the native plan, a
+chunk of :data:`loaderx.loader._packing.CHUNK_STEPS` sampler steps at a
+time (:meth:`loaderx.loader._packing.TokenIndex.steps`; a mixture draws a
+chunk by whole arrays), whenever the steps the plan holds run short of the
+prefetch window; the workers make every step the plan holds to its end
+(gather its records whole, check their sizes against the plan, write the
+segment ids, positions and ``cu_seqlens``) into the slot's
+:class:`loaderx.loader._packing.PackPool` arrays. A step whose records
+outgrow those arrays is made here instead, by the Python pipeline's own
+code, in larger ones.
+
 Where a configuration cannot use it (a transform, a custom sampler, a
-mixture, packed rows, NumPy arrays or datasets in object storage as
-streams, worker processes, ``num_workers=0``), the loader runs the Python
-pipeline instead; :func:`native_blocker` says why.
+mixture without packing, first-fit or token-weighted packing, NumPy arrays
+or datasets in object storage as streams, worker processes,
+``num_workers=0``), the loader runs the Python pipeline instead;
+:func:`native_blocker` says why.
 """
 
 from __future__ import annotations
@@ -44,11 +62,17 @@ from typing import Any
 import numpy as np
 
 from loaderx.errors import ClosedError, CorruptStoreError
-from loaderx.loader._packing import PackStream
+from loaderx.loader import _packing
+from loaderx.loader._packing import _CU, _FROM, _IDX, _NSEG, _POS, _REC, _SEG, _START, PackStream
 from loaderx.loader._ragged import _GROWTH, RaggedStream
+from loaderx.loader.packing import PackedRows
 from loaderx.loader.sampler import Sampler
 from loaderx.store import _native
 from loaderx.store.dataset import DenseDataset, RaggedDataset
+
+#: a packed stream's slot arrays the native side writes after its data and
+#: sizes, in the order of enum lx_pipe_aux (the meta array last, kept apart)
+_PACKED_AUX = (_IDX, _SEG, _POS, _CU, _NSEG, _REC, _START, _FROM)
 
 #: slots the consumer may hold at once before the oldest is retired
 HELD_SLOTS = 4
@@ -77,11 +101,12 @@ def native_blocker(streams: list[Any], sampler: Any, transform: Any, workers: in
         return "a transform runs on the Python pipeline's worker threads"
     if workers < 1:
         return "num_workers=0 makes every step in the caller"
+    packed = [(name, ds) for name, ds, _ in streams if isinstance(ds, PackStream)]
+    if packed:
+        return packed_blocker(packed, len(streams), sampler)
     if native_draw(sampler) is None:
         return f"the draw ({type(sampler).__name__}) is Python code"
     for name, ds, _ in streams:
-        if isinstance(ds, PackStream):
-            return f"stream {name!r} is packed"
         store = ds.dataset if isinstance(ds, RaggedStream) else ds
         if hasattr(ds, "array"):
             return f"stream {name!r} is a NumPy array (np.take runs in Python threads)"
@@ -90,6 +115,49 @@ def native_blocker(streams: list[Any], sampler: Any, transform: Any, workers: in
         if getattr(store, "_guard", None) is not None:
             return f"stream {name!r} is in object storage (its page cache is Python code)"
     return None
+
+
+def packed_blocker(packed: list[tuple[str, PackStream]], nstreams: int, sampler: Any) -> str | None:
+    """Why packed streams cannot run on the native pipeline, or None: it
+    makes one stream packed in concat mode, by records, over one local
+    read-only ragged store or a mixture of such (whose draw the loader
+    plans ahead, a chunk of steps at a time, in Python)."""
+    name, ds = packed[0]
+    if nstreams > 1:
+        return f"{nstreams} streams are packed (the native pipeline packs one)"
+    if ds.pack.mode != "concat":
+        return f"stream {name!r} is packed in mode {ds.pack.mode!r} (the native pipeline packs in 'concat')"
+    if type(ds) is not PackStream:
+        return f"stream {name!r} is packed by token weights (its rows are cut per source)"
+    if not isinstance(sampler, Sampler) and type(sampler).__name__ != "MixtureDraw":
+        return f"the draw ({type(sampler).__name__}) is Python code"
+    if ds.row_bytes == 0 or ds.length > PACKED_MAX_LENGTH:
+        return f"stream {name!r}: rows of {ds.length} tokens of {ds.row_bytes} bytes"
+    if packed_handle(ds) is None:
+        store = ds.dataset
+        if isinstance(store, RaggedDataset) and getattr(store, "_guard", None) is not None:
+            return f"stream {name!r} is in object storage (its page cache is Python code)"
+        return f"stream {name!r} is not read from local read-only stores"
+    return None
+
+
+#: the longest packed row the native pipeline makes (steppack's limit)
+PACKED_MAX_LENGTH = 1 << 20
+
+
+def packed_handle(ds: PackStream) -> tuple[int, bool] | None:
+    """The native read handle of a packed stream's records and whether its
+    stores are a mixture's sources, or None where there is none: a store
+    in object storage, or a mixture source that is not one local read-only
+    store."""
+    store = ds.dataset
+    if isinstance(store, RaggedDataset):
+        if getattr(store, "_guard", None) is not None:
+            return None
+        return store._h, False
+    joined = getattr(store, "_joined", None)
+    h = None if joined is None else joined()
+    return None if h is None else (h, True)
 
 
 def native_draw(sampler: Any) -> tuple[Any, ...] | None:
@@ -133,17 +201,32 @@ class NativePipeline:
         self.batch = sampler.batch_size
         self._pipe: Any = None
         self._names = [name for name, _, _ in streams]
-        self._kinds = ["ragged" if isinstance(ds, RaggedStream) else "dense" for _, ds, _ in streams]
-        self._ragged = any(k == "ragged" for k in self._kinds)
+        self._kinds = [
+            "packed" if isinstance(ds, PackStream) else "ragged" if isinstance(ds, RaggedStream) else "dense"
+            for _, ds, _ in streams
+        ]
+        self._ragged = any(k != "dense" for k in self._kinds)
         nslots = prefetch + num_workers + HELD_SLOTS
         self.slots = [self._new_slot() for _ in range(nslots)]
-        native_streams = []
+        #: a packed stream's meta array per slot (what its step holds)
+        self._metas = [np.zeros(_native.PIPE_META_LEN, dtype=np.int64) for _ in range(nslots)]
+        #: the packed stream, and where its plan goes on: the sampler step
+        #: to draw next, and the claim limit the plan gives
+        self._packed: PackStream | None = None
+        self._plan_at = 0
+        self._limit = start_step
+        self._lead = 2 * prefetch + num_workers + 2
+        native_streams: list[tuple[Any, ...]] = []
+        draw: tuple[Any, ...] | None
         for (_, ds, _), kind in zip(streams, self._kinds):
-            store = ds.dataset if kind == "ragged" else ds
-            native_streams.append((store._h, kind, 0 if kind == "ragged" else store._stride))
-        draw = native_draw(sampler)
+            if kind == "packed":
+                native_streams.append(self._packed_stream(ds, start_step))
+            else:
+                store = ds.dataset if kind == "ragged" else ds
+                native_streams.append((store._h, kind, 0 if kind == "ragged" else store._stride))
+        draw = ("none", self.batch) if self._packed is not None else native_draw(sampler)
         assert draw is not None
-        self._pipe = _native.StepPipe(draw, native_streams, [self._native_view(s) for s in self.slots],
+        self._pipe = _native.StepPipe(draw, native_streams, [self._native_view(s, k) for k, s in enumerate(self.slots)],
                                       num_workers, prefetch, start_step, end)
         self._baseline = [self._refs(s) for s in self.slots]
         #: the slots the consumer holds, oldest first
@@ -153,6 +236,42 @@ class NativePipeline:
         self._end_seen = False
         _LIVE.add(self)
 
+    # -- the packed stream's plan --------------------------------------------
+
+    def _packed_stream(self, ds: PackStream, start: int) -> tuple[Any, ...]:
+        """The native stream of a packed stream whose first step is
+        ``start``: its plan starts at the first token of the sampler step
+        that holds this rank's first token of ``start``."""
+        got = packed_handle(ds)
+        assert got is not None
+        h, sources = got
+        index = ds._index()
+        first = (start * ds.world + ds.rank) * ds.tokens
+        t, r, _ = index.locate(first, ds.dataset)
+        self._packed = ds
+        self._plan_at = t
+        wide = np.dtype(ds.offsets_dtype) == np.int64
+        return (h, "packed", ds.row_bytes, ds.rows, ds.length, ds.rank, ds.world, wide, first - r, sources)
+
+    def _plan(self, until: int) -> None:
+        """Append sampler steps to the packed stream's plan, a chunk at a
+        time, until the workers may claim every step before ``until``."""
+        ds = self._packed
+        assert ds is not None
+        index = ds._index()
+        c = _packing.CHUNK_STEPS
+        while self._limit < until:
+            flat, lens, _ = index.steps(self._plan_at, c, ds.dataset)
+            if not lens.any():
+                if self._limit > self.next_out:  # the steps planned go first; the next call goes on
+                    return
+                raise ValueError(
+                    f"stream {ds.name!r}: sampler steps {self._plan_at} to {self._plan_at + c - 1} drew "
+                    "only records of length 0: there are no tokens to pack"
+                )
+            self._plan_at += c
+            self._limit = self._pipe.plan(0, flat, lens)
+
     # -- slots -------------------------------------------------------------
 
     def _new_slot(self) -> list[Any]:
@@ -161,17 +280,19 @@ class NativePipeline:
         b = self.batch
         slot: list[Any] = [np.empty(b, dtype=np.int64)]
         for (_, ds, pool), kind in zip(self.streams, self._kinds):
-            if kind == "ragged":
+            if kind != "dense":
                 slot.append(pool._new())
             else:
                 slot.append(np.empty((b, *ds.item_shape), dtype=ds.dtype))
         return slot
 
-    def _native_view(self, slot: list[Any]) -> list[np.ndarray | None]:
-        """The arrays of a slot the native side writes."""
+    def _native_view(self, slot: list[Any], k: int) -> list[np.ndarray | None]:
+        """The arrays of slot ``k`` (the arrays ``slot``) the native side writes."""
         out: list[np.ndarray | None] = [slot[0]]
         for part, kind in zip(slot[1:], self._kinds):
-            if kind == "ragged":
+            if kind == "packed":
+                out += [part[0], part[1], *(part[j] for j in _PACKED_AUX), self._metas[k]]
+            elif kind == "ragged":
                 out += [part[0], part[1]]
             else:
                 out += [part, None]
@@ -229,7 +350,7 @@ class NativePipeline:
         if slot is None:
             slot = self._new_slot()
         try:
-            self._pipe.replace(k, self._native_view(slot))
+            self._pipe.replace(k, self._native_view(slot, k))
         except ValueError:
             if isinstance(self._pipe, _native.StepPipe) and k in self.held:
                 # given back already by a call a Ctrl-C cut short: the slot is not ours to change
@@ -280,6 +401,8 @@ class NativePipeline:
     def _take(self, pipe: Any) -> tuple[int, int, int]:
         """``(step, slot, rows)`` of the next step from the native side."""
         release = self._releasable() if self.held and not pipe.stashed else ()
+        if self._packed is not None and self._limit < self.next_out + self._lead:
+            self._plan(self.next_out + self._lead)
         while True:
             try:
                 got, step, k, rows = pipe.next(WAIT_US, release)
@@ -294,6 +417,9 @@ class NativePipeline:
                 return step, k, rows
             if got == "end":
                 raise StopIteration
+            if got == "unplanned":  # the plan ends before the step: plan on
+                self._plan(self.next_out + self._lead)
+                continue
             if got == "starved":  # the consumer holds every slot: retire the oldest
                 if not self.held:
                     raise RuntimeError(
@@ -307,6 +433,9 @@ class NativePipeline:
         batch = {}
         for i, (name, ds, _) in enumerate(self.streams):
             part = slot[1 + i]
+            if self._kinds[i] == "packed":
+                batch[name] = self._batch_packed(step, k, slot, part, ds)
+                continue
             if self._kinds[i] == "dense":
                 batch[name] = part if rows == self.batch else part[:rows]
                 continue
@@ -317,12 +446,30 @@ class NativePipeline:
                     self._changed.add(k)
                     batch[name] = ds.gather_into(idx, part, step)
                     # the slot's arrays stay referenced as the baseline counts them
-                    self._pipe.hold(k, self._native_view(slot))
+                    self._pipe.hold(k, self._native_view(slot, k))
                 else:
                     batch[name] = ds.finish(idx, part, ds.dataset._rows(part[1][:rows], idx), needed)
             except CorruptStoreError as e:
                 raise CorruptStoreError(f"step {step}, stream {name!r}: {e}") from e
         return batch
+
+    def _batch_packed(self, step: int, k: int, slot: list[Any], part: list[np.ndarray], ds: PackStream) -> PackedRows:
+        """The packed rows of ``step`` in slot ``k`` (``part`` its packed
+        stream's arrays), made here instead where they did not fit."""
+        n, skip, segs = self._metas[k].tolist()
+        room = min(part[_REC].size, part[_START].size, part[_FROM].size, part[_CU].size - 1)
+        if (n > min(part[0 + 1].size, part[_IDX].size) or self._pipe.needed(0) > part[0].size or segs > room):
+            self._changed.add(k)
+            try:
+                return ds.gather_into(part[_IDX], part, step)
+            finally:  # the slot's arrays stay referenced as the baseline counts them
+                self._pipe.hold(k, self._native_view(slot, k))
+        rows, length, total, rb = ds.rows, ds.length, ds.tokens, ds.row_bytes
+        values = part[0][skip * rb : (skip + total) * rb].view(ds.dtype).reshape((rows, length, *ds.item_shape))
+        return PackedRows(
+            values, part[_SEG][:total].reshape(rows, length), part[_POS][:total].reshape(rows, length),
+            part[_CU][: segs + 1], part[_NSEG][:rows], part[_REC][:segs], part[_START][:segs], 0, part[_FROM][:segs],
+        )
 
     def _failed(self, error: BaseException) -> None:
         """Raise the failure of a step, naming its step and stream."""

@@ -185,13 +185,8 @@ class TokenIndex:
         if got is not None:
             self._sums.move_to_end(p)
             return got
-        c, bs = CHUNK_STEPS, self.batch_size
-        rows = np.empty((c, bs), dtype=np.int64)
-        drawn = [self.draw(p + j, rows[j]) for j in range(c)]
-        counts = np.fromiter((d.shape[0] for d in drawn), dtype=np.int64, count=c)
-        flat = rows.reshape(-1) if (counts == bs).all() else np.concatenate(drawn)
-        lens = dataset.lengths(flat)
-        TokenIndex.counted += c
+        c = CHUNK_STEPS
+        flat, lens, counts = self.steps(p, c, dataset)
         cum = np.zeros(c + 1, dtype=np.int64)
         ends = np.cumsum(counts)
         total = np.cumsum(lens)
@@ -206,6 +201,24 @@ class TokenIndex:
             while len(self._records) > KEPT_CHUNKS:
                 self._records.popitem(last=False)
         return cum
+
+    def steps(self, p: int, c: int, dataset: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The records of the sampler steps ``[p, p + c)`` in order, their
+        lengths, and how many records each step drew (drawn and looked up
+        in the table; nothing kept)."""
+        bs = self.batch_size
+        whole = getattr(self.draw, "steps", None)  # a draw of many steps at once (a mixture's)
+        if whole is not None:
+            rows = whole(p, c)
+            TokenIndex.counted += c
+            flat = rows.reshape(-1)
+            return flat, dataset.lengths(flat), np.full(c, bs, dtype=np.int64)
+        rows = np.empty((c, bs), dtype=np.int64)
+        drawn = [self.draw(p + j, rows[j]) for j in range(c)]
+        counts = np.fromiter((d.shape[0] for d in drawn), dtype=np.int64, count=c)
+        flat = rows.reshape(-1) if (counts == bs).all() else np.concatenate(drawn)
+        TokenIndex.counted += c
+        return flat, dataset.lengths(flat), counts
 
     def records(self, t0: int, t1: int, dataset: RaggedDataset) -> tuple[np.ndarray, np.ndarray]:
         """The records of sampler steps ``[t0, t1]`` in order and their
@@ -633,9 +646,14 @@ class PackPool(RaggedPool):
         total = s.tokens
         segs = 2 * s.expected_segments
         fit = s.pack.mode == "first_fit"  # only a placement needs the dense rows and its scratch
+        # a concat step's records are about its segments, whatever the batch size
+        records = 2 * self.batch_size if fit else max(2 * self.batch_size, segs)
+        first = super()._new()
+        if not fit:
+            first[1] = np.empty(records, dtype=np.int64)
         return [
-            *super()._new(),
-            np.empty(2 * self.batch_size, dtype=np.int64),
+            *first,
+            np.empty(records, dtype=np.int64),
             np.empty(total * s.row_items if fit else 0, dtype=s.dtype),
             np.empty(total, dtype=np.int32),
             np.empty(total, dtype=np.int32),

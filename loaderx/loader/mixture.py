@@ -217,6 +217,27 @@ class MixtureDraw:
             out[rows] = self.draws[i].positions(first, first + rows.size) + self.offsets[i]
         return out
 
+    def steps(self, p: int, c: int) -> np.ndarray:
+        """The indices of steps ``[p, p + c)``, one row each (what ``c``
+        calls make, by whole arrays): each source's positions of the steps
+        are one stretch of its stream, drawn at once, then placed step by
+        step through the steps' counts (few distinct ones)."""
+        before = np.array([self.schedule.before(t) for t in range(p, p + c + 1)], dtype=np.int64)
+        counts = np.diff(before, axis=0)
+        out = np.empty((c, self.batch_size), dtype=np.int64)
+        stretch = [
+            self.draws[i].positions(int(before[0, i]), int(before[-1, i])) + self.offsets[i]
+            for i in range(len(self.draws))
+        ]
+        keys, which = np.unique(counts, axis=0, return_inverse=True)
+        which = which.reshape(-1)
+        for k, key in enumerate(keys.tolist()):
+            steps = np.flatnonzero(which == k)
+            for i, rows, j0 in self._slice(key):
+                at = before[steps, i] - before[0, i] + j0
+                out[steps[:, None], rows[None, :]] = stretch[i][at[:, None] + np.arange(rows.size)]
+        return out
+
 
 def _stream_kind(value: Any, where: str) -> tuple[str, Any]:
     """``("dense" | "ragged", stream)`` of a source's stream."""

@@ -124,7 +124,7 @@ __all__ = [
 ]
 
 #: The version of the C ABI this module is written for (LX_ABI_VERSION).
-ABI_VERSION = 8
+ABI_VERSION = 9
 
 #: Bytes of the per-thread error buffer (struct lx_error: the error number,
 #: then the message).
@@ -280,6 +280,7 @@ if TYPE_CHECKING:
     PIPE_CONFIG_FIELDS: tuple[str, ...]
     _PIPE: dict[str, int]
     PIPE_GOT: tuple[str, ...]
+    PIPE_META_LEN: int
     _lx_pipe_next: Any
 
 
@@ -289,7 +290,7 @@ def _bind() -> None:
     global ffi, lib, library_path, OK, INVALID, OUT_OF_RANGE, NOT_FOUND, CORRUPT, CLOSED, IO, BUSY, INTERNAL
     global EXISTS, CANCELED, NOT_RESIDENT, STATUS_EXCEPTIONS, _EXCEPTIONS, CODEC_NAMES, SAMPLER_MODES, STATS_FIELDS
     global MAX_DIMS, MAX_RECORD_SIZE, _ERROR_HEAD, _CREATE_REPLACE, SAMPLE_SPEC_FIELDS, _from_buffer, _cast
-    global PROBE_FIELDS, PIPE_CONFIG_FIELDS, PIPE_GOT, _PIPE, _lx_pipe_next
+    global PROBE_FIELDS, PIPE_CONFIG_FIELDS, PIPE_GOT, PIPE_META_LEN, _PIPE, _lx_pipe_next
     global _new, _string, _I64, _I64_ARRAY, _CHAR_ARRAY, _NULL, _lx_sample, _lx_store_gather
     global _lx_store_gather_packed, _lx_store_gather_ragged, _lx_store_len, _SAMPLE_SPEC, _pack_spec
     ffi, lib, library_path = _load()
@@ -367,16 +368,23 @@ def _bind() -> None:
     PIPE_CONFIG_FIELDS = _dense(_enum("lx_pipe_config", "LX_PIPE_", end="LX_PIPE_CONFIG_LEN"), "pipeline config")
     #: The pipeline's other numbers by name: the io positions (IO_*), what
     #: lx_pipe_next handed out (GOT_*), the draws (DRAW_*), the stream layout
-    #: (STREAM_*) and kinds (DENSE, RAGGED).
+    #: (STREAM_*) and kinds (DENSE, RAGGED, PACKED), a packed stream's
+    #: buffers (AUX_*, PACKED_AUX) and meta values (META_*).
     _PIPE = {}
     for enum, prefix in (("lx_pipe_io", "LX_PIPE_IO_"), ("lx_pipe_got", "LX_PIPE_GOT_"),
                          ("lx_pipe_draw", "LX_PIPE_DRAW_"), ("lx_pipe_stream", "LX_PIPE_STREAM_"),
-                         ("lx_pipe_kind", "LX_PIPE_")):
+                         ("lx_pipe_kind", "LX_PIPE_"), ("lx_pipe_aux", "LX_PIPE_"), ("lx_pipe_meta", "LX_PIPE_")):
         tag = prefix[len("LX_PIPE_"):]
         _PIPE.update({f"{tag}{k}".upper(): v for k, v in _enum(enum, prefix).items()})
     want = {"IO_TIMEOUT": 0, "IO_NRELEASE": 1, "IO_KIND": 2, "IO_STEP": 3, "IO_SLOT": 4, "IO_ROWS": 5}
     if any(_PIPE.get(k) != v for k, v in want.items()):
         raise ImportError(f"{library_path}: lx_pipe_next's io is laid out otherwise than this binding reads it")
+    want = {"AUX_IDX": 0, "AUX_SEG": 1, "AUX_POS": 2, "AUX_CU": 3, "AUX_NSEG": 4, "AUX_REC": 5, "AUX_AT": 6,
+            "AUX_SRC": 7, "AUX_META": 8, "PACKED_AUX": 9, "META_RECORDS": 0, "META_SKIP": 1, "META_SEGMENTS": 2}
+    if any(_PIPE.get(k) != v for k, v in want.items()):
+        raise ImportError(f"{library_path}: packed buffers are laid out otherwise than this binding lays them")
+    #: The values of a packed stream's meta array (records, skip, segments).
+    PIPE_META_LEN = _PIPE["META_LEN"]
     #: What lx_pipe_next handed out, by its number (enum lx_pipe_got).
     PIPE_GOT = _dense({k[4:].lower(): v for k, v in _PIPE.items() if k.startswith("GOT_")}, "pipeline results")
     _lx_pipe_next = lib.lx_pipe_next
@@ -1316,11 +1324,19 @@ class StepPipe:
     Args:
         draw: ``("sampler", mode, n, batch, seed, rank, world)`` or
             ``("epoch", n, batch, rank, world, order)`` (``order`` an int64
-            permutation of ``n``, or None for the records in order).
-        streams: ``(store handle, "dense" or "ragged", record bytes)`` each.
+            permutation of ``n``, or None for the records in order), or
+            ``("none", batch)`` when every stream is packed.
+        streams: ``(store handle, "dense" or "ragged", record bytes)`` each,
+            or ``(store handle, "packed", token bytes, rows, length, rank,
+            world, wide, base, sources)`` for a stream packed in concat mode
+            (its records come from :meth:`plan`; ``wide``: int64
+            ``cu_seqlens``; ``base``: the token its plan starts at;
+            ``sources``: the handle is a set of a mixture's sources).
         slots: per slot, the list ``[indices, data_0, sizes_0, data_1, ...]``
             of C-contiguous NumPy arrays (``sizes_i`` None for a dense
-            stream); the native workers write them until :meth:`close`.
+            stream; a packed stream's other :data:`PACKED_AUX` arrays
+            after its sizes, in the order of enum lx_pipe_aux); the native
+            workers write them until :meth:`close`.
         workers, prefetch, start: as the pipeline's config; ``end`` the
             first step not made, or None.
 
@@ -1329,12 +1345,13 @@ class StepPipe:
     hands it out and the one that gives it back.
     """
 
-    __slots__ = ("handle", "kinds", "io", "_io_len", "_head", "_keep", "_err", "_stash", "sent", "__weakref__")
+    __slots__ = ("handle", "kinds", "nstreams", "io", "_io_len", "_head", "_keep", "_err", "_stash", "sent",
+                 "__weakref__")
 
     def __init__(
         self,
-        draw: tuple[Any, ...],
-        streams: Sequence[tuple[int, str, int]],
+        draw: tuple[Any, ...] | None,
+        streams: Sequence[tuple[Any, ...]],
         slots: Sequence[Sequence[np.ndarray | None]],
         workers: int,
         prefetch: int,
@@ -1344,7 +1361,12 @@ class StepPipe:
         self.handle = 0
         cfg = dict.fromkeys(PIPE_CONFIG_FIELDS, 0)
         order = None
-        if draw[0] == "sampler":
+        n = rank = 0
+        world = 1
+        if draw is None or draw[0] == "none":
+            batch = 1 if draw is None else draw[1]
+            cfg.update(draw=_PIPE["DRAW_NONE"])
+        elif draw[0] == "sampler":
             _, mode, n, batch, seed, rank, world = draw
             signed = seed - (1 << 64) if seed >= 1 << 63 else seed  # the bits of a uint64 in an int64_t
             cfg.update(draw=_PIPE["DRAW_SAMPLER"], mode=SAMPLER_MODES[mode], seed=signed)
@@ -1357,13 +1379,15 @@ class StepPipe:
                    end=-1 if end is None else end)
         config = _new("int64_t[]", [int(cfg[f]) for f in PIPE_CONFIG_FIELDS])
         width = _PIPE["STREAM_LEN"]
-        kinds = [_PIPE[kind.upper()] for _, kind, _ in streams]
+        kinds = [_PIPE[s[1].upper()] for s in streams]
         st = [0] * (width * len(streams))
-        for i, (h, _, stride) in enumerate(streams):
-            st[i * width + _PIPE["STREAM_HANDLE"]] = h
-            st[i * width + _PIPE["STREAM_KIND"]] = kinds[i]
-            st[i * width + _PIPE["STREAM_STRIDE"]] = stride
+        fields = ("HANDLE", "KIND", "STRIDE", "ROWS", "LENGTH", "RANK", "WORLD", "WIDE", "BASE", "SOURCES")
+        for i, row in enumerate(streams):
+            values = [row[0], kinds[i], *row[2:]]
+            for f, v in zip(fields, values):
+                st[i * width + _PIPE["STREAM_" + f]] = int(v)
         self.kinds = _new("int64_t[]", kinds or [0])
+        self.nstreams = len(streams)
         ptrs, lens = self._buffers([a for slot in slots for a in slot])
         ob = _NULL if order is None else _from_buffer(_I64_ARRAY, order)
         #: what the native side writes (and reads) until close: kept alive here
@@ -1431,7 +1455,7 @@ class StepPipe:
         n = len(release)
         io[1] = n
         if n:
-            at = self._head + len(self.kinds)
+            at = self._head + self.nstreams
             for k in range(n):
                 io[at + k] = release[k]
         err = self._err
@@ -1456,6 +1480,19 @@ class StepPipe:
                 return e
         io = self.io
         return PIPE_GOT[io[2]], io[3], io[4], io[5]
+
+    def plan(self, stream: int, idx: np.ndarray | None, lens: np.ndarray | None) -> int:
+        """Append records ``idx`` of ``lens`` tokens each (int64 arrays, or
+        None for none) to packed ``stream``'s plan; returns the first step
+        the plan does not hold to the end (the workers' claim limit)."""
+        if idx is None or lens is None or idx.size == 0:
+            return int(_call(lib.lx_pipe_plan, self.handle, stream, _NULL, _NULL, 0, _OUT))
+        idx = np.ascontiguousarray(idx, dtype=np.int64)
+        lens = np.ascontiguousarray(lens, dtype=np.int64)
+        if idx.shape != lens.shape or idx.ndim != 1:
+            raise ValueError(f"a plan of {idx.shape} records with {lens.shape} lengths")
+        return int(_call(lib.lx_pipe_plan, self.handle, stream, _from_buffer(_I64_ARRAY, idx),
+                         _from_buffer(_I64_ARRAY, lens), idx.size, _OUT))
 
     def needed(self, stream: int) -> int:
         """The bytes ragged ``stream`` needed at the step :meth:`next` handed out."""
