@@ -142,9 +142,10 @@ enum lx_pipe_draw {
 // bytes of one token; a packed stream (concat packing, package steppack)
 // also its rows and row length in tokens, its rank and world, whether its
 // cu_seqlens are int64 (1) or int32 (0), and the token its plan starts at
-// (lx_pipe_plan appends to the plan), and SOURCES: 1 when the handle is a
+// (lx_pipe_plan appends to the plan), SOURCES: 1 when the handle is a
 // set whose stores are a mixture's sources, each segment then naming the
-// store of its record (0: every segment is of source 0).
+// store of its record (0: every segment is of source 0), and STEP: the
+// sampler step whose records start at that token.
 enum lx_pipe_stream {
 	LX_PIPE_STREAM_HANDLE = 0,
 	LX_PIPE_STREAM_KIND = 1,
@@ -156,7 +157,8 @@ enum lx_pipe_stream {
 	LX_PIPE_STREAM_WIDE = 7,
 	LX_PIPE_STREAM_BASE = 8,
 	LX_PIPE_STREAM_SOURCES = 9,
-	LX_PIPE_STREAM_LEN = 10
+	LX_PIPE_STREAM_STEP = 10,
+	LX_PIPE_STREAM_LEN = 11
 };
 
 // The kinds of stream, and the buffers each has in a slot: a dense or a
@@ -307,6 +309,7 @@ const (
 	pipeStreamWide   = C.LX_PIPE_STREAM_WIDE
 	pipeStreamBase   = C.LX_PIPE_STREAM_BASE
 	pipeStreamSrcs   = C.LX_PIPE_STREAM_SOURCES
+	pipeStreamStep   = C.LX_PIPE_STREAM_STEP
 	pipeStreamLen    = C.LX_PIPE_STREAM_LEN
 	pipeDense        = C.LX_PIPE_DENSE
 	pipeRagged       = C.LX_PIPE_RAGGED

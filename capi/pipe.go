@@ -271,7 +271,7 @@ func lx_pipe_new(config *C.int64_t, configLen C.int64_t, streams *C.int64_t, nst
 // lx_pipe_new: over a set of a mixture's sources, its stores are the
 // sources of its segments.
 func packedStream(r reader, row []int64) (*steppack.Concat, error) {
-	plan, err := steppack.NewPlan(row[pipeStreamBase])
+	plan, err := steppack.NewPlan(row[pipeStreamBase], row[pipeStreamStep])
 	if err != nil {
 		return nil, err
 	}
@@ -286,15 +286,19 @@ func packedStream(r reader, row []int64) (*steppack.Concat, error) {
 	return c, c.Validate()
 }
 
-// lx_pipe_plan appends n records idx of lens tokens each to the plan of
-// packed stream (the records that follow in its stream of tokens: the
-// caller's draws, in order), lets go of the records the steps handed out
-// need no more, and writes to *limit the first step the plan does not hold
-// to the end, which the workers may not claim yet (n may be 0, to read it).
+// lx_pipe_plan appends n records idx of lens tokens each, the records of
+// the sampler steps [step, step+steps) in order, to the plan of packed
+// stream (the records that follow in its stream of tokens), lets go of the
+// records the steps handed out need no more, and writes to state[0] the
+// first step the plan does not hold to the end (which the workers may not
+// claim yet) and to state[1] the sampler step the next append starts at.
+// Steps the plan holds already are passed over (the same append made again
+// by a caller that was interrupted before it read state); steps may be 0,
+// to read state.
 //
 //export lx_pipe_plan
-func lx_pipe_plan(h C.int64_t, stream C.int64_t, idx *C.int64_t, lens *C.int64_t, n C.int64_t, limit *C.int64_t,
-	errBuf *C.char, errLen C.int64_t) C.int {
+func lx_pipe_plan(h C.int64_t, stream C.int64_t, step C.int64_t, steps C.int64_t, idx *C.int64_t, lens *C.int64_t,
+	n C.int64_t, state *C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
 	return call("lx_pipe_plan", errBuf, errLen, func() error {
 		e, err := lookupPipe(int64(h))
 		if err != nil {
@@ -304,26 +308,32 @@ func lx_pipe_plan(h C.int64_t, stream C.int64_t, idx *C.int64_t, lens *C.int64_t
 		if !ok {
 			return invalidf("stream %d of the pipeline is not packed", stream)
 		}
-		if n < 0 || n > 1<<40 {
-			return invalidf("%d records", n)
+		if n < 0 || n > 1<<40 || steps < 0 {
+			return invalidf("%d records of %d steps", n, steps)
 		}
-		if n > 0 {
-			is, err := int64s(idx, n, "idx")
-			if err != nil {
-				return err
+		out, err := int64s(state, 2, "state")
+		if err != nil {
+			return err
+		}
+		if steps > 0 {
+			var is, ls []int64
+			if n > 0 {
+				if is, err = int64s(idx, n, "idx"); err != nil {
+					return err
+				}
+				if ls, err = int64s(lens, n, "lens"); err != nil {
+					return err
+				}
 			}
-			ls, err := int64s(lens, n, "lens")
-			if err != nil {
-				return err
-			}
-			if err := c.Plan.Append(is, ls); err != nil {
+			if err := c.Plan.Append(int64(step), int64(steps), is, ls); err != nil {
 				return err
 			}
 		}
 		c.Plan.Prune(c.First(e.p.NextOut()))
 		at := c.Limit()
 		e.p.SetLimit(at)
-		return setOut(limit, "limit", at)
+		out[0], out[1] = at, c.Plan.Step()
+		return nil
 	})
 }
 

@@ -190,10 +190,10 @@ func TestConcatStepsMatchTheDefinition(t *testing.T) {
 		{"mixture sources", 2, 40, 4, 0, 2, 333, false, []int64{0, 700, 1500}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			plan, _ := NewPlan(0)
+			plan, _ := NewPlan(0, 0)
 			for a := 0; a < len(idx); a += tc.chunk {
 				b := min(a+tc.chunk, len(idx))
-				if err := plan.Append(idx[a:b], lens[a:b]); err != nil {
+				if err := plan.Append(int64(a), int64(b-a), idx[a:b], lens[a:b]); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -223,8 +223,8 @@ func TestConcatStepsMatchTheDefinition(t *testing.T) {
 
 func TestConcatCountsWhatDoesNotFit(t *testing.T) {
 	idx, lens := order(600)
-	plan, _ := NewPlan(0)
-	_ = plan.Append(idx, lens)
+	plan, _ := NewPlan(0, 0)
+	_ = plan.Append(0, int64(len(idx)), idx, lens)
 	c := &Concat{Source: fakeRagged{rowBytes: 4, lie: -1, fail: -1}, Plan: plan, Rows: 4, Length: 64, RowBytes: 4, World: 1}
 	big := newSlot(c, 1<<16, 1024, 1024)
 	if _, err := c.MakeStep(3, big.b); err != nil {
@@ -248,8 +248,8 @@ func TestConcatCountsWhatDoesNotFit(t *testing.T) {
 
 func TestConcatRefusesARecordOfAnotherSizeAndPassesAGatherErrorOn(t *testing.T) {
 	idx, lens := order(400)
-	plan, _ := NewPlan(0)
-	_ = plan.Append(idx, lens)
+	plan, _ := NewPlan(0, 0)
+	_ = plan.Append(0, int64(len(idx)), idx, lens)
 	for _, src := range []fakeRagged{{rowBytes: 4, lie: idx[5], fail: -1}, {rowBytes: 4, lie: -1, fail: idx[5]}} {
 		c := &Concat{Source: src, Plan: plan, Rows: 1, Length: 64, RowBytes: 4, World: 1}
 		s := newSlot(c, 1<<16, 256, 256)
@@ -265,20 +265,26 @@ func TestConcatRefusesARecordOfAnotherSizeAndPassesAGatherErrorOn(t *testing.T) 
 }
 
 func TestPlanPrunesAndRefusesWhatItDoesNotHold(t *testing.T) {
-	plan, _ := NewPlan(100)
-	if err := plan.Append([]int64{1, 2}, []int64{5}); !errors.Is(err, ErrInvalid) {
+	plan, _ := NewPlan(100, 7)
+	if err := plan.Append(7, 1, []int64{1, 2}, []int64{5}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("mismatched lengths: %v", err)
 	}
-	if err := plan.Append([]int64{1}, []int64{-1}); !errors.Is(err, ErrInvalid) {
+	if err := plan.Append(7, 1, []int64{1}, []int64{-1}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("negative length: %v", err)
 	}
+	if err := plan.Append(8, 1, []int64{1}, []int64{1}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("a gap: %v", err)
+	}
 	for k := range int64(10) {
-		if err := plan.Append([]int64{k, k + 100}, []int64{10, 0}); err != nil {
+		if err := plan.Append(7+k, 1, []int64{k, k + 100}, []int64{10, 0}); err != nil {
+			t.Fatal(err)
+		}
+		if err := plan.Append(7+k, 1, []int64{k, k + 100}, []int64{10, 0}); err != nil { // again: passed over
 			t.Fatal(err)
 		}
 	}
-	if plan.Start() != 100 || plan.End() != 200 {
-		t.Fatalf("plan [%d, %d)", plan.Start(), plan.End())
+	if plan.Start() != 100 || plan.End() != 200 || plan.Step() != 17 {
+		t.Fatalf("plan [%d, %d) going on at step %d", plan.Start(), plan.End(), plan.Step())
 	}
 	idx, lens := make([]int64, 8), make([]int64, 8)
 	n, skip, err := plan.Records(115, 10, idx, lens)
@@ -308,8 +314,8 @@ func TestPlanPrunesAndRefusesWhatItDoesNotHold(t *testing.T) {
 func TestConcatOnThePipeline(t *testing.T) {
 	idx, lens := order(3000)
 	for _, workers := range []int{1, 3} {
-		plan, _ := NewPlan(0)
-		_ = plan.Append(idx[:1000], lens[:1000])
+		plan, _ := NewPlan(0, 0)
+		_ = plan.Append(0, 1000, idx[:1000], lens[:1000])
 		c := &Concat{Source: fakeRagged{rowBytes: 4, lie: -1, fail: -1}, Plan: plan, Rows: 2, Length: 48, RowBytes: 4, World: 1}
 		var slots []steppipe.Slot
 		var metas [][]int64
@@ -341,7 +347,8 @@ func TestConcatOnThePipeline(t *testing.T) {
 			release = nil
 			a := 1000 * (round + 1)
 			if round < 2 {
-				_ = plan.Append(idx[a:a+1000], lens[a:a+1000])
+				_ = plan.Append(int64(a), 1000, idx[a:a+1000], lens[a:a+1000])
+				_ = plan.Append(int64(a), 1000, idx[a:a+1000], lens[a:a+1000]) // again: passed over
 				plan.Prune(c.First(step))
 				p.SetLimit(c.Limit())
 			}

@@ -19,12 +19,16 @@ var (
 
 // Plan is the stream of tokens as records in order, each with its length
 // in tokens, from a first token on: what the caller appended, less what it
-// pruned. Safe for concurrent use.
+// pruned. Each append is of the records of some sampler steps, which the
+// plan counts, so that an append made twice (by a caller interrupted
+// before it learnt that the first went in) is known and passed over. Safe
+// for concurrent use.
 type Plan struct {
 	mu     sync.RWMutex
 	chunks []*chunk
 	start  int64 // the first token held (the base of the first chunk)
 	end    int64 // the token after the last one held
+	step   int64 // the sampler step whose records the next append holds
 }
 
 // chunk is one Append: records idx, the tokens up to and through each in
@@ -36,26 +40,37 @@ type chunk struct {
 
 func (c *chunk) last() int64 { return c.ends[len(c.ends)-1] }
 
-// NewPlan is an empty plan whose first record will start at token base.
-func NewPlan(base int64) (*Plan, error) {
-	if base < 0 {
-		return nil, fmt.Errorf("%w: plan base token %d", ErrInvalid, base)
+// NewPlan is an empty plan whose first record, of sampler step step,
+// will start at token base.
+func NewPlan(base, step int64) (*Plan, error) {
+	if base < 0 || step < 0 {
+		return nil, fmt.Errorf("%w: plan base token %d, step %d", ErrInvalid, base, step)
 	}
-	return &Plan{start: base, end: base}, nil
+	return &Plan{start: base, end: base, step: step}, nil
 }
 
 // Append adds records idx of lens tokens each after the last held
-// (copies of both: the caller keeps its arrays).
-func (p *Plan) Append(idx, lens []int64) error {
-	if len(idx) != len(lens) {
-		return fmt.Errorf("%w: %d records with %d lengths", ErrInvalid, len(idx), len(lens))
-	}
-	if len(idx) == 0 {
-		return nil
+// (copies of both: the caller keeps its arrays): the records of the
+// sampler steps [step, step+steps). Steps the plan holds already are
+// passed over (an append made again); a gap is an error.
+func (p *Plan) Append(step, steps int64, idx, lens []int64) error {
+	if len(idx) != len(lens) || steps <= 0 || step < 0 {
+		return fmt.Errorf("%w: %d records with %d lengths for %d steps from %d", ErrInvalid, len(idx), len(lens), steps, step)
 	}
 	p.mu.RLock()
-	at := p.end
-	p.mu.RUnlock() // only the consumer appends: at stays the end
+	at, next := p.end, p.step
+	p.mu.RUnlock() // only the consumer appends: at and next stay as read
+	switch {
+	case step+steps <= next:
+		return nil // in already
+	case step != next:
+		return fmt.Errorf("%w: an append of sampler steps [%d, %d) to a plan that goes on at step %d", ErrInvalid, step, step+steps, next)
+	case len(idx) == 0:
+		p.mu.Lock()
+		p.step += steps
+		p.mu.Unlock()
+		return nil
+	}
 	c := &chunk{idx: append([]int64(nil), idx...), ends: make([]int64, len(lens))}
 	for i, n := range lens {
 		if n < 0 || idx[i] < 0 {
@@ -69,12 +84,20 @@ func (p *Plan) Append(idx, lens []int64) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.end != c.ends[0]-lens[0] {
+	if p.end != c.ends[0]-lens[0] || p.step != step {
 		return fmt.Errorf("%w: appends to one plan must not run concurrently", ErrInvalid)
 	}
 	p.chunks = append(p.chunks, c)
 	p.end = at
+	p.step += steps
 	return nil
+}
+
+// Step is the sampler step the next append starts at.
+func (p *Plan) Step() int64 {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.step
 }
 
 // End is the token after the last one the plan holds.

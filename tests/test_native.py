@@ -46,7 +46,7 @@ def compressible(i: int, size: int) -> bytes:
 
 
 def test_library_loads(native: ModuleType) -> None:
-    assert native.ABI_VERSION == 8
+    assert native.ABI_VERSION == 9
     assert os.path.isfile(native.library_path)
     v = native.ffi.new("int64_t *")
     assert native.lib.lx_abi_version(v, native.ffi.NULL, 0) == 0

@@ -335,3 +335,62 @@ def test_close_ends_the_native_packing_workers_promptly(data, name):
     assert native.pipe_live() > base
     del loader  # dropped without close: its workers end too
     assert _live_after(0.5, base) == base
+
+
+# -- Ctrl-C ------------------------------------------------------------------
+
+
+class _InterruptAt:
+    """A trace function raising KeyboardInterrupt (as a signal would) at the
+    ``at``-th line event of the call traced, in the native pipeline's Python
+    code or the binding."""
+
+    def __init__(self, at: int, files: set[str]) -> None:
+        self.at, self.files, self.seen, self.fired = at, files, 0, False
+
+    def __call__(self, frame, event, arg):
+        return self.local if frame.f_code.co_filename in self.files and frame.f_code.co_name != "__del__" else None
+
+    def local(self, frame, event, arg):
+        if event == "line" and not self.fired:
+            self.seen += 1
+            if self.seen == self.at:
+                self.fired = frame.f_code.co_name
+                raise KeyboardInterrupt(f"injected at line event {self.at}")
+        return self.local
+
+
+@pytest.mark.parametrize("name", ["int", "mix"])
+def test_ctrl_c_anywhere_in_next_loses_and_repeats_no_step(data, monkeypatch, name):
+    """Interrupted at one line or another of next() (the plan appended to
+    every few steps), then called again, the loader hands out every step
+    once, in order, each the Python pipeline's."""
+    import sys
+
+    from loaderx.loader import _native_pipe, _packing
+
+    monkeypatch.setattr(_packing, "CHUNK_STEPS", 1)  # the plan grows in most calls
+    make = lambda: DataLoader(_src(data, name), batch_size=4, seed=3, pack={"tokens": 256}, num_workers=2)  # noqa: E731
+    steps = 300
+    want = _python(monkeypatch, make, steps)
+    files = {_native_pipe.__file__, native.__file__}
+    got, fired, where = [], 0, set()
+    with make() as loader:
+        got.append(_copy(next(loader)["tokens"]))
+        assert loader.stats()["pipeline"] == "native"
+        at = 0
+        while len(got) < steps:
+            at = at % 150 + 1  # the line of this call to interrupt at
+            tracer = _InterruptAt(at, files)
+            sys.settrace(tracer)
+            try:
+                batch = next(loader)
+            except KeyboardInterrupt:
+                fired += 1
+                batch = next(loader)  # the call again, uninterrupted
+            finally:
+                sys.settrace(None)
+            got.append(_copy(batch["tokens"]))
+            where.add(tracer.fired)
+    assert fired > 50 and "_plan" in where, (fired, where)
+    _same(got, want, "interrupted")

@@ -251,7 +251,7 @@ class NativePipeline:
         self._packed = ds
         self._plan_at = t
         wide = np.dtype(ds.offsets_dtype) == np.int64
-        return (h, "packed", ds.row_bytes, ds.rows, ds.length, ds.rank, ds.world, wide, first - r, sources)
+        return (h, "packed", ds.row_bytes, ds.rows, ds.length, ds.rank, ds.world, wide, first - r, sources, t)
 
     def _plan(self, until: int) -> None:
         """Append sampler steps to the packed stream's plan, a chunk at a
@@ -260,17 +260,19 @@ class NativePipeline:
         assert ds is not None
         index = ds._index()
         c = _packing.CHUNK_STEPS
+        # what the native plan holds, asked for: an interrupt here loses nothing that matters
+        self._limit, self._plan_at = self._pipe.plan(0)
         while self._limit < until:
-            flat, lens, _ = index.steps(self._plan_at, c, ds.dataset)
+            at = self._plan_at
+            flat, lens, _ = index.steps(at, c, ds.dataset)
             if not lens.any():
                 if self._limit > self.next_out:  # the steps planned go first; the next call goes on
                     return
                 raise ValueError(
-                    f"stream {ds.name!r}: sampler steps {self._plan_at} to {self._plan_at + c - 1} drew "
-                    "only records of length 0: there are no tokens to pack"
+                    f"stream {ds.name!r}: sampler steps {at} to {at + c - 1} drew only records of length 0: "
+                    "there are no tokens to pack"
                 )
-            self._plan_at += c
-            self._limit = self._pipe.plan(0, flat, lens)
+            self._limit, self._plan_at = self._pipe.plan(0, at, flat, lens, c)
 
     # -- slots -------------------------------------------------------------
 

@@ -1328,10 +1328,11 @@ class StepPipe:
             ``("none", batch)`` when every stream is packed.
         streams: ``(store handle, "dense" or "ragged", record bytes)`` each,
             or ``(store handle, "packed", token bytes, rows, length, rank,
-            world, wide, base, sources)`` for a stream packed in concat mode
-            (its records come from :meth:`plan`; ``wide``: int64
-            ``cu_seqlens``; ``base``: the token its plan starts at;
-            ``sources``: the handle is a set of a mixture's sources).
+            world, wide, base, sources, step)`` for a stream packed in
+            concat mode (its records come from :meth:`plan`; ``wide``:
+            int64 ``cu_seqlens``; ``base``: the token its plan starts at,
+            the first of sampler step ``step``; ``sources``: the handle is a
+            set of a mixture's sources).
         slots: per slot, the list ``[indices, data_0, sizes_0, data_1, ...]``
             of C-contiguous NumPy arrays (``sizes_i`` None for a dense
             stream; a packed stream's other :data:`PACKED_AUX` arrays
@@ -1381,7 +1382,7 @@ class StepPipe:
         width = _PIPE["STREAM_LEN"]
         kinds = [_PIPE[s[1].upper()] for s in streams]
         st = [0] * (width * len(streams))
-        fields = ("HANDLE", "KIND", "STRIDE", "ROWS", "LENGTH", "RANK", "WORLD", "WIDE", "BASE", "SOURCES")
+        fields = ("HANDLE", "KIND", "STRIDE", "ROWS", "LENGTH", "RANK", "WORLD", "WIDE", "BASE", "SOURCES", "STEP")
         for i, row in enumerate(streams):
             values = [row[0], kinds[i], *row[2:]]
             for f, v in zip(fields, values):
@@ -1481,18 +1482,27 @@ class StepPipe:
         io = self.io
         return PIPE_GOT[io[2]], io[3], io[4], io[5]
 
-    def plan(self, stream: int, idx: np.ndarray | None, lens: np.ndarray | None) -> int:
-        """Append records ``idx`` of ``lens`` tokens each (int64 arrays, or
-        None for none) to packed ``stream``'s plan; returns the first step
-        the plan does not hold to the end (the workers' claim limit)."""
-        if idx is None or lens is None or idx.size == 0:
-            return int(_call(lib.lx_pipe_plan, self.handle, stream, _NULL, _NULL, 0, _OUT))
+    def plan(self, stream: int, step: int = 0, idx: np.ndarray | None = None,
+             lens: np.ndarray | None = None, steps: int = 0) -> tuple[int, int]:
+        """Append records ``idx`` of ``lens`` tokens each (int64 arrays),
+        the records of the sampler steps ``[step, step + steps)``, to packed
+        ``stream``'s plan (none with ``steps`` 0); returns ``(limit, next)``:
+        the first step the plan does not hold to the end (the workers'
+        claim limit) and the sampler step the next append starts at. Steps
+        the plan holds already are passed over: an append repeated because
+        an interrupt lost what the first returned does no harm."""
+        state = _new("int64_t[2]")
+        if not steps:
+            _call(lib.lx_pipe_plan, self.handle, stream, 0, 0, _NULL, _NULL, 0, state)
+            return int(state[0]), int(state[1])
+        assert idx is not None and lens is not None
         idx = np.ascontiguousarray(idx, dtype=np.int64)
         lens = np.ascontiguousarray(lens, dtype=np.int64)
         if idx.shape != lens.shape or idx.ndim != 1:
             raise ValueError(f"a plan of {idx.shape} records with {lens.shape} lengths")
-        return int(_call(lib.lx_pipe_plan, self.handle, stream, _from_buffer(_I64_ARRAY, idx),
-                         _from_buffer(_I64_ARRAY, lens), idx.size, _OUT))
+        _call(lib.lx_pipe_plan, self.handle, stream, step, steps, _from_buffer(_I64_ARRAY, idx),
+              _from_buffer(_I64_ARRAY, lens), idx.size, state)
+        return int(state[0]), int(state[1])
 
     def needed(self, stream: int) -> int:
         """The bytes ragged ``stream`` needed at the step :meth:`next` handed out."""

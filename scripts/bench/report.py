@@ -299,10 +299,11 @@ TARGETS += [
     for rows in (16, 64)
     for versus, key, target, why in (
         ("loaderx one store", "vs_one_store", 0.9,
-         "a mixture of local stores gathers through one native set of them: one call per batch, as one store"),
+         "a mixture of local stores gathers through one native set of them, and its draw of a chunk of "
+         "steps is whole arrays: the same native steps as one store"),
         ("numpy packer", "vs_numpy", 1.5,
-         "one native gather and whole-array placement arithmetic against per-document slicing and "
-         "concatenation in NumPy"),
+         "the native step pipeline gathers and marks each step on every core, ahead of the consumer, "
+         "against per-document slicing and concatenation in NumPy on one"),
         ("loaderx one store", "cpu_vs_one_store", None,
          "reported: the same ratio per CPU second of the process, which a busy machine's waits do not move"),
     )
