@@ -129,13 +129,17 @@ func TestTrainDictIsDeterministic(t *testing.T) {
 		sets["structured"] = append(sets["structured"], ztStructured(i))
 		sets["noisy"] = append(sets["noisy"], ztRecord(i, 3000))
 	}
+	runs := 3
+	if testing.Short() { // the race run: one repeat is what it needs to see two trainings race
+		runs = 1
+	}
 	for name, samples := range sets {
 		for _, tier := range []zrecord.DictTier{zrecord.TierFast, zrecord.TierBalanced} {
 			first, err := zrecord.TrainDict(samples, tier, 0)
 			if err != nil {
 				t.Fatalf("%s %v: %v", name, tier, err)
 			}
-			for run := range 3 {
+			for run := range runs {
 				again, err := zrecord.TrainDict(samples, tier, 0)
 				if err != nil {
 					t.Fatalf("%s %v run %d: %v", name, tier, run, err)
