@@ -436,7 +436,7 @@ class NativePipeline:
         for i, (name, ds, _) in enumerate(self.streams):
             part = slot[1 + i]
             if self._kinds[i] == "packed":
-                batch[name] = self._batch_packed(step, k, slot, part, ds)
+                batch[name] = self._batch_packed(step, k, slot, i, ds)
                 continue
             if self._kinds[i] == "dense":
                 batch[name] = part if rows == self.batch else part[:rows]
@@ -455,12 +455,13 @@ class NativePipeline:
                 raise CorruptStoreError(f"step {step}, stream {name!r}: {e}") from e
         return batch
 
-    def _batch_packed(self, step: int, k: int, slot: list[Any], part: list[np.ndarray], ds: PackStream) -> PackedRows:
-        """The packed rows of ``step`` in slot ``k`` (``part`` its packed
-        stream's arrays), made here instead where they did not fit."""
+    def _batch_packed(self, step: int, k: int, slot: list[Any], i: int, ds: PackStream) -> PackedRows:
+        """The packed rows of ``step`` in slot ``k`` (of its packed stream
+        ``i``), made here instead where they did not fit."""
+        part = slot[1 + i]
         n, skip, segs = self._metas[k].tolist()
         room = min(part[_REC].size, part[_START].size, part[_FROM].size, part[_CU].size - 1)
-        if (n > min(part[0 + 1].size, part[_IDX].size) or self._pipe.needed(0) > part[0].size or segs > room):
+        if n > min(part[1].size, part[_IDX].size) or self._pipe.needed(i) > part[0].size or segs > room:
             self._changed.add(k)
             try:
                 return ds.gather_into(part[_IDX], part, step)
