@@ -563,13 +563,6 @@ func (p *Pipeline) SetLimit(limit int64) {
 	p.room.open()
 }
 
-// Limit is the first step the workers may not claim yet (negative: none).
-func (p *Pipeline) Limit() int64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.limit
-}
-
 // NextOut is the next step Next hands out.
 func (p *Pipeline) NextOut() int64 {
 	p.mu.Lock()

@@ -129,7 +129,8 @@ def packed_blocker(packed: list[tuple[str, PackStream]], nstreams: int, sampler:
         return f"stream {name!r} is packed in mode {ds.pack.mode!r} (the native pipeline packs in 'concat')"
     if type(ds) is not PackStream:
         return f"stream {name!r} is packed by token weights (its rows are cut per source)"
-    if not isinstance(sampler, Sampler) and type(sampler).__name__ != "MixtureDraw":
+    if not isinstance(sampler, Sampler) and getattr(sampler, "steps", None) is None:
+        # a built-in sampler, or a draw of whole chunks of steps (a mixture's); not a user's code
         return f"the draw ({type(sampler).__name__}) is Python code"
     if ds.row_bytes == 0 or ds.length > PACKED_MAX_LENGTH:
         return f"stream {name!r}: rows of {ds.length} tokens of {ds.row_bytes} bytes"
@@ -210,14 +211,11 @@ class NativePipeline:
         self.slots = [self._new_slot() for _ in range(nslots)]
         #: a packed stream's meta array per slot (what its step holds)
         self._metas = [np.zeros(_native.PIPE_META_LEN, dtype=np.int64) for _ in range(nslots)]
-        #: the packed stream, and where its plan goes on: the sampler step
-        #: to draw next, and the claim limit the plan gives
+        #: the packed stream, and the claim limit its plan gave last
         self._packed: PackStream | None = None
-        self._plan_at = 0
         self._limit = start_step
         self._lead = 2 * prefetch + num_workers + 2
         native_streams: list[tuple[Any, ...]] = []
-        draw: tuple[Any, ...] | None
         for (_, ds, _), kind in zip(streams, self._kinds):
             if kind == "packed":
                 native_streams.append(self._packed_stream(ds, start_step))
@@ -249,7 +247,6 @@ class NativePipeline:
         first = (start * ds.world + ds.rank) * ds.tokens
         t, r, _ = index.locate(first, ds.dataset)
         self._packed = ds
-        self._plan_at = t
         wide = np.dtype(ds.offsets_dtype) == np.int64
         return (h, "packed", ds.row_bytes, ds.rows, ds.length, ds.rank, ds.world, wide, first - r, sources, t)
 
@@ -260,10 +257,9 @@ class NativePipeline:
         assert ds is not None
         index = ds._index()
         c = _packing.CHUNK_STEPS
-        # what the native plan holds, asked for: an interrupt here loses nothing that matters
-        self._limit, self._plan_at = self._pipe.plan(0)
+        # where the native plan goes on, asked for each time: an interrupt loses nothing that matters
+        self._limit, at = self._pipe.plan(0)
         while self._limit < until:
-            at = self._plan_at
             flat, lens, _ = index.steps(at, c, ds.dataset)
             if not lens.any():
                 if self._limit > self.next_out:  # the steps planned go first; the next call goes on
@@ -272,7 +268,7 @@ class NativePipeline:
                     f"stream {ds.name!r}: sampler steps {at} to {at + c - 1} drew only records of length 0: "
                     "there are no tokens to pack"
                 )
-            self._limit, self._plan_at = self._pipe.plan(0, at, flat, lens, c)
+            self._limit, at = self._pipe.plan(0, at, flat, lens, c)
 
     # -- slots -------------------------------------------------------------
 

@@ -209,14 +209,13 @@ class TokenIndex:
         bs = self.batch_size
         whole = getattr(self.draw, "steps", None)  # a draw of many steps at once (a mixture's)
         if whole is not None:
-            rows = whole(p, c)
-            TokenIndex.counted += c
-            flat = rows.reshape(-1)
-            return flat, dataset.lengths(flat), np.full(c, bs, dtype=np.int64)
-        rows = np.empty((c, bs), dtype=np.int64)
-        drawn = [self.draw(p + j, rows[j]) for j in range(c)]
-        counts = np.fromiter((d.shape[0] for d in drawn), dtype=np.int64, count=c)
-        flat = rows.reshape(-1) if (counts == bs).all() else np.concatenate(drawn)
+            flat = whole(p, c).reshape(-1)
+            counts = np.full(c, bs, dtype=np.int64)
+        else:
+            rows = np.empty((c, bs), dtype=np.int64)
+            drawn = [self.draw(p + j, rows[j]) for j in range(c)]
+            counts = np.fromiter((d.shape[0] for d in drawn), dtype=np.int64, count=c)
+            flat = rows.reshape(-1) if (counts == bs).all() else np.concatenate(drawn)
         TokenIndex.counted += c
         return flat, dataset.lengths(flat), counts
 

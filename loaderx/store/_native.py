@@ -1351,7 +1351,7 @@ class StepPipe:
 
     def __init__(
         self,
-        draw: tuple[Any, ...] | None,
+        draw: tuple[Any, ...],
         streams: Sequence[tuple[Any, ...]],
         slots: Sequence[Sequence[np.ndarray | None]],
         workers: int,
@@ -1364,8 +1364,8 @@ class StepPipe:
         order = None
         n = rank = 0
         world = 1
-        if draw is None or draw[0] == "none":
-            batch = 1 if draw is None else draw[1]
+        if draw[0] == "none":
+            batch = draw[1]
             cfg.update(draw=_PIPE["DRAW_NONE"])
         elif draw[0] == "sampler":
             _, mode, n, batch, seed, rank, world = draw
