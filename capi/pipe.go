@@ -181,6 +181,9 @@ func lx_pipe_new(config *C.int64_t, configLen C.int64_t, streams *C.int64_t, nst
 			Prefetch: int(cf[pipePrefetch]),
 			Start:    cf[pipeStart],
 			End:      cf[pipeEnd],
+			// The consumer makes steps while its own is not ready, rather
+			// than sleep until a worker wakes it (steppipe.Config.Help).
+			Help: true,
 		}
 		if cfg.Batch <= 0 || cfg.Batch > 1<<40 {
 			return invalidf("batch %d", cf[pipeBatch])

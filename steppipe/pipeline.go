@@ -94,6 +94,10 @@ type Config struct {
 	// [Pipeline.SetLimit] raises it (a packed stream's plan grows).
 	Limited bool
 	Limit   int64
+	// Help lets the consumer make steps too: a Next whose step is not
+	// ready claims the next step a worker could, makes it on the calling
+	// thread and looks again, instead of going to sleep (see Next).
+	Help bool
 }
 
 // Batch is a step handed to the consumer: its slot and how many records it
@@ -287,12 +291,50 @@ func (p *Pipeline) claim() (step int64, slot int, ok bool) {
 		p.room.wait(t, 0)
 		p.mu.Lock()
 	}
+	step, slot = p.take()
+	return step, slot, true
+}
+
+// claimable says whether a step can be claimed now: inside the window and
+// the limit, a slot free, the pipeline open and its pass not fully claimed.
+// p.mu is held.
+func (p *Pipeline) claimable() bool {
+	return !p.closed && (p.cfg.End < 0 || p.nextClaim < p.cfg.End) &&
+		p.nextClaim < p.nextOut+int64(p.cfg.Prefetch) && len(p.free) > 0 &&
+		(p.limit < 0 || p.nextClaim < p.limit)
+}
+
+// take claims the next step into a free slot; claimable holds and p.mu is
+// held.
+func (p *Pipeline) take() (step int64, slot int) {
 	step = p.nextClaim
 	p.nextClaim++
 	slot = p.free[len(p.free)-1]
 	p.free = p.free[:len(p.free)-1]
 	p.state[slot] = slotBusy
-	return step, slot, true
+	return step, slot
+}
+
+// publish records the made step r of slot; p.mu is held. It reports false
+// when the pipeline closed meanwhile (the step is then dropped: Close took
+// the results away).
+func (p *Pipeline) publish(step int64, slot int, r result) bool {
+	if p.closed {
+		return false
+	}
+	if r.err != nil {
+		p.state[slot] = slotFree
+		p.free = append(p.free, slot)
+		r.slot = -1
+	} else {
+		p.state[slot] = slotReady
+	}
+	p.results[step] = r
+	p.ready.open()
+	if r.err != nil {
+		p.room.open() // its slot is free again
+	}
+	return true
 }
 
 func (p *Pipeline) work() {
@@ -305,21 +347,9 @@ func (p *Pipeline) work() {
 		}
 		r := p.make(step, slot)
 		p.mu.Lock()
-		if p.closed {
+		if !p.publish(step, slot, r) {
 			p.mu.Unlock()
 			return
-		}
-		if r.err != nil {
-			p.state[slot] = slotFree
-			p.free = append(p.free, slot)
-			r.slot = -1
-		} else {
-			p.state[slot] = slotReady
-		}
-		p.results[step] = r
-		p.ready.open()
-		if r.err != nil {
-			p.room.open() // its slot is free again
 		}
 		p.mu.Unlock()
 		p.ready.flush()
@@ -454,6 +484,10 @@ func (p *Pipeline) Next(timeout time.Duration, release []int) (Batch, error) {
 		if !p.started {
 			return p.makeHere(step)
 		}
+		if p.cfg.Help && p.claimable() {
+			p.help()
+			continue
+		}
 		if deadline.IsZero() {
 			if timeout <= 0 {
 				return Batch{}, ErrPending
@@ -490,6 +524,25 @@ func (p *Pipeline) openRoom(released *bool) {
 		p.room.open()
 		*released = false
 	}
+}
+
+// help makes the next claimable step on the consumer's thread, as a worker
+// would, and publishes it; p.mu is held on entry and on return, and let go
+// while the step is made. A consumer that waits for its step sleeps in the
+// kernel and is woken by the worker that made it: a system call and a
+// context switch on each side, a few µs a step, which on small batches is
+// a large part of the step. Making the next step instead keeps the thread
+// busy with work the pipeline needs anyway; the step it waited for is
+// usually ready by the time it has made one. Close waits for a step being
+// made here as for a worker's.
+func (p *Pipeline) help() {
+	step, slot := p.take()
+	p.wg.Add(1)
+	p.mu.Unlock()
+	r := p.make(step, slot)
+	p.mu.Lock()
+	p.wg.Done()
+	p.publish(step, slot, r)
 }
 
 // makeHere makes step in the caller (a pipeline not started); p.mu is held

@@ -3,6 +3,7 @@ package steppipe
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -144,43 +145,45 @@ func TestOrderAndContentWhateverTheWorkers(t *testing.T) {
 	}{
 		{1, 1, 2, 0}, {2, 4, 8, 0}, {4, 8, 12, 5}, {8, 2, 3, 100}, {3, 16, 20, 62},
 	} {
-		t.Run(fmt.Sprintf("w%d-p%d-s%d", tc.workers, tc.prefetch, tc.slots), func(t *testing.T) {
-			store := noFault()
-			draw := cyclic(store.n, batch)
-			p, err := New(Config{Draw: draw, Batch: batch, Workers: tc.workers, Prefetch: tc.prefetch,
-				Start: tc.start, End: tc.start + 150, Slots: slots(tc.slots, batch, []int{4}, 0),
-				Streams: []Stream{{Name: "x", Dense: store, Stride: 4}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			p.Start()
-			defer p.Close()
-			want := make([]int64, batch)
-			var release []int
-			for s := tc.start; s < tc.start+150; s++ {
-				b, err := p.Next(time.Second, release)
+		for _, help := range []bool{false, true} {
+			t.Run(fmt.Sprintf("w%d-p%d-s%d-help=%v", tc.workers, tc.prefetch, tc.slots, help), func(t *testing.T) {
+				store := noFault()
+				draw := cyclic(store.n, batch)
+				p, err := New(Config{Draw: draw, Batch: batch, Workers: tc.workers, Prefetch: tc.prefetch,
+					Start: tc.start, End: tc.start + 150, Slots: slots(tc.slots, batch, []int{4}, 0),
+					Streams: []Stream{{Name: "x", Dense: store, Stride: 4}}, Help: help})
 				if err != nil {
-					t.Fatalf("step %d: %v", s, err)
-				}
-				if b.Step != s || b.Rows != batch {
-					t.Fatalf("got step %d (%d rows), want %d", b.Step, b.Rows, s)
-				}
-				if _, err := draw.Draw(s, want); err != nil {
 					t.Fatal(err)
 				}
-				slot := p.cfg.Slots[b.Slot]
-				for k := range want {
-					if slot.Indices[k] != want[k] {
-						t.Fatalf("step %d: indices %v, want %v", s, slot.Indices, want)
+				p.Start()
+				defer p.Close()
+				want := make([]int64, batch)
+				var release []int
+				for s := tc.start; s < tc.start+150; s++ {
+					b, err := p.Next(time.Second, release)
+					if err != nil {
+						t.Fatalf("step %d: %v", s, err)
 					}
+					if b.Step != s || b.Rows != batch {
+						t.Fatalf("got step %d (%d rows), want %d", b.Step, b.Rows, s)
+					}
+					if _, err := draw.Draw(s, want); err != nil {
+						t.Fatal(err)
+					}
+					slot := p.cfg.Slots[b.Slot]
+					for k := range want {
+						if slot.Indices[k] != want[k] {
+							t.Fatalf("step %d: indices %v, want %v", s, slot.Indices, want)
+						}
+					}
+					checkDense(t, slot.Streams[0].Data, want, 4)
+					release = []int{b.Slot}
 				}
-				checkDense(t, slot.Streams[0].Data, want, 4)
-				release = []int{b.Slot}
-			}
-			if _, err := p.Next(time.Second, release); !errors.Is(err, ErrEnd) {
-				t.Fatalf("past the end: %v, want ErrEnd", err)
-			}
-		})
+				if _, err := p.Next(time.Second, release); !errors.Is(err, ErrEnd) {
+					t.Fatalf("past the end: %v, want ErrEnd", err)
+				}
+			})
+		}
 	}
 	waitLive(t, base)
 }
@@ -248,8 +251,11 @@ func TestFaultsNameStepAndStreamAndTheRunGoesOn(t *testing.T) {
 	}{
 		{"error", func(f *fakeStore, i int64) { f.failAt = i }, errDamaged},
 		{"panic", func(f *fakeStore, i int64) { f.panicAt = i }, nil},
+		{"error, consumer helping", func(f *fakeStore, i int64) { f.failAt = i }, errDamaged},
+		{"panic, consumer helping", func(f *fakeStore, i int64) { f.panicAt = i }, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			help := strings.HasSuffix(tc.name, "helping")
 			good := noFault()
 			bad := noFault()
 			draw := cyclic(good.n, batch)
@@ -260,7 +266,8 @@ func TestFaultsNameStepAndStreamAndTheRunGoesOn(t *testing.T) {
 			tc.bad(bad, idx[5]) // a record of step 3
 			p, err := New(Config{Draw: draw, Batch: batch, Workers: 3, Prefetch: 4, End: 10,
 				Slots:   slots(6, batch, []int{4, 4}, 0),
-				Streams: []Stream{{Name: "ok", Dense: good, Stride: 4}, {Name: "image", Dense: bad, Stride: 4}}})
+				Streams: []Stream{{Name: "ok", Dense: good, Stride: 4}, {Name: "image", Dense: bad, Stride: 4}},
+				Help:    help})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -300,12 +307,14 @@ func TestCloseIsPromptAndLeavesNoWorker(t *testing.T) {
 		wait  bool // a consumer blocked in Next when Close comes
 	}{
 		{"idle", 0, false}, {"gathering", 20 * time.Millisecond, false}, {"consumer waiting", 50 * time.Millisecond, true},
+		{"consumer helping", 50 * time.Millisecond, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			store := noFault()
 			store.delay = tc.delay
 			p, err := New(Config{Draw: cyclic(store.n, 4), Batch: 4, Workers: 4, Prefetch: 8, End: -1,
-				Slots: slots(12, 4, []int{4}, 0), Streams: []Stream{{Name: "x", Dense: store, Stride: 4}}})
+				Slots: slots(12, 4, []int{4}, 0), Streams: []Stream{{Name: "x", Dense: store, Stride: 4}},
+				Help: tc.name == "consumer helping"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -362,11 +371,17 @@ func TestCloseIsPromptAndLeavesNoWorker(t *testing.T) {
 }
 
 func TestHeldSlotsAreNeverOverwritten(t *testing.T) {
+	for _, help := range []bool{false, true} {
+		t.Run(fmt.Sprintf("help=%v", help), func(t *testing.T) { testHeldSlots(t, help) })
+	}
+}
+
+func testHeldSlots(t *testing.T, help bool) {
 	const batch = 4
 	store := noFault()
 	draw := cyclic(store.n, batch)
 	p, err := New(Config{Draw: draw, Batch: batch, Workers: 2, Prefetch: 2, End: -1,
-		Slots: slots(4, batch, []int{4}, 0), Streams: []Stream{{Name: "x", Dense: store, Stride: 4}}})
+		Slots: slots(4, batch, []int{4}, 0), Streams: []Stream{{Name: "x", Dense: store, Stride: 4}}, Help: help})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -540,5 +555,75 @@ func TestBadConfigs(t *testing.T) {
 		if err := e.Validate(); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("%+v: %v", e, err)
 		}
+	}
+}
+
+// heldStore is a dense source whose gather of the batch holding index stuck
+// closes in and then waits until free is closed.
+type heldStore struct {
+	*fakeStore
+	stuck    int64
+	in, free chan struct{}
+}
+
+func (h *heldStore) Gather(indices []int64, dst []byte, stride int) error {
+	for _, i := range indices {
+		if i == h.stuck {
+			close(h.in)
+			<-h.free
+		}
+	}
+	return h.fakeStore.Gather(indices, dst, stride)
+}
+
+// With Help, a consumer whose step is not ready makes the next steps itself:
+// here the only worker is stuck in step 0, and the steps after it are made
+// all the same, by the consumer waiting for step 0; every step then comes
+// out in order with its own records. Without Help they wait for the worker.
+func TestConsumerHelps(t *testing.T) {
+	const batch, prefetch = 4, 4
+	for _, help := range []bool{false, true} {
+		t.Run(fmt.Sprintf("help=%v", help), func(t *testing.T) {
+			base := noFault()
+			draw := cyclic(base.n, batch)
+			first := make([]int64, batch)
+			if _, err := draw.Draw(0, first); err != nil {
+				t.Fatal(err)
+			}
+			store := &heldStore{fakeStore: base, stuck: first[0], in: make(chan struct{}), free: make(chan struct{})}
+			p, err := New(Config{Draw: draw, Batch: batch, Workers: 1, Prefetch: prefetch, End: 20,
+				Slots: slots(prefetch+2, batch, []int{4}, 0), Streams: []Stream{{Name: "x", Dense: store, Stride: 4}},
+				Help: help})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Start()
+			defer p.Close()
+			<-store.in // the worker is in step 0
+			if _, err := p.Next(50*time.Millisecond, nil); !errors.Is(err, ErrPending) {
+				t.Fatalf("step 0 with its worker stuck: %v, want ErrPending", err)
+			}
+			base.mu.Lock()
+			calls := base.calls // gathers past the stuck one: steps 1.. made by someone else
+			base.mu.Unlock()
+			if want := map[bool]int{false: 0, true: prefetch - 1}[help]; calls != want {
+				t.Fatalf("%d steps made while the worker was stuck, want %d", calls, want)
+			}
+			close(store.free)
+			var release []int
+			for s := int64(0); s < 20; s++ {
+				b, err := p.Next(time.Second, release)
+				if err != nil || b.Step != s {
+					t.Fatalf("step %d: %+v %v", s, b, err)
+				}
+				slot := p.cfg.Slots[b.Slot]
+				want := make([]int64, batch)
+				if _, err := draw.Draw(s, want); err != nil {
+					t.Fatal(err)
+				}
+				checkDense(t, slot.Streams[0].Data, want, 4)
+				release = []int{b.Slot}
+			}
+		})
 	}
 }
