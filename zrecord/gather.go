@@ -27,11 +27,13 @@ type gatherScratch struct {
 	runs []seqRun
 }
 
-// setStream decides, for a call that copies total bytes over workers
-// goroutines, whether its checked raw copies write with streaming stores:
-// when each goroutine's share is at least streamMin.
-func (g *gatherScratch) setStream(total int64, workers int) {
-	g.stream = total/int64(max(workers, 1)) >= streamMin
+// setStream decides, for a call that copies total bytes of n records over
+// workers goroutines, whether its checked raw copies write with streaming
+// stores: when each goroutine's share is at least streamMin, or at least
+// streamShareMin of records of streamRecordMin bytes on average.
+func (g *gatherScratch) setStream(total int64, n, workers int) {
+	share := total / int64(max(workers, 1))
+	g.stream = share >= streamMin || share >= streamShareMin && total/int64(max(n, 1)) >= streamRecordMin
 }
 
 var gatherPool = sync.Pool{New: func() any { return new(gatherScratch) }}
@@ -96,7 +98,7 @@ func (s *Store) Gather(indices []int64, dst []byte, stride int) (err error) {
 	workers := workersFor(s.gatherCost(g.locs, int64(n)*int64(stride)), n, fanOutBytes)
 	blocks := gatherBlocks(workers, n)
 	g.prepare(blocks)
-	g.setStream(int64(n)*int64(stride), workers)
+	g.setStream(int64(n)*int64(stride), n, workers)
 	checked := s.checkRaws()
 	frames, v3 := s.mayEncode(), s.lay.version == versionV3
 	return parallelBlocks(workers, blocks, "gather", func(w int) error {
@@ -318,7 +320,7 @@ func (s *Store) GatherPacked(indices []int64, dst []byte, offsets []int64) (err 
 	workers := workersFor(s.gatherCost(g.locs, offsets[n]-offsets[0]), n, fanOutBytes)
 	blocks := gatherBlocks(workers, n)
 	g.prepare(blocks)
-	g.setStream(offsets[n]-offsets[0], workers)
+	g.setStream(offsets[n]-offsets[0], n, workers)
 	return parallelBlocks(workers, blocks, "gather", func(w int) error {
 		// Split by bytes, not by count, so records of mixed sizes balance.
 		lo := splitPoint(offsets, w, blocks)

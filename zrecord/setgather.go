@@ -452,8 +452,8 @@ func (t *Set) Gather(indices []int64, dst []byte, stride int) (err error) {
 	workers := workersFor(c.cost(total), n, fanOutBytes)
 	blocks := gatherBlocks(workers, n)
 	c.gs.prepare(blocks)
-	c.gs.setStream(total, workers)
-	g.setStream(total, workers)
+	c.gs.setStream(total, n, workers)
+	g.setStream(total, n, workers)
 	return parallelBlocks(workers, blocks, "gather", func(w int) error {
 		lo, hi := n*w/blocks, n*(w+1)/blocks
 		for k := lo; k < hi; k++ {
@@ -634,7 +634,7 @@ func (t *Set) gatherSized(op string, c *setCall, dst []byte, offsets []int64, ch
 	workers := workersFor(c.cost(total), n, fanOutBytes)
 	blocks := gatherBlocks(workers, n)
 	c.gs.prepare(blocks)
-	c.gs.setStream(total, workers)
+	c.gs.setStream(total, n, workers)
 	return parallelBlocks(workers, blocks, op, func(w int) error {
 		lo := splitPoint(offsets, w, blocks)
 		hi := splitPoint(offsets, w+1, blocks)
