@@ -269,7 +269,7 @@
 //
 // Large batches fan out over Threads() goroutines (see SetThreads); a
 // gather is cut into a few contiguous blocks per goroutine, which the
-// goroutines claim in turn. A batch under about 1 MiB of work per goroutine
+// goroutines claim in turn. A batch under about 512 KiB of work per goroutine
 // (a decoded byte counting as several copied ones) runs on the caller
 // alone, because waking a goroutine costs more than the copy it would take
 // over. Every goroutine that reads a mapping runs with

@@ -55,7 +55,7 @@ func getGatherScratch(n int) *gatherScratch {
 // of dst is written.
 //
 // Compressed records are decoded straight into dst. Batches of more than
-// about 1 MiB of copying per worker, where decoding a byte counts as
+// about 512 KiB of copying per worker, where decoding a byte counts as
 // copying decodeWeight bytes, are split into contiguous blocks, a few per
 // goroutine, that up to Threads() goroutines claim in turn. Gather runs concurrently with Append and other Gathers.
 func (s *Store) Gather(indices []int64, dst []byte, stride int) (err error) {
