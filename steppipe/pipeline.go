@@ -283,7 +283,7 @@ func (p *Pipeline) claim() (step int64, slot int, ok bool) {
 		if p.closed || (p.cfg.End >= 0 && p.nextClaim >= p.cfg.End) {
 			return 0, 0, false
 		}
-		if p.nextClaim < p.nextOut+int64(p.cfg.Prefetch) && len(p.free) > 0 && (p.limit < 0 || p.nextClaim < p.limit) {
+		if p.claimable() {
 			break
 		}
 		t := p.room.token()
