@@ -20,10 +20,12 @@ import os
 import pickle
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -124,39 +126,29 @@ def test_thousands_of_shards_open_and_read_under_ulimit_1024(thousands):
 
 
 _CAPPED = """
-import os, sys, threading
+import sys, threading
 import numpy as np
 from loaderx.dataset import DenseDataset
-
-def maps():
-    # every mapping, and those of the dataset's files
-    with open("/proc/self/maps") as f:
-        lines = f.readlines()
-    return len(lines), sum(1 for line in lines if sys.argv[1] in line)
 
 cap = int(sys.argv[2])
 ds = DenseDataset(sys.argv[1], max_open_shards=cap)
 n = len(ds)
-start = threading.Barrier(4)
 warm = threading.Barrier(5)
-go = threading.Event()
-peaks, errors = [], []
+stop = threading.Event()
+reads, errors = [], []
 
 def reader(seed):
     try:
         rng = np.random.default_rng(seed)
         ds[[0]]  # this thread and the runtime's threads exist before the count starts
         warm.wait()
-        go.wait()
-        peak = (0, 0)
-        for _ in range(25):
+        k = 0
+        while not stop.is_set() and k < 100_000:
             idx = rng.integers(0, n, size=int(rng.integers(1, 40)))
-            batch = ds[idx]
-            if not (batch == idx[:, None]).all():
+            if not (ds[idx] == idx[:, None]).all():
                 errors.append("a record read another's bytes")
-            now = maps()
-            peak = (max(peak[0], now[0]), max(peak[1], now[1]))
-        peaks.append(peak)
+            k += 1
+        reads.append(k)
     except BaseException as e:
         errors.append(repr(e))
 
@@ -164,21 +156,73 @@ threads = [threading.Thread(target=reader, args=(s,)) for s in range(4)]
 for t in threads:
     t.start()
 warm.wait()
-base = maps()
-go.set()
+print("warm", flush=True)
+sys.stdin.readline()  # the parent has counted the mappings at rest
+print("go", flush=True)
+sys.stdin.readline()  # the parent has counted them while the threads read
+stop.set()
 for t in threads:
     t.join()
 assert not errors, errors
-print("growth", max(p[0] for p in peaks) - base[0], "files", max(p[1] for p in peaks))
+print("reads", sum(reads))
 """
+
+
+def frozen_maps(pid: int, root: str) -> tuple[int, int]:
+    """The mappings of process pid, and those of root's files, counted while
+    every thread of it is stopped. A read of a running process's
+    /proc/PID/maps is no snapshot: the kernel writes it a page at a time, so
+    a mapping unmapped and another made meanwhile can both be counted."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            states = []
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                        states.append(f.read().rsplit(")", 1)[1].split()[0])
+                except FileNotFoundError:
+                    pass  # a thread that ended
+            if all(state in "tTZX" for state in states):
+                break  # none is inside a call that maps or unmaps
+            assert time.monotonic() < deadline, f"the child did not stop: {states}"
+            time.sleep(0.0005)
+        with open(f"/proc/{pid}/maps") as f:
+            lines = f.readlines()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    return len(lines), sum(1 for line in lines if root in line)
 
 
 @linux_only
 def test_a_cap_bounds_the_mappings_while_threads_read_every_shard(thousands):
     cap = 8
-    out = run_child(_CAPPED, thousands, str(cap))
-    words = out.split()
-    growth, files = int(words[-3]), int(words[-1])
+    child = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(_CAPPED), thousands, str(cap)],
+        env={**os.environ, "PYTHONPATH": REPO}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert child.stdout.readline() == "warm\n", child.communicate(timeout=60)
+        base = frozen_maps(child.pid, thousands)
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "go\n"
+        samples = []
+        for _ in range(150):  # at random moments of the threads' reads
+            samples.append(frozen_maps(child.pid, thousands))
+            time.sleep(0.002)
+        child.stdin.write("\n")
+        child.stdin.flush()
+        out, err = child.communicate(timeout=120)
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode == 0, out + err
+    assert int(out.split()[-1]) > 0, out
+    growth = max(s[0] for s in samples) - base[0]
+    files = max(s[1] for s in samples)
     # an open shard of one chunk holds two mappings, of its chunk and its
     # table: never more than 2 * cap of the dataset's files are mapped
     assert 0 < files <= 2 * cap, f"{files} mappings of the dataset's files under a cap of {cap} shards"
