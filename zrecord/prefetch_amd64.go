@@ -22,6 +22,13 @@ func prefetchLines(p *byte, n int)
 //go:noescape
 func prefetchRecord(p *byte, n int)
 
+// prefetchEntriesAt asks the CPU to load the 24-byte table entries at
+// indices[0:n] of a segment of entries entries that starts at seg (entry i
+// at byte 24*i), skipping the indices not below entries. It never faults.
+//
+//go:noescape
+func prefetchEntriesAt(seg *byte, entries int, indices *int64, n int)
+
 // repMovsb copies n bytes from src to dst (not overlapping) with REP MOVSB.
 //
 //go:noescape

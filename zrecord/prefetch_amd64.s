@@ -37,3 +37,28 @@ TEXT ·repMovsb(SB), NOSPLIT, $0-24
 	MOVQ n+16(FP), CX
 	REP; MOVSB
 	RET
+
+// func prefetchEntriesAt(seg *byte, entries int, indices *int64, n int)
+//
+// PREFETCHT0 of the 24-byte table entry of each of indices[0:n] that is
+// below entries (compared unsigned, so negative ones are skipped), entry i
+// at seg + 24*i: a whole batch's entry misses asked for in one loop.
+TEXT ·prefetchEntriesAt(SB), NOSPLIT, $0-32
+	MOVQ seg+0(FP), SI
+	MOVQ entries+8(FP), R12
+	MOVQ indices+16(FP), R8
+	MOVQ n+24(FP), CX
+	TESTQ CX, CX
+	JLE  entriesDone
+entriesLoop:
+	MOVQ (R8), AX
+	CMPQ AX, R12
+	JAE  entriesNext
+	LEAQ (AX)(AX*2), BX
+	PREFETCHT0 (SI)(BX*8)
+entriesNext:
+	ADDQ $8, R8
+	DECQ CX
+	JNZ  entriesLoop
+entriesDone:
+	RET

@@ -12,5 +12,8 @@ func prefetchLines(p *byte, n int) {}
 // prefetchRecord does nothing here, as prefetchLines.
 func prefetchRecord(p *byte, n int) {}
 
+// prefetchEntriesAt does nothing here, as prefetchLines.
+func prefetchEntriesAt(seg *byte, entries int, indices *int64, n int) {}
+
 // copyRecord copies a raw record: copy(to, from).
 func copyRecord(to, from []byte) { copy(to, from) }

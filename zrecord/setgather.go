@@ -471,12 +471,12 @@ func (t *Set) Gather(indices []int64, dst []byte, stride int) (err error) {
 			case checked:
 				var sum uint32
 				var bad bool
-				if k, sum, bad = copyChecked(frames, g.locs, c.all, dst, stride, k, hi, g.stream); bad {
+				if k, sum, bad = copyChecked(frames, g.locs, c.all, dst, stride, k, hi, hi, g.stream); bad {
 					j, q := c.grp[k], c.slot[k]
 					return c.sts[j].dataError(c.local[q], c.gs.locs[q], sum)
 				}
 			case plain:
-				k = copyPlain(frames, v3, g.locs, c.all, dst, stride, k, hi)
+				k = copyPlain(frames, v3, g.locs, c.all, dst, stride, k, hi, hi)
 			}
 			if k == hi {
 				break

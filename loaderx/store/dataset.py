@@ -853,17 +853,38 @@ class DenseDataset(_StoreView):
             ValueError: ``out`` has the wrong shape, is not C-contiguous or is
                 read-only.
         """
-        if (
-            type(indices) is np.ndarray
-            and indices.dtype == _INT64
-            and indices.ndim == 1
-            and indices.flags.c_contiguous
-            and indices.size
-            and self._stride
-        ):
-            fast = self._gather_fast(indices, out)
-            if fast is not None:
-                return fast
+        if type(indices) is np.ndarray and self._guard is None and self._stride:
+            # A 1-D int64 index array, as a loader's sampler makes, into a
+            # fitting ``out``: the checks in one expression, cheapest first,
+            # and one native call, which checks the indices against the
+            # store's length before it writes a byte. Anything else, or an
+            # index out of range or negative, takes the general path below,
+            # which reports what is wrong.
+            if (
+                type(out) is np.ndarray
+                and indices.ndim == 1
+                and indices.size
+                and (indices.dtype is _INT64 or indices.dtype == _INT64)
+                and out.dtype is self._dtype
+                and indices.flags.c_contiguous
+                and out.shape == (indices.shape[0], *self._item_shape)
+                and out.flags.c_contiguous
+                and out.flags.writeable
+            ):
+                try:
+                    _native.store_gather(self._h, indices, out, self._stride)
+                    return out
+                except IndexError:
+                    pass
+                except ValueError as e:
+                    if isinstance(e, ClosedError):
+                        raise
+                    self._size_damage(self._h, indices, e)
+                    raise
+            elif out is None and indices.ndim == 1 and indices.dtype == _INT64 and indices.flags.c_contiguous and indices.size:
+                fast = self._gather_fast(indices, out)
+                if fast is not None:
+                    return fast
         idx, shape = self._indices(indices)
         want = shape + self._item_shape
         if out is None:
