@@ -25,6 +25,11 @@ type gatherScratch struct {
 	stream bool
 	// runs: the ranges the call advised sequential (adviseRuns).
 	runs []seqRun
+	// srcs: the address of each record in its chunk's mapping, which
+	// gatherSmall collects for copySmall (outside the Go heap: the
+	// collector does not follow them, and they are not used after the
+	// call).
+	srcs []uintptr
 }
 
 // setStream decides, for a call that copies total bytes of n records over

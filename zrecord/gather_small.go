@@ -1,5 +1,7 @@
 package zrecord
 
+import "unsafe"
+
 // smallGatherMax bounds the bytes of a fixed-stride Gather that
 // gatherSmall takes: below adviseRunMin, so that no run of its records
 // wants read-ahead, within prefetchBatchMax, so that the whole batch is
@@ -51,6 +53,8 @@ func (s *Store) gatherSmall(indices []int64, dst []byte, stride int, g *gatherSc
 	var cd []byte
 	var cend uint64
 	have := false
+	checked := s.checkRaws()
+	srcs := g.srcs[:0]
 	for k := range locs {
 		e := &locs[k]
 		if e.logic != uint32(stride) || e.phys != e.logic || int64(e.chunk) >= int64(len(chunks)) {
@@ -65,13 +69,17 @@ func (s *Store) gatherSmall(indices []int64, dst []byte, stride int, g *gatherSc
 			return false, nil // past the chunk's committed end, or not mapped
 		}
 		if stride > 0 {
-			prefetchRecord(&cd[e.off], min(stride, prefetchBytes))
+			p := &cd[e.off]
+			prefetchRecord(p, min(stride, prefetchBytes))
+			if useCopyStrided && !checked {
+				srcs = append(srcs, uintptr(unsafe.Pointer(p)))
+			}
 		}
 	}
+	g.srcs = srcs
 	if stride == 0 {
 		return true, nil
 	}
-	checked := s.checkRaws()
 	var bad bool
 	var at int
 	var sum uint32
@@ -79,7 +87,7 @@ func (s *Store) gatherSmall(indices []int64, dst []byte, stride int, g *gatherSc
 		if checked {
 			at, sum, bad = copyChecked(false, locs, chunks, dst, stride, 0, len(locs), 0, false)
 		} else {
-			at = copyPlain(false, false, locs, chunks, dst, stride, 0, len(locs), 0)
+			at = copySmall(dst, srcs, locs, chunks, stride)
 		}
 		return nil
 	})
