@@ -320,7 +320,9 @@ def test_close_is_prompt_and_final(streams):
 def test_dropping_the_loader_stops_its_workers(streams):
     loader = DataLoader(streams, batch_size=4, num_workers=3)
     next(loader)
-    assert len(_workers()) == loader.options.worker_threads >= 1
+    native = loader.stats()["pipeline"] == "native"
+    want = loader.options.native_workers if native else loader.options.worker_threads
+    assert len(_workers()) == want == loader.stats()["num_workers"] >= 1
     del loader
     gc.collect()
     deadline = time.monotonic() + 30
@@ -403,6 +405,11 @@ def test_option_validation(streams):
     assert many.resolved_prefetch(PREFETCH_BYTES * 4) == 1
     assert LoaderOptions(prefetch=7).resolved_prefetch(PREFETCH_BYTES * 4) == 7
     assert LoaderOptions(num_workers=1).worker_threads == 1
+    # the native pipeline's consumer makes steps too: one worker fewer than the CPUs, at least one
+    cpus = len(os.sched_getaffinity(0))
+    assert many.native_workers == max(1, cpus - 1)
+    assert LoaderOptions(num_workers=1).native_workers == 1
+    assert LoaderOptions(num_workers=0).native_workers == 0
     with DataLoader(s, batch_size=8, num_workers=1) as loader:  # 8 labels of 8 bytes, native: a small batch
         assert loader.prefetch == SMALL_PREFETCH_STEPS
     with DataLoader(s, batch_size=8, num_workers=1, transform=lambda b: b) as loader:  # the Python pipeline

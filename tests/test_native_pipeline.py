@@ -96,7 +96,7 @@ def test_close_ends_every_native_worker_promptly(stores):
     threads = threading.active_count()
     loader = DataLoader(ds, batch_size=8, num_workers=3, prefetch=6)
     next(loader)
-    workers = loader.options.worker_threads
+    workers = loader.options.native_workers
     assert native.pipe_live() == base + workers
     assert threading.active_count() == threads  # the native path starts no Python thread
     t0 = time.monotonic()

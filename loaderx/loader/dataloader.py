@@ -200,7 +200,9 @@ class DataLoader:
         transform: called on each batch dict on the worker thread; its result
             is what the loader yields. The collate step: cast, reshape, pack.
         num_workers: worker threads, at most one per available CPU (see
-            :attr:`LoaderOptions.worker_threads`). 0 runs sampling, gathering
+            :attr:`LoaderOptions.worker_threads`; the native step pipeline,
+            whose consumer makes steps too, starts one fewer:
+            :attr:`LoaderOptions.native_workers`). 0 runs sampling, gathering
             and the transform synchronously in the caller. Batches of at
             least :data:`SHARED_GATHER_BYTES` are gathered by one extra
             thread (the native gather spreads each of them over every core
@@ -777,7 +779,7 @@ class DataLoader:
             "workers_switch_step": self._switch_step,
             "workers_settled": self._timer is None and self._pending is None and self._handoff is None
             and self._trial is None,
-            "num_workers": self._workers,
+            "num_workers": self._pipe.num_workers if isinstance(self._pipe, NativePipeline) else self._workers,
             "prefetch": self._prefetch,
             "measured": measured,
             "pipeline": self._pipeline_kind(),
@@ -897,7 +899,7 @@ class DataLoader:
             if self._native_blocker is None and self._mode == "thread" and self._timer is None:
                 # a batch that one gather spreads over every core already is made by one worker
                 batch_bytes = sum(pool.nbytes for _, _, pool in self._streams)
-                workers = 1 if batch_bytes >= SHARED_GATHER_BYTES else self._workers
+                workers = 1 if batch_bytes >= SHARED_GATHER_BYTES else self.options.native_workers
                 pipe = self._pipe = NativePipeline(
                     self._streams, self.sampler, workers, self._prefetch, self._step, self._end
                 )
