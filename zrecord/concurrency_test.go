@@ -210,6 +210,11 @@ func TestGatherAfterTruncation(t *testing.T) {
 	}
 	err = r.Gather([]int64{1}, dst, 64<<10)
 	ztIs(t, err, zrecord.ErrCorrupt)
+	// Unchecked, where a small batch is copied by one assembly loop.
+	r.SetVerify(false)
+	err = r.Gather([]int64{0, 1}, dst, 64<<10)
+	ztIs(t, err, zrecord.ErrCorrupt)
+	r.SetVerify(true)
 	// And with a fan-out across goroutines.
 	defer zrecord.SetThreads(0)
 	zrecord.SetThreads(4)

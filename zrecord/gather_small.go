@@ -83,17 +83,14 @@ func (s *Store) gatherSmall(indices []int64, dst []byte, stride int, g *gatherSc
 	var bad bool
 	var at int
 	var sum uint32
-	err := parallelBlocks(1, 1, "gather", func(int) error {
-		if checked {
-			at, sum, bad = copyChecked(false, locs, chunks, dst, stride, 0, len(locs), 0, false)
-		} else {
-			at = copySmall(dst, srcs, locs, chunks, stride)
-		}
-		return nil
-	})
+	// On the caller's goroutine, whose memory faults Gather turns into
+	// errors: a batch this small never fans out.
+	if checked {
+		at, sum, bad = copyChecked(false, locs, chunks, dst, stride, 0, len(locs), 0, false)
+	} else {
+		at = copySmall(dst, srcs, locs, chunks, stride)
+	}
 	switch {
-	case err != nil:
-		return true, err
 	case bad:
 		return true, s.dataError(indices[at], locs[at], sum)
 	case at < len(locs):
