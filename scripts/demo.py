@@ -134,8 +134,9 @@ def main() -> int:
     mib = steps_run * args.batch_size * row_bytes / 2**20
     pipeline = ("native step pipeline" if stats["pipeline"] == "native"
                 else f"{stats['pipeline']} pipeline: {stats['pipeline_reason']}")
+    workers = stats["num_workers"]
     print(f"loaderx:          {steps_run / t_loader:8,.0f} batches/s, {mib / t_loader:8,.0f} MiB/s "
-          f"({pipeline}, {stats['num_workers']} workers)")
+          f"({pipeline}, {workers} worker{'' if workers == 1 else 's'})")
     print(f"np.take on .npy:  {steps_run / t_npy:8,.0f} batches/s, {mib / t_npy:8,.0f} MiB/s (memory-mapped)")
     print(f"loaderx / np.take: {statistics.median(ratios):.2f}x (median of {rounds} alternating rounds of "
           f"{per_round} steps of {args.batch_size}, after one untimed; native threads: {loaderx.get_num_threads()})")

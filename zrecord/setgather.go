@@ -385,7 +385,17 @@ func (c *setCall) cost(total int64) int64 {
 // lands in dst[k*stride:(k+1)*stride]. A batch whose records all lie in one
 // store (a set of one store, a sequential read) is that store's Gather of
 // the local indices.
-func (t *Set) Gather(indices []int64, dst []byte, stride int) (err error) {
+func (t *Set) Gather(indices []int64, dst []byte, stride int) error {
+	return t.gather(indices, dst, stride, false)
+}
+
+// GatherSlot is Store.GatherSlot over the set: Gather into a buffer written
+// once and read later by another core.
+func (t *Set) GatherSlot(indices []int64, dst []byte, stride int) error {
+	return t.gather(indices, dst, stride, true)
+}
+
+func (t *Set) gather(indices []int64, dst []byte, stride int, slot bool) (err error) {
 	defer recoverTo(&err, "gather")
 	n := len(indices)
 	if stride < 0 {
@@ -403,7 +413,7 @@ func (t *Set) Gather(indices []int64, dst []byte, stride int) (err error) {
 		return err
 	}
 	if c.groups() == 1 {
-		return t.withGroup("gather", c, func(s *Store) error { return s.Gather(c.local[:n], dst, stride) })
+		return t.withGroup("gather", c, func(s *Store) error { return s.gather(c.local[:n], dst, stride, slot) })
 	}
 	old := guardFaults()
 	defer restoreFaults(old)
@@ -452,8 +462,8 @@ func (t *Set) Gather(indices []int64, dst []byte, stride int) (err error) {
 	workers := workersFor(c.cost(total), n, fanOutBytes)
 	blocks := gatherBlocks(workers, n)
 	c.gs.prepare(blocks)
-	c.gs.setStream(total, n, workers)
-	g.setStream(total, n, workers)
+	c.gs.setStream(total, n, workers, slot)
+	g.setStream(total, n, workers, slot)
 	return parallelBlocks(workers, blocks, "gather", func(w int) error {
 		lo, hi := n*w/blocks, n*(w+1)/blocks
 		for k := lo; k < hi; k++ {
@@ -634,7 +644,7 @@ func (t *Set) gatherSized(op string, c *setCall, dst []byte, offsets []int64, ch
 	workers := workersFor(c.cost(total), n, fanOutBytes)
 	blocks := gatherBlocks(workers, n)
 	c.gs.prepare(blocks)
-	c.gs.setStream(total, n, workers)
+	c.gs.setStream(total, n, workers, true)
 	return parallelBlocks(workers, blocks, op, func(w int) error {
 		lo := splitPoint(offsets, w, blocks)
 		hi := splitPoint(offsets, w+1, blocks)

@@ -233,6 +233,8 @@ TARGETS += [
            reason="one native call a batch, the table entries and records asked for at once"),
     Target("memory", "gather(out=), raw, unverified", "np.take", 1.4, workload="4KiB,8KiB-tokens,64KiB,1MiB",
            reason="the unchecked copy, spread over the cores"),
+    Target("memory", "gather(out=), raw, unverified", "np.take", 1.0, workload="256B",
+           reason="one native call a batch, the table entries and records asked for at once, one copy loop"),
     Target("memory-step", "native", "python", 10.0,
            reason="the hand-over of a step made ahead: one native call and the batch dict"),
 ]
