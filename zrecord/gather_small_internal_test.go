@@ -41,20 +41,20 @@ func TestGatherSmallTakesOrDeclines(t *testing.T) {
 	if len(chunks) < 2 {
 		t.Fatalf("%d chunks, want several", len(chunks))
 	}
-	call := func(idx []int64, stride int) (bool, error, []byte) {
+	call := func(idx []int64, stride int) (bool, []byte, error) {
 		t.Helper()
 		dst := bytes.Repeat([]byte{0xAA}, len(idx)*max(stride, 1))
 		g := getGatherScratch(len(idx))
 		defer gatherPool.Put(g)
 		done, err := s.gatherSmall(idx, dst, stride, g)
-		return done, err, dst
+		return done, dst, err
 	}
 	random := make([]int64, 300)
 	for k := range random {
 		random[k] = rng.Int64N(count)
 	}
 	random[7] = random[3] // a repeat
-	done, err, dst := call(random, size)
+	done, dst, err := call(random, size)
 	if !done || err != nil {
 		t.Fatalf("a random batch of raw records: done %v, %v; want it taken", done, err)
 	}
@@ -75,7 +75,7 @@ func TestGatherSmallTakesOrDeclines(t *testing.T) {
 		{"a stride other than the records'", []int64{4, 5}, size - 1},
 		{"a stride of zero", []int64{4}, 0},
 	} {
-		done, err, dst := call(c.idx, c.stride)
+		done, dst, err := call(c.idx, c.stride)
 		if done || err != nil {
 			t.Fatalf("%s: done %v, %v; want it declined", c.name, done, err)
 		}
@@ -106,12 +106,12 @@ func TestGatherSmallTakesOrDeclines(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	done, err, _ = call([]int64{2, bad, 9}, size)
+	done, _, err = call([]int64{2, bad, 9}, size)
 	if !done || !errors.Is(err, ErrCorrupt) || !bytes.Contains([]byte(err.Error()), []byte("record 33 ")) {
 		t.Fatalf("a damaged record: done %v, %v; want ErrCorrupt naming record %d", done, err, bad)
 	}
 	s.SetVerify(false)
-	done, err, dst = call([]int64{2, bad, 9}, size)
+	done, dst, err = call([]int64{2, bad, 9}, size)
 	if !done || err != nil || !bytes.Equal(dst[size:2*size], b[bad*size:(bad+1)*size]) {
 		t.Fatalf("verification off: done %v, %v; want the damaged bytes copied", done, err)
 	}

@@ -6,14 +6,9 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// canPrefetch says prefetchLines issues prefetches on this architecture.
+// canPrefetch says the prefetch functions issue prefetches on this
+// architecture.
 const canPrefetch = true
-
-// prefetchLines asks the CPU to load the n bytes at p into its caches.
-// It never faults, whatever p is.
-//
-//go:noescape
-func prefetchLines(p *byte, n int)
 
 // prefetchRecord asks the CPU to load the n bytes at p into its L2 cache
 // (PREFETCHT1): the lines of a record copied a little later (see

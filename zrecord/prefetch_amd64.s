@@ -16,12 +16,6 @@ loop: \
 done: \
 	RET
 
-// func prefetchLines(p *byte, n int)
-//
-// PREFETCHT0: the lines go to the L1 cache.
-TEXT ·prefetchLines(SB), NOSPLIT, $0-16
-	PREFETCHALL(PREFETCHT0, linesLoop, linesDone)
-
 // func prefetchRecord(p *byte, n int)
 //
 // PREFETCHT1: the lines go to the L2 cache.

@@ -2,17 +2,15 @@
 
 package zrecord
 
-// canPrefetch says prefetchLines issues prefetches on this architecture.
+// canPrefetch says the prefetch functions issue prefetches on this
+// architecture: not here, where gathers touch records with loads instead
+// (touchRecords).
 const canPrefetch = false
 
-// prefetchLines does nothing here: gathers touch records with loads
-// instead (touchRecords).
-func prefetchLines(p *byte, n int) {}
-
-// prefetchRecord does nothing here, as prefetchLines.
+// prefetchRecord does nothing here.
 func prefetchRecord(p *byte, n int) {}
 
-// prefetchEntriesAt does nothing here, as prefetchLines.
+// prefetchEntriesAt does nothing here.
 func prefetchEntriesAt(seg *byte, entries int, indices *int64, n int) {}
 
 // copyRecord copies a raw record: copy(to, from).

@@ -881,7 +881,13 @@ class DenseDataset(_StoreView):
                         raise
                     self._size_damage(self._h, indices, e)
                     raise
-            elif out is None and indices.ndim == 1 and indices.dtype == _INT64 and indices.flags.c_contiguous and indices.size:
+            elif (
+                out is None
+                and indices.ndim == 1
+                and indices.dtype == _INT64
+                and indices.flags.c_contiguous
+                and indices.size
+            ):
                 fast = self._gather_fast(indices, out)
                 if fast is not None:
                     return fast
