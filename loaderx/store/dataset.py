@@ -872,15 +872,10 @@ class DenseDataset(_StoreView):
                 and out.flags.writeable
             ):
                 try:
-                    _native.store_gather(self._h, indices, out, self._stride)
+                    self._gather_unchecked(indices, out)
                     return out
                 except IndexError:
                     pass
-                except ValueError as e:
-                    if isinstance(e, ClosedError):
-                        raise
-                    self._size_damage(self._h, indices, e)
-                    raise
             elif (
                 out is None
                 and indices.ndim == 1
