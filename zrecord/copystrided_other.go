@@ -11,3 +11,13 @@ const useCopyStrided = false
 func copySmall(dst []byte, srcs []uintptr, locs []entry, chunks []*chunk, stride int) int {
 	return copyPlain(false, false, locs, chunks, dst, stride, 0, len(locs), 0)
 }
+
+// copyCheckedSmall is copyChecked for the records locs of a batch that
+// gatherSmall checked.
+func copyCheckedSmall(dst []byte, srcs []uintptr, locs []entry, chunks []*chunk, stride int, g *gatherScratch) (int, uint32, bool) {
+	return copyChecked(false, locs, chunks, dst, stride, 0, len(locs), 0, false)
+}
+
+// collectSrcs says whether gatherSmall collects the address of each
+// record: never here.
+func collectSrcs(checked bool, stride int) bool { return false }

@@ -30,6 +30,8 @@ type gatherScratch struct {
 	// collector does not follow them, and they are not used after the
 	// call).
 	srcs []uintptr
+	// sums: the checksum of each record copyCheckedSmall copied.
+	sums []uint32
 }
 
 // setStream decides, for a call that copies total bytes of n records over

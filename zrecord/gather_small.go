@@ -54,6 +54,7 @@ func (s *Store) gatherSmall(indices []int64, dst []byte, stride int, g *gatherSc
 	var cend uint64
 	have := false
 	checked := s.checkRaws()
+	collect := collectSrcs(checked, stride)
 	srcs := g.srcs[:0]
 	for k := range locs {
 		e := &locs[k]
@@ -71,7 +72,7 @@ func (s *Store) gatherSmall(indices []int64, dst []byte, stride int, g *gatherSc
 		if stride > 0 {
 			p := &cd[e.off]
 			prefetchRecord(p, min(stride, prefetchBytes))
-			if useCopyStrided && !checked {
+			if collect {
 				srcs = append(srcs, uintptr(unsafe.Pointer(p)))
 			}
 		}
@@ -86,7 +87,7 @@ func (s *Store) gatherSmall(indices []int64, dst []byte, stride int, g *gatherSc
 	// On the caller's goroutine, whose memory faults Gather turns into
 	// errors: a batch this small never fans out.
 	if checked {
-		at, sum, bad = copyChecked(false, locs, chunks, dst, stride, 0, len(locs), 0, false)
+		at, sum, bad = copyCheckedSmall(dst, srcs, locs, chunks, stride, g)
 	} else {
 		at = copySmall(dst, srcs, locs, chunks, stride)
 	}

@@ -106,9 +106,13 @@ func TestGatherSmallTakesOrDeclines(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	done, _, err = call([]int64{2, bad, 9}, size)
-	if !done || !errors.Is(err, ErrCorrupt) || !bytes.Contains([]byte(err.Error()), []byte("record 33 ")) {
-		t.Fatalf("a damaged record: done %v, %v; want ErrCorrupt naming record %d", done, err, bad)
+	// The damaged record alone, among the records checked four at a time,
+	// and after them.
+	for _, idx := range [][]int64{{2, bad, 9}, {2, 8, bad, 9, 10, 11}, {2, 8, 9, 10, 11, bad}} {
+		done, _, err = call(idx, size)
+		if !done || !errors.Is(err, ErrCorrupt) || !bytes.Contains([]byte(err.Error()), []byte("record 33 ")) {
+			t.Fatalf("a damaged record in %v: done %v, %v; want ErrCorrupt naming record %d", idx, done, err, bad)
+		}
 	}
 	s.SetVerify(false)
 	done, dst, err = call([]int64{2, bad, 9}, size)
