@@ -30,14 +30,14 @@ func TestCopyStrided(t *testing.T) {
 	for _, stride := range []int{1, 3, 7, 8, 9, 16, 31, 33, 64, 127, 255, 256, 257, 1000, 2047, 2048} {
 		for _, n := range []int{1, 3, 4, 5, 8, 13, 64} {
 			t.Run(fmt.Sprintf("%dB/%d", stride, n), func(t *testing.T) {
-				srcs := make([]uintptr, n)
+				srcs := make([]unsafe.Pointer, n)
 				offs := make([]int, n)
 				for k := range srcs {
 					offs[k] = rng.IntN(len(pool) - stride)
 					if k == 2 {
 						offs[k] = offs[0] // a repeat
 					}
-					srcs[k] = uintptr(unsafe.Pointer(&pool[offs[k]]))
+					srcs[k] = unsafe.Pointer(&pool[offs[k]])
 				}
 				want := make([]byte, 0, n*stride)
 				for _, o := range offs {

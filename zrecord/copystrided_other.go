@@ -2,22 +2,14 @@
 
 package zrecord
 
-// useCopyStrided says gatherSmall collects the records' addresses for
-// copySmall: not here, where copySmall is copyPlain.
-const useCopyStrided = false
+import "unsafe"
 
-// copySmall copies the raw records locs, checked by gatherSmall, into dst
-// at a fixed stride, and returns how many it copied (see copyPlain).
-func copySmall(dst []byte, srcs []uintptr, locs []entry, chunks []*chunk, stride int) int {
-	return copyPlain(false, false, locs, chunks, dst, stride, 0, len(locs), 0)
-}
+// copyCRCStridedMax is the largest record copySrcs hands to
+// copyCRCStrided.
+const copyCRCStridedMax = 2 << 10
 
-// copyCheckedSmall is copyChecked for the records locs of a batch that
-// gatherSmall checked.
-func copyCheckedSmall(dst []byte, srcs []uintptr, locs []entry, chunks []*chunk, stride int, g *gatherScratch) (int, uint32, bool) {
-	return copyChecked(false, locs, chunks, dst, stride, 0, len(locs), 0, false)
-}
+// copyStrided reports false: copySrcs copies one record at a time here.
+func copyStrided(dst []byte, srcs []unsafe.Pointer, stride int) bool { return false }
 
-// collectSrcs says whether gatherSmall collects the address of each
-// record: never here.
-func collectSrcs(checked bool, stride int) bool { return false }
+// copyCRCStrided does nothing here: copySrcs checks one record at a time.
+func copyCRCStrided(dst []byte, srcs []unsafe.Pointer, sums []uint32, stride int) int { return 0 }

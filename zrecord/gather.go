@@ -11,6 +11,7 @@ import (
 	"io"
 	"sort"
 	"sync"
+	"unsafe"
 )
 
 // gatherScratch is the per-call working memory of Gather, reused across calls.
@@ -26,11 +27,10 @@ type gatherScratch struct {
 	// runs: the ranges the call advised sequential (adviseRuns).
 	runs []seqRun
 	// srcs: the address of each record in its chunk's mapping, which
-	// gatherSmall collects for copySmall (outside the Go heap: the
-	// collector does not follow them, and they are not used after the
-	// call).
-	srcs []uintptr
-	// sums: the checksum of each record copyCheckedSmall copied.
+	// locateSmall collects for copySrcs (outside the Go heap, which the
+	// collector ignores; not used after the call).
+	srcs []unsafe.Pointer
+	// sums: the checksum of each record copyCRCStrided copied.
 	sums []uint32
 }
 

@@ -3,9 +3,11 @@ package zrecord
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -118,5 +120,150 @@ func TestGatherSmallTakesOrDeclines(t *testing.T) {
 	done, dst, err = call([]int64{2, bad, 9}, size)
 	if !done || err != nil || !bytes.Equal(dst[size:2*size], b[bad*size:(bad+1)*size]) {
 		t.Fatalf("verification off: done %v, %v; want the damaged bytes copied", done, err)
+	}
+}
+
+// TestSetGatherSmallTakesOrDeclines calls a Set's gatherSmall directly,
+// on an eager set (NewSet) and a lazy one (OpenSet): a random batch over
+// several stores, with repeats, is taken and lands in call order; a batch
+// with a store that does not take part (compressed, or checked where the
+// others are not) is declined with dst untouched, and Gather's general
+// path still reads it right; a damaged record is reported by gatherSmall
+// itself, naming its store's file and its index in that store, when
+// verification is on, and copied as it is when it is off.
+func TestSetGatherSmallTakesOrDeclines(t *testing.T) {
+	const size, per, parts, bad = 256, 300, 4, 77
+	root := t.TempDir()
+	rng := rand.New(rand.NewPCG(11, 12))
+	var recs [][]byte
+	var shards []Shard
+	for p := range parts + 1 {
+		codec := Raw
+		if p == parts {
+			codec = Zstd // the last store: outside the first parts
+		}
+		dir := filepath.Join(root, fmt.Sprint(p))
+		s, err := Create(dir, WithCodec(codec))
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch := make([][]byte, per)
+		for i := range batch {
+			batch[i] = make([]byte, size)
+			for k := range batch[i] {
+				batch[i][k] = byte(rng.Uint32() % 7) // compressible, for the zstd store
+			}
+		}
+		if _, err := s.Append(batch); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, batch...)
+		shards = append(shards, Shard{Dir: dir, Len: per})
+	}
+	open := func(t *testing.T, lazy bool) *Set {
+		t.Helper()
+		var set *Set
+		var err error
+		if lazy {
+			set, err = OpenSet(shards, nil)
+		} else {
+			stores := make([]*Store, len(shards))
+			for p, sh := range shards {
+				if stores[p], err = Open(sh.Dir, WithReadOnly()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			set, err = NewSet(stores)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { set.Close() })
+		return set
+	}
+	call := func(t *testing.T, set *Set, idx []int64) (bool, []byte, error) {
+		t.Helper()
+		dst := bytes.Repeat([]byte{0xAA}, len(idx)*size)
+		c := getSetCall(len(idx))
+		defer c.put()
+		if err := set.route("gather", idx, c); err != nil {
+			t.Fatal(err)
+		}
+		done, err := set.gatherSmall(c, len(idx), dst, size)
+		return done, dst, err
+	}
+	random := make([]int64, 203) // not a multiple of four
+	for k := range random {
+		random[k] = rng.Int64N(parts * per)
+	}
+	random[9] = random[2] // a repeat
+	withZstd := append([]int64{parts*per + 3}, random[:20]...)
+	for _, lazy := range []bool{false, true} {
+		t.Run(map[bool]string{false: "eager", true: "lazy"}[lazy], func(t *testing.T) {
+			set := open(t, lazy)
+			done, dst, err := call(t, set, random)
+			if !done || err != nil {
+				t.Fatalf("a random batch of raw records: done %v, %v; want it taken", done, err)
+			}
+			for k, i := range random {
+				if !bytes.Equal(dst[k*size:(k+1)*size], recs[i]) {
+					t.Fatalf("slot %d holds other bytes than record %d", k, i)
+				}
+			}
+			declined := func(what string, idx []int64) {
+				t.Helper()
+				done, dst, err := call(t, set, idx)
+				if done || err != nil {
+					t.Fatalf("%s: done %v, %v; want it declined", what, done, err)
+				}
+				if bytes.Count(dst, []byte{0xAA}) != len(dst) {
+					t.Fatalf("%s: declined, but dst was written", what)
+				}
+				got := make([]byte, len(idx)*size)
+				if err := set.Gather(idx, got, size); err != nil {
+					t.Fatalf("%s: Gather: %v", what, err)
+				}
+				for k, i := range idx {
+					if !bytes.Equal(got[k*size:(k+1)*size], recs[i]) {
+						t.Fatalf("%s: Gather's slot %d holds other bytes than record %d", what, k, i)
+					}
+				}
+			}
+			declined("a batch with a compressed store", withZstd)
+			if !lazy { // a lazy set's stores follow the set's SetVerify
+				set.Stores()[1].SetVerify(false)
+				declined("checked and unchecked stores", random)
+			}
+		})
+	}
+
+	// Damage one record's bytes on disk: record bad of store 2.
+	path := filepath.Join(shards[2].Dir, chunkName(0))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[bad*size+9] ^= 4
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	global := int64(2*per + bad)
+	for _, lazy := range []bool{false, true} {
+		set := open(t, lazy)
+		// Among the records checked four at a time, and after them.
+		for _, idx := range [][]int64{{5, global, 700, 9, 1000}, {5, 700, 9, 1000, global}} {
+			done, _, err := call(t, set, idx)
+			if !done || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), fmt.Sprintf("record %d in %s", bad, shards[2].Dir)) {
+				t.Fatalf("lazy %v, a damaged record in %v: done %v, %v; want ErrCorrupt naming record %d of %s", lazy, idx, done, err, bad, shards[2].Dir)
+			}
+		}
+		set.SetVerify(false)
+		done, dst, err := call(t, set, []int64{5, 700, global, 9})
+		if !done || err != nil || !bytes.Equal(dst[2*size:3*size], b[bad*size:(bad+1)*size]) {
+			t.Fatalf("lazy %v, verification off: done %v, %v; want the damaged bytes copied", lazy, done, err)
+		}
 	}
 }

@@ -10,6 +10,8 @@ import "sync"
 // nothing. When a lazy set may keep fewer stores open than a batch touches,
 // the batch is located and checked in rounds of as many stores as it may
 // keep open, then copied in rounds (locateRounds, fillRounds).
+// A small batch of raw records of several stores takes a short path
+// instead (gatherSmall, in gather_small.go), as in a single store.
 
 // setCall is the working memory of one call of a Set.
 type setCall struct {
@@ -34,6 +36,8 @@ type setCall struct {
 	// (0 free), vals[h] its group.
 	keys, vals []int32
 	order      []int32 // route's scratch when groups are sorted
+	// small: each group's store, for the short path (gatherSmall).
+	small []smallSource
 }
 
 var setCallPool = sync.Pool{New: func() any { return new(setCall) }}
@@ -54,6 +58,7 @@ func (c *setCall) put() {
 	clear(c.chunks)
 	clear(c.all)
 	c.all = c.all[:0]
+	clear(c.small)
 	setCallPool.Put(c)
 }
 
@@ -417,6 +422,11 @@ func (t *Set) gather(indices []int64, dst []byte, stride int, slot bool) (err er
 	}
 	old := guardFaults()
 	defer restoreFaults(old)
+	if int64(n)*int64(stride) < smallGatherMax {
+		if done, err := t.gatherSmall(c, n, dst, stride); done {
+			return err
+		}
+	}
 	if c.groups() > t.roundSize() {
 		if err := t.locateRounds("gather", c, func(lo, hi int) error { return c.checkStride(lo, hi, stride) }); err != nil {
 			return err
