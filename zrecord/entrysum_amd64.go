@@ -95,3 +95,27 @@ func shortSum(b []byte) uint32 {
 	}
 	return shortSumSSE42(&b[0], len(b))
 }
+
+// loadEntriesFromSSE42 is loadEntriesFrom on a CPU with SSE4.2, for n
+// indices.
+//
+//go:noescape
+func loadEntriesFromSSE42(tables *unsafe.Pointer, indices *int64, n int, locs *entry) int
+
+// loadEntriesFrom is loadEntries for the entries of several tables: entry
+// k of the batch is entry indices[k] of the table that starts at
+// tables[k], which holds it (the caller checked). It returns the position
+// of the first entry that does not match its checksum, or len(indices).
+func loadEntriesFrom(tables []unsafe.Pointer, indices []int64, locs []entry) int {
+	if !hasCRC32C || len(indices) == 0 {
+		return loadEntriesFromGo(tables, indices, locs)
+	}
+	_, _ = locs[len(indices)-1], tables[len(indices)-1]
+	for lo := 0; lo < len(indices); lo += loadEntriesSlice {
+		hi := min(len(indices), lo+loadEntriesSlice)
+		if n := loadEntriesFromSSE42(&tables[lo], &indices[lo], hi-lo, &locs[lo]); n < hi-lo {
+			return lo + n
+		}
+	}
+	return len(indices)
+}

@@ -125,3 +125,41 @@ sdone:
 	NOTL DX
 	MOVL DX, ret+16(FP)
 	RET
+
+// func loadEntriesFromSSE42(tables *unsafe.Pointer, indices *int64, n int, locs *entry) int
+//
+// loadEntriesSSE42 for entries of several tables: entry k of the batch is
+// entry indices[k] of the table that starts at tables[k]. The caller has
+// checked each index against its table. It returns the position of the
+// first entry that does not match, or n.
+TEXT ·loadEntriesFromSSE42(SB), NOSPLIT, $0-40
+	MOVQ tables+0(FP), SI
+	MOVQ indices+8(FP), R8
+	MOVQ n+16(FP), R9
+	MOVQ locs+24(FP), DI
+	XORQ R11, R11
+fromLoop:
+	CMPQ R11, R9
+	JGE  fromDone
+	MOVQ (R8)(R11*8), AX
+	MOVQ (SI)(R11*8), BX
+	LEAQ (AX)(AX*2), CX
+	LEAQ (BX)(CX*8), BX
+	MOVOU 0(BX), X0
+	MOVL 16(BX), R10
+	MOVL $0xffffffff, DX
+	CRC32Q AX, DX
+	CRC32Q 0(BX), DX
+	CRC32Q 8(BX), DX
+	CRC32L R10, DX
+	NOTL DX
+	CMPL DX, 20(BX)
+	JNE  fromDone
+	MOVOU X0, 0(DI)
+	MOVL R10, 16(DI)
+	ADDQ $20, DI
+	INCQ R11
+	JMP  fromLoop
+fromDone:
+	MOVQ R11, ret+32(FP)
+	RET

@@ -186,3 +186,53 @@ func TestShortSum(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadEntriesFrom checks the loader of entries from several tables
+// against loadEntriesGo of each entry's own table: the same entries
+// decoded, and the batch stopped at the first damaged one.
+func TestLoadEntriesFrom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(10, 11))
+	const count = 500
+	segs := make([][]byte, 3)
+	for s := range segs {
+		segs[s] = make([]byte, count*24)
+		for i := range int64(count) {
+			e := entry{off: rng.Uint32(), phys: rng.Uint32(), logic: rng.Uint32(), chunk: uint32(s), sum: rng.Uint32()}
+			layoutV4.putEntry(segs[s][i*24:i*24+24], i, e)
+		}
+	}
+	const bad = 321
+	segs[1][bad*24+int64(rng.IntN(24))] ^= 1 << rng.IntN(8)
+	for _, n := range []int{0, 1, 3, 256, 600} {
+		tables := make([]unsafe.Pointer, n)
+		indices := make([]int64, n)
+		which := make([]int, n)
+		for k := range indices {
+			which[k], indices[k] = rng.IntN(len(segs)), rng.Int64N(count)
+			if which[k] == 1 && indices[k] == bad {
+				indices[k]--
+			}
+			if n == 600 && k == 450 {
+				which[k], indices[k] = 1, bad
+			}
+			tables[k] = unsafe.Pointer(&segs[which[k]][0])
+		}
+		for name, load := range map[string]func([]unsafe.Pointer, []int64, []entry) int{"batch": loadEntriesFrom, "go": loadEntriesFromGo} {
+			got := make([]entry, n)
+			stop := load(tables, indices, got)
+			want := n
+			if n == 600 {
+				want = 450
+			}
+			if stop != want {
+				t.Fatalf("%s, %d entries: stopped at %d, want %d", name, n, stop, want)
+			}
+			for k := range stop {
+				one := make([]entry, 1)
+				if loadEntriesGo(segs[which[k]], indices[k:k+1], one) != 1 || got[k] != one[0] {
+					t.Fatalf("%s, %d entries: entry %d (table %d, index %d) decoded as %+v, want %+v", name, n, k, which[k], indices[k], got[k], one[0])
+				}
+			}
+		}
+	}
+}

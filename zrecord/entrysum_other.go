@@ -2,7 +2,10 @@
 
 package zrecord
 
-import "hash/crc32"
+import (
+	"hash/crc32"
+	"unsafe"
+)
 
 // entrySumFast returns entrySum(idx, b).
 func entrySumFast(idx int64, b []byte) uint32 { return entrySum(idx, b) }
@@ -13,6 +16,13 @@ func entrySumFast(idx int64, b []byte) uint32 { return entrySum(idx, b) }
 // in indices of the first entry that does not match, or len(indices).
 func loadEntries(seg []byte, indices []int64, locs []entry) int {
 	return loadEntriesGo(seg, indices, locs)
+}
+
+// loadEntriesFrom is loadEntries for the entries of several tables: entry
+// k of the batch is entry indices[k] of the table that starts at
+// tables[k], which holds it (the caller checked).
+func loadEntriesFrom(tables []unsafe.Pointer, indices []int64, locs []entry) int {
+	return loadEntriesFromGo(tables, indices, locs)
 }
 
 // putEntries writes the table entries ents of records first, first+1, ...

@@ -32,6 +32,9 @@ type gatherScratch struct {
 	srcs []unsafe.Pointer
 	// sums: the checksum of each record copyCRCStrided copied.
 	sums []uint32
+	// tables: the table of each record of a Set's short path (the start
+	// of its store's table mapping).
+	tables []unsafe.Pointer
 }
 
 // setStream decides, for a call that copies total bytes of n records over

@@ -38,6 +38,7 @@ func (s *Store) gatherSmall(indices []int64, dst []byte, stride int, g *gatherSc
 	prefetchEntriesAt(&seg[0], len(seg)/24, &indices[0], len(indices))
 	locs := g.locs[:len(indices)]
 	g.srcs = grow(g.srcs, len(indices))
+	defer g.dropAddrs()
 	if !locateSmall(seg, chunks, indices, locs, g.srcs, stride) {
 		return false, nil
 	}
@@ -76,20 +77,35 @@ func (s *Store) smallTable() ([]byte, []*chunk) {
 // the address of each record in its chunk's mapping, and asks for each
 // record's bytes. It reports false, leaving the rest undone, at an index
 // past seg, an entry that does not match its checksum, or a record that
-// is not raw, not stride bytes, or not within its chunk's committed and
-// mapped bytes. The addresses stay good for as long as the store is read
-// locked or pinned: a mapping replaced by a longer one is kept until the
-// store closes (mapping.retired).
+// checkSmall turns down.
 func locateSmall(seg []byte, chunks []*chunk, indices []int64, locs []entry, srcs []unsafe.Pointer, stride int) bool {
 	if loadEntries(seg, indices, locs) < len(indices) {
 		return false
 	}
+	return checkSmall(locs[:len(indices)], srcs, stride, [][]*chunk{chunks}, nil)
+}
+
+// checkSmall checks each of the entries locs, of record k in the chunk
+// list lists[grp[k]] (lists[0] when grp is nil), keeps the address of the
+// record in its chunk's mapping in srcs[k], and asks for its bytes. It
+// reports false, leaving the rest undone, at a record that is not raw, not
+// stride bytes, or not within its chunk's committed and mapped bytes. The
+// addresses stay good for as long as the store is read locked or pinned:
+// a mapping replaced by a longer one is kept until the store closes
+// (mapping.retired).
+func checkSmall(locs []entry, srcs []unsafe.Pointer, stride int, lists [][]*chunk, grp []int32) bool {
+	chunks := lists[0]
+	var list int32 // the list chunks is
 	var cur uint32 // the chunk cd maps, up to cend, when have
 	var cd []byte
 	var cend uint64
 	have := false
-	for k := range indices {
+	for k := range locs {
 		e := &locs[k]
+		if grp != nil && grp[k] != list {
+			list, have = grp[k], false
+			chunks = lists[list]
+		}
 		if e.logic != uint32(stride) || e.phys != e.logic || int64(e.chunk) >= int64(len(chunks)) {
 			return false
 		}
@@ -108,6 +124,15 @@ func locateSmall(seg []byte, chunks []*chunk, indices []int64, locs []entry, src
 		}
 	}
 	return true
+}
+
+// dropAddrs clears the addresses the short path kept in g, before g goes
+// back to its pool: they point into mappings that may be gone by the time
+// g is used again, and the collector must not meet such a pointer where a
+// later mapping of the Go heap might be.
+func (g *gatherScratch) dropAddrs() {
+	clear(g.srcs)
+	clear(g.tables)
 }
 
 // copySrcs copies the stride bytes at each of srcs (located by
@@ -185,47 +210,100 @@ func (c *setCall) smallSource(j int, src *smallSource) bool {
 	return len(src.seg) > 0
 }
 
-// gatherSmall is Gather's short path for a Set (see above), for a call
-// that route grouped into c, of more than one group and no more than a
-// round: the stores' entries asked for together, each group located in
-// its own store, and the batch copied in call order from the records'
-// addresses in one pass, as for one store. It reports false where it
-// declines the call.
-func (t *Set) gatherSmall(c *setCall, n int, dst []byte, stride int) (bool, error) {
-	if !canPrefetch || stride <= 0 || c.groups() > t.roundSize() {
+// smallSetMax is the most stores a set may have for its calls to take
+// the short path: routeSmall finds an index's group in a table with a
+// place for every store (setCall.direct, 4 bytes a store).
+const smallSetMax = 1 << 17
+
+// routeSmall is route for the short path: it range-checks indices and
+// finds each one's store, its group (grp, in order of first appearance)
+// and its local index (local), both in call order, without sorting the
+// call by group. It reports false at an index out of range, for the
+// general path to report.
+func (t *Set) routeSmall(indices []int64, c *setCall) bool {
+	n := len(indices)
+	c.grp, c.local = grow(c.grp, n), grow(c.local, n)
+	c.ks = c.ks[:0]
+	if len(c.direct) < t.count() {
+		c.direct = make([]int32, t.count())
+	}
+	dir := c.direct[:t.count()]
+	ok := true
+	total := t.Len()
+	for k, i := range indices {
+		if uint64(i) >= uint64(total) {
+			ok = false
+			break
+		}
+		s := t.storeOf(i)
+		j := dir[s] - 1
+		if j < 0 {
+			j = int32(len(c.ks))
+			dir[s] = j + 1
+			c.ks = append(c.ks, int32(s))
+		}
+		c.grp[k], c.local[k] = j, i-t.starts[s]
+	}
+	for _, s := range c.ks { // the table's places are 0 between calls
+		dir[s] = 0
+	}
+	g := len(c.ks)
+	c.sts, c.nodes = grow(c.sts, g), grow(c.nodes, g)
+	return ok
+}
+
+// gatherSmall is Gather's short path for a Set (see above): the call
+// routed in call order (routeSmall), a call of one store handed to that
+// store's Gather, and otherwise, with the stores pinned (and locked), the
+// batch's entries asked for and checked from their stores' tables in one
+// loop each, and the batch copied from the records' addresses in one
+// pass, as in one store. It reports false where it declines the call.
+func (t *Set) gatherSmall(indices []int64, dst []byte, stride int, slot bool) (bool, error) {
+	n := len(indices)
+	if !canPrefetch || stride <= 0 || t.ordered || t.count() > smallSetMax {
 		return false, nil
 	}
+	c := getSetCall(n)
+	defer c.put()
+	if !t.routeSmall(indices, c) || c.groups() > t.roundSize() {
+		return false, nil
+	}
+	if c.groups() == 1 {
+		return true, t.withGroup("gather", c, func(s *Store) error { return s.gather(c.local[:n], dst, stride, slot) })
+	}
+	old := guardFaults()
+	defer restoreFaults(old)
 	if err := t.lockGroups("gather", c, 0, c.groups()); err != nil {
 		return true, err
 	}
 	defer t.unlockGroups(c, 0, c.groups())
 	c.small = grow(c.small, c.groups())
 	src := c.small
+	c.lists = grow(c.lists, c.groups())
 	for j := range src {
 		if !c.smallSource(j, &src[j]) || src[j].checked != src[0].checked {
 			return false, nil
 		}
-		a, b := c.first[j], c.first[j+1]
-		prefetchEntriesAt(&src[j].seg[0], len(src[j].seg)/24, &c.local[a], int(b-a))
+		c.lists[j] = src[j].chunks
 	}
-	gs := c.gs
-	gs.srcs = grow(gs.srcs, n)
-	for j := range src {
-		a, b := c.first[j], c.first[j+1]
-		if !locateSmall(src[j].seg, src[j].chunks, c.local[a:b], gs.locs[a:b], gs.srcs[a:b], stride) {
+	g := c.gs
+	defer g.dropAddrs()
+	g.tables = grow(g.tables, n)
+	for k, j := range c.grp[:n] {
+		seg := src[j].seg
+		if uint64(c.local[k]) >= uint64(len(seg)/24) {
 			return false, nil
 		}
+		g.tables[k] = unsafe.Pointer(&seg[0])
 	}
-	// The entries and addresses in call order.
-	g := getGatherScratch(n)
-	defer gatherPool.Put(g)
+	prefetchEntriesFrom(&g.tables[0], &c.local[0], n)
+	locs := g.locs[:n]
 	g.srcs = grow(g.srcs, n)
-	for k, q := range c.slot[:n] {
-		g.locs[k], g.srcs[k] = gs.locs[q], gs.srcs[q]
+	if loadEntriesFrom(g.tables, c.local[:n], locs) < n || !checkSmall(locs, g.srcs, stride, c.lists, c.grp[:n]) {
+		return false, nil
 	}
-	if at, sum, bad := copySrcs(dst, g.srcs, g.locs[:n], stride, src[0].checked, g); bad {
-		j, q := c.grp[at], c.slot[at]
-		return true, c.sts[j].dataError(c.local[q], gs.locs[q], sum)
+	if at, sum, bad := copySrcs(dst, g.srcs, locs, stride, src[0].checked, g); bad {
+		return true, c.sts[c.grp[at]].dataError(c.local[at], locs[at], sum)
 	}
 	return true, nil
 }

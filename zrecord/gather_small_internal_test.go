@@ -187,12 +187,7 @@ func TestSetGatherSmallTakesOrDeclines(t *testing.T) {
 	call := func(t *testing.T, set *Set, idx []int64) (bool, []byte, error) {
 		t.Helper()
 		dst := bytes.Repeat([]byte{0xAA}, len(idx)*size)
-		c := getSetCall(len(idx))
-		defer c.put()
-		if err := set.route("gather", idx, c); err != nil {
-			t.Fatal(err)
-		}
-		done, err := set.gatherSmall(c, len(idx), dst, size)
+		done, err := set.gatherSmall(idx, dst, size, false)
 		return done, dst, err
 	}
 	random := make([]int64, 203) // not a multiple of four
@@ -231,6 +226,17 @@ func TestSetGatherSmallTakesOrDeclines(t *testing.T) {
 						t.Fatalf("%s: Gather's slot %d holds other bytes than record %d", what, k, i)
 					}
 				}
+			}
+			done, dst, err = call(t, set, []int64{7, 3, 7, per - 1}) // one store's records
+			if !done || err != nil || !bytes.Equal(dst[3*size:], recs[per-1]) {
+				t.Fatalf("a batch of one store: done %v, %v; want it taken and gathered", done, err)
+			}
+			past := []int64{1, (parts+1)*per + 5}
+			if done, dst, err := call(t, set, past); done || err != nil || bytes.Count(dst, []byte{0xAA}) != len(dst) {
+				t.Fatalf("an index past the end: done %v, %v; want it declined, dst untouched", done, err)
+			}
+			if err := set.Gather(past, make([]byte, 2*size), size); !errors.Is(err, ErrIndexOutOfRange) {
+				t.Fatalf("an index past the end: Gather returned %v, want ErrIndexOutOfRange", err)
 			}
 			declined("a batch with a compressed store", withZstd)
 			if !lazy { // a lazy set's stores follow the set's SetVerify

@@ -24,6 +24,13 @@ func prefetchRecord(p *byte, n int)
 //go:noescape
 func prefetchEntriesAt(seg *byte, entries int, indices *int64, n int)
 
+// prefetchEntriesFrom is prefetchEntriesAt for the entries of several
+// tables: entry k of the batch is entry indices[k] of the table that
+// starts at tables[k], which holds it (the caller checked).
+//
+//go:noescape
+func prefetchEntriesFrom(tables *unsafe.Pointer, indices *int64, n int)
+
 // repMovsb copies n bytes from src to dst (not overlapping) with REP MOVSB.
 //
 //go:noescape

@@ -56,3 +56,26 @@ entriesNext:
 	JNZ  entriesLoop
 entriesDone:
 	RET
+
+// func prefetchEntriesFrom(tables *unsafe.Pointer, indices *int64, n int)
+//
+// prefetchEntriesAt for entries of several tables: entry k of the batch
+// is entry indices[k] of the table that starts at tables[k], each index
+// checked against its table by the caller.
+TEXT ·prefetchEntriesFrom(SB), NOSPLIT, $0-24
+	MOVQ tables+0(FP), SI
+	MOVQ indices+8(FP), R8
+	MOVQ n+16(FP), CX
+	TESTQ CX, CX
+	JLE  fromDone
+fromLoop:
+	MOVQ (R8), AX
+	MOVQ (SI), BX
+	LEAQ (AX)(AX*2), DX
+	PREFETCHT0 (BX)(DX*8)
+	ADDQ $8, R8
+	ADDQ $8, SI
+	DECQ CX
+	JNZ  fromLoop
+fromDone:
+	RET

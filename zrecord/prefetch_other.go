@@ -2,6 +2,8 @@
 
 package zrecord
 
+import "unsafe"
+
 // canPrefetch says the prefetch functions issue prefetches on this
 // architecture: not here, where gathers touch records with loads instead
 // (touchRecords).
@@ -12,6 +14,9 @@ func prefetchRecord(p *byte, n int) {}
 
 // prefetchEntriesAt does nothing here.
 func prefetchEntriesAt(seg *byte, entries int, indices *int64, n int) {}
+
+// prefetchEntriesFrom does nothing here.
+func prefetchEntriesFrom(tables *unsafe.Pointer, indices *int64, n int) {}
 
 // copyRecord copies a raw record: copy(to, from).
 func copyRecord(to, from []byte) { copy(to, from) }

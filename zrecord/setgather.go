@@ -36,8 +36,12 @@ type setCall struct {
 	// (0 free), vals[h] its group.
 	keys, vals []int32
 	order      []int32 // route's scratch when groups are sorted
-	// small: each group's store, for the short path (gatherSmall).
-	small []smallSource
+	// For the short path (gatherSmall): small[j] is group j's store and
+	// lists[j] its chunks; direct[s] is store s's group + 1 (0: none) while
+	// routeSmall routes.
+	small  []smallSource
+	lists  [][]*chunk
+	direct []int32
 }
 
 var setCallPool = sync.Pool{New: func() any { return new(setCall) }}
@@ -59,6 +63,7 @@ func (c *setCall) put() {
 	clear(c.all)
 	c.all = c.all[:0]
 	clear(c.small)
+	clear(c.lists)
 	setCallPool.Put(c)
 }
 
@@ -412,6 +417,11 @@ func (t *Set) gather(indices []int64, dst []byte, stride int, slot bool) (err er
 	if stride > 0 && n > len(dst)/stride {
 		return errf(ErrBufferTooSmall, "gather from a set: %d records of %d bytes need %d bytes, dst has %d", n, stride, int64(n)*int64(stride), len(dst))
 	}
+	if int64(n)*int64(stride) < smallGatherMax {
+		if done, err := t.gatherSmall(indices, dst, stride, slot); done {
+			return err
+		}
+	}
 	c := getSetCall(n)
 	defer c.put()
 	if err := t.route("gather", indices, c); err != nil {
@@ -422,11 +432,6 @@ func (t *Set) gather(indices []int64, dst []byte, stride int, slot bool) (err er
 	}
 	old := guardFaults()
 	defer restoreFaults(old)
-	if int64(n)*int64(stride) < smallGatherMax {
-		if done, err := t.gatherSmall(c, n, dst, stride); done {
-			return err
-		}
-	}
 	if c.groups() > t.roundSize() {
 		if err := t.locateRounds("gather", c, func(lo, hi int) error { return c.checkStride(lo, hi, stride) }); err != nil {
 			return err
