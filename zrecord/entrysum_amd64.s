@@ -17,6 +17,25 @@ TEXT ·entrySumSSE42(SB), NOSPLIT, $0-20
 	MOVL  DX, ret+16(FP)
 	RET
 
+// LOADENTRY checks the 24-byte table entry at BX, of index AX, against
+// the CRC-32C of the index and the entry's first 20 bytes (its last 4),
+// and copies those 20 bytes to DI and moves DI past them, or jumps to
+// fail; it uses X0, R10 and DX.
+#define LOADENTRY(fail) \
+	MOVOU  0(BX), X0; \
+	MOVL   16(BX), R10; \
+	MOVL   $0xffffffff, DX; \
+	CRC32Q AX, DX; \
+	CRC32Q 0(BX), DX; \
+	CRC32Q 8(BX), DX; \
+	CRC32L R10, DX; \
+	NOTL   DX; \
+	CMPL   DX, 20(BX); \
+	JNE    fail; \
+	MOVOU  X0, 0(DI); \
+	MOVL   R10, 16(DI); \
+	ADDQ   $20, DI
+
 // func loadEntriesSSE42(seg *byte, entries int, indices *int64, n int, locs *entry) int
 //
 // Checks the 24-byte table entries indices[0:n] of a segment of entries
@@ -43,19 +62,7 @@ loop:
 	JAE  done
 	LEAQ (AX)(AX*2), BX
 	LEAQ (SI)(BX*8), BX
-	MOVOU 0(BX), X0
-	MOVL 16(BX), R10
-	MOVL $0xffffffff, DX
-	CRC32Q AX, DX
-	CRC32Q 0(BX), DX
-	CRC32Q 8(BX), DX
-	CRC32L R10, DX
-	NOTL DX
-	CMPL DX, 20(BX)
-	JNE  done
-	MOVOU X0, 0(DI)
-	MOVL R10, 16(DI)
-	ADDQ $20, DI
+	LOADENTRY(done)
 	INCQ R11
 	JMP  loop
 done:
@@ -145,19 +152,7 @@ fromLoop:
 	MOVQ (SI)(R11*8), BX
 	LEAQ (AX)(AX*2), CX
 	LEAQ (BX)(CX*8), BX
-	MOVOU 0(BX), X0
-	MOVL 16(BX), R10
-	MOVL $0xffffffff, DX
-	CRC32Q AX, DX
-	CRC32Q 0(BX), DX
-	CRC32Q 8(BX), DX
-	CRC32L R10, DX
-	NOTL DX
-	CMPL DX, 20(BX)
-	JNE  fromDone
-	MOVOU X0, 0(DI)
-	MOVL R10, 16(DI)
-	ADDQ $20, DI
+	LOADENTRY(fromDone)
 	INCQ R11
 	JMP  fromLoop
 fromDone:
