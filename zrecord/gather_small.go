@@ -11,10 +11,12 @@ const smallGatherMax = min(adviseRunMin, prefetchBatchMax)
 // The short path of a small batch of raw records (gatherSmall, of a Store
 // and of a Set) does in three passes what Gather's general path does in
 // about ten: the table entries of the batch asked for at once and checked
-// in one assembly loop (prefetchEntriesAt, loadEntries), then one loop
-// that checks each entry against its chunk and the stride, asks for the
-// record and keeps its address (locateSmall), then one copy of the batch
-// from those addresses (copySrcs). On 256 random records of 256 bytes
+// in one assembly loop (prefetchEntriesAt and loadEntries; for a Set,
+// whose entries lie in several tables, prefetchEntriesFrom and
+// loadEntriesFrom), then one loop that checks each entry against its
+// chunk and the stride, asks for the record and keeps its address
+// (checkSmall), then one copy of the batch from those addresses
+// (copySrcs). On 256 random records of 256 bytes
 // from a warm store, the general path spent about 35 ns a record on work
 // that is not a cache miss, four times what np.take spends.
 //
