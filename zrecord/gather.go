@@ -27,8 +27,8 @@ type gatherScratch struct {
 	// runs: the ranges the call advised sequential (adviseRuns).
 	runs []seqRun
 	// srcs: the address of each record in its chunk's mapping, which
-	// locateSmall collects for copySrcs (outside the Go heap, which the
-	// collector ignores; not used after the call).
+	// checkSmall collects for copySrcs (outside the Go heap, which the
+	// collector ignores; cleared as the call ends, by dropAddrs).
 	srcs []unsafe.Pointer
 	// sums: the checksum of each record copyCRCStrided copied.
 	sums []uint32
