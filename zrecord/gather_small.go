@@ -30,7 +30,7 @@ const smallGatherMax = min(adviseRunMin, prefetchBatchMax)
 // gatherSmall is Gather's short path for a store (see above). It reports
 // false where it declines the call.
 func (s *Store) gatherSmall(indices []int64, dst []byte, stride int, g *gatherScratch) (bool, error) {
-	if !canPrefetch || s.mayEncode() || !s.lay.checksummed() || s.overlay.Load() != nil || s.resident.Load() != nil {
+	if !canPrefetch {
 		return false, nil
 	}
 	seg, chunks := s.smallTable()
@@ -56,8 +56,13 @@ func (s *Store) gatherSmall(indices []int64, dst []byte, stride int, g *gatherSc
 }
 
 // smallTable returns the store's entries that are published, mapped and
-// in its first table segment, and its chunk list, for locateSmall.
+// in its first table segment, and its chunk list, for locateSmall; no
+// entries where the store does not take part in the short path (see
+// above).
 func (s *Store) smallTable() ([]byte, []*chunk) {
+	if s.mayEncode() || !s.lay.checksummed() || s.overlay.Load() != nil || s.resident.Load() != nil {
+		return nil, nil
+	}
 	// The length first: the lists are published before the length that
 	// needs them (as in locateInto).
 	length := s.length.Load()
@@ -84,20 +89,20 @@ func locateSmall(seg []byte, chunks []*chunk, indices []int64, locs []entry, src
 	if loadEntries(seg, indices, locs) < len(indices) {
 		return false
 	}
-	return checkSmall(locs[:len(indices)], srcs, stride, [][]*chunk{chunks}, nil)
+	return checkSmall(locs[:len(indices)], srcs, stride, []smallSource{{chunks: chunks}}, nil)
 }
 
-// checkSmall checks each of the entries locs, of record k in the chunk
-// list lists[grp[k]] (lists[0] when grp is nil), keeps the address of the
+// checkSmall checks each of the entries locs, of record k in the chunks
+// of src[grp[k]] (src[0] when grp is nil), keeps the address of the
 // record in its chunk's mapping in srcs[k], and asks for its bytes. It
 // reports false, leaving the rest undone, at a record that is not raw, not
 // stride bytes, or not within its chunk's committed and mapped bytes. The
 // addresses stay good for as long as the store is read locked or pinned:
 // a mapping replaced by a longer one is kept until the store closes
 // (mapping.retired).
-func checkSmall(locs []entry, srcs []unsafe.Pointer, stride int, lists [][]*chunk, grp []int32) bool {
-	chunks := lists[0]
-	var list int32 // the list chunks is
+func checkSmall(locs []entry, srcs []unsafe.Pointer, stride int, src []smallSource, grp []int32) bool {
+	chunks := src[0].chunks
+	var list int32 // the source chunks is of
 	var cur uint32 // the chunk cd maps, up to cend, when have
 	var cd []byte
 	var cend uint64
@@ -106,7 +111,7 @@ func checkSmall(locs []entry, srcs []unsafe.Pointer, stride int, lists [][]*chun
 		e := &locs[k]
 		if grp != nil && grp[k] != list {
 			list, have = grp[k], false
-			chunks = lists[list]
+			chunks = src[list].chunks
 		}
 		if e.logic != uint32(stride) || e.phys != e.logic || int64(e.chunk) >= int64(len(chunks)) {
 			return false
@@ -204,9 +209,6 @@ func (c *setCall) smallSource(j int, src *smallSource) bool {
 		return true
 	}
 	s := c.sts[j]
-	if s.mayEncode() || !s.lay.checksummed() || s.overlay.Load() != nil || s.resident.Load() != nil {
-		return false
-	}
 	src.seg, src.chunks = s.smallTable()
 	src.checked = s.checkRaws()
 	return len(src.seg) > 0
@@ -281,12 +283,10 @@ func (t *Set) gatherSmall(indices []int64, dst []byte, stride int, slot bool) (b
 	defer t.unlockGroups(c, 0, c.groups())
 	c.small = grow(c.small, c.groups())
 	src := c.small
-	c.lists = grow(c.lists, c.groups())
 	for j := range src {
 		if !c.smallSource(j, &src[j]) || src[j].checked != src[0].checked {
 			return false, nil
 		}
-		c.lists[j] = src[j].chunks
 	}
 	g := c.gs
 	defer g.dropAddrs()
@@ -301,7 +301,7 @@ func (t *Set) gatherSmall(indices []int64, dst []byte, stride int, slot bool) (b
 	prefetchEntriesFrom(&g.tables[0], &c.local[0], n)
 	locs := g.locs[:n]
 	g.srcs = grow(g.srcs, n)
-	if loadEntriesFrom(g.tables, c.local[:n], locs) < n || !checkSmall(locs, g.srcs, stride, c.lists, c.grp[:n]) {
+	if loadEntriesFrom(g.tables, c.local[:n], locs) < n || !checkSmall(locs, g.srcs, stride, src, c.grp[:n]) {
 		return false, nil
 	}
 	if at, sum, bad := copySrcs(dst, g.srcs, locs, stride, src[0].checked, g); bad {

@@ -36,11 +36,9 @@ type setCall struct {
 	// (0 free), vals[h] its group.
 	keys, vals []int32
 	order      []int32 // route's scratch when groups are sorted
-	// For the short path (gatherSmall): small[j] is group j's store and
-	// lists[j] its chunks; direct[s] is store s's group + 1 (0: none) while
-	// routeSmall routes.
+	// For the short path (gatherSmall): small[j] is group j's store;
+	// direct[s] is store s's group + 1 (0: none) while routeSmall routes.
 	small  []smallSource
-	lists  [][]*chunk
 	direct []int32
 }
 
@@ -63,7 +61,6 @@ func (c *setCall) put() {
 	clear(c.all)
 	c.all = c.all[:0]
 	clear(c.small)
-	clear(c.lists)
 	setCallPool.Put(c)
 }
 
