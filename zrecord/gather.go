@@ -651,26 +651,26 @@ func (g *gatherScratch) touchRecords(chunks []*chunk) {
 // each copy starting with a cache miss, and the hardware prefetcher
 // follows a record's later lines once its copy runs.
 //
-// Records are asked for into the L2 cache (prefetchRecord), not the L1:
-// a prefetch into the L1 holds one of its few miss buffers until the line
-// arrives, and a gather that asked for whole records that way starved its
-// own loads. Into the L2, more of each record pays: the checked copy and
-// a narrowed record's widening run chains of work that their loads wait
-// behind, and even the plain copy gained. On random batches of 256 from
-// 64 MiB of records, with L2 prefetches of up to 4 KiB against L1 ones
-// (of 4 KiB for checked copies, 1 KiB otherwise), in alternated rounds of
-// one run: the checked gather took 0.53-0.60x the time at 2 and 4 KiB and
-// 0.70x at 256 bytes, the unchecked one about 0.77x at 4 KiB, and 8 KiB
-// token rows stored narrowed 0.71x. (With L1 prefetches, two records of up
-// to 1 KiB each had done best for the plain copy of 2 KiB records.) Up to
-// 16 KiB of each record rather than 4: on random batches from 128 MiB of
-// raw records, eight alternated rounds, the unchecked gather of 256
-// records of 8 KiB took a median of 176 against 189 µs (faster in seven
-// rounds of eight); 16 and 64 KiB records, checked or not, and checked
-// 8 KiB ones moved by less than the noise.
+// Records of up to l1RecordMax bytes are asked for into the L1 cache,
+// larger ones into the L2 (prefetchRecord). On random batches from 128 MiB
+// of raw records, nine alternated rounds of one run, L1 prefetches took
+// the time of L2 ones to 0.75-0.95x checked and 0.70-0.98x unchecked at
+// 256 B to 4 KiB (0.5-0.65x at 512 B, in the short path), and moved 8 KiB
+// to 1 MiB records by less than the noise; a Python memory bench of L2
+// prefetches against L1 ones had the 64 KiB plain copy ahead by a few per
+// cent. (An earlier state of the gather, which asked for each record two
+// records ahead only, had measured the other way: a prefetch into the L1
+// holds one of its miss buffers until the line arrives, and asking for
+// whole records so had starved its own loads.) Up to 16 KiB of each
+// record: on random batches from 128 MiB of raw records, eight alternated
+// rounds, the unchecked gather of 256 records of 8 KiB took a median of
+// 176 against 189 µs for 4 KiB (faster in seven rounds of eight); 16 and
+// 64 KiB records, checked or not, and checked 8 KiB ones moved by less
+// than the noise.
 const (
 	prefetchAhead = 2
 	prefetchBytes = 16 << 10
+	l1RecordMax   = 4 << 10
 )
 
 // prefetchBatchMax bounds the stored bytes of a call that prefetchBatch

@@ -10,9 +10,11 @@ import (
 // architecture.
 const canPrefetch = true
 
-// prefetchRecord asks the CPU to load the n bytes at p into its L2 cache
-// (PREFETCHT1): the lines of a record copied a little later (see
-// prefetchAhead). It never faults, whatever p is.
+// prefetchRecord asks the CPU to load the n bytes at p, the lines of a
+// record copied a little later (see prefetchAhead), into its L1 cache
+// (PREFETCHT0) when n is at most l1RecordMax, whose value the assembly
+// repeats, and into its L2 cache (PREFETCHT1) otherwise. It never faults,
+// whatever p is.
 //
 //go:noescape
 func prefetchRecord(p *byte, n int)

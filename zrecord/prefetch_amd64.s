@@ -18,9 +18,14 @@ done: \
 
 // func prefetchRecord(p *byte, n int)
 //
-// PREFETCHT1: the lines go to the L2 cache.
+// PREFETCHT0 (the lines go to the L1 cache) for n up to l1RecordMax,
+// PREFETCHT1 (to the L2 cache) above it.
 TEXT ·prefetchRecord(SB), NOSPLIT, $0-16
-	PREFETCHALL(PREFETCHT1, recordLoop, recordDone)
+	CMPQ n+8(FP), $4096 // l1RecordMax
+	JGT  recordL2
+	PREFETCHALL(PREFETCHT0, recordL1Loop, recordL1Done)
+recordL2:
+	PREFETCHALL(PREFETCHT1, recordL2Loop, recordL2Done)
 
 // func repMovsb(dst, src *byte, n int)
 //
@@ -36,7 +41,11 @@ TEXT ·repMovsb(SB), NOSPLIT, $0-24
 //
 // PREFETCHT0 of the 24-byte table entry of each of indices[0:n] that is
 // below entries (compared unsigned, so negative ones are skipped), entry i
-// at seg + 24*i: a whole batch's entry misses asked for in one loop.
+// at seg + 24*i: a whole batch's entry misses asked for in one loop. Both
+// the entry's first and its last byte are asked for: one entry in four
+// (i mod 8 is 2 or 5) crosses a 64-byte line, and the miss on its second
+// line, left to loadEntries, stalled that loop; the second prefetch of an
+// entry within one line finds the line already asked for.
 TEXT ·prefetchEntriesAt(SB), NOSPLIT, $0-32
 	MOVQ seg+0(FP), SI
 	MOVQ entries+8(FP), R12
@@ -50,6 +59,7 @@ entriesLoop:
 	JAE  entriesNext
 	LEAQ (AX)(AX*2), BX
 	PREFETCHT0 (SI)(BX*8)
+	PREFETCHT0 23(SI)(BX*8)
 entriesNext:
 	ADDQ $8, R8
 	DECQ CX
@@ -59,9 +69,10 @@ entriesDone:
 
 // func prefetchEntriesFrom(tables *unsafe.Pointer, indices *int64, n int)
 //
-// prefetchEntriesAt for entries of several tables: entry k of the batch
-// is entry indices[k] of the table that starts at tables[k], each index
-// checked against its table by the caller.
+// prefetchEntriesAt (both lines of an entry that crosses one) for entries
+// of several tables: entry k of the batch is entry indices[k] of the table
+// that starts at tables[k], each index checked against its table by the
+// caller.
 TEXT ·prefetchEntriesFrom(SB), NOSPLIT, $0-24
 	MOVQ tables+0(FP), SI
 	MOVQ indices+8(FP), R8
@@ -73,9 +84,11 @@ fromLoop:
 	MOVQ (SI), BX
 	LEAQ (AX)(AX*2), DX
 	PREFETCHT0 (BX)(DX*8)
+	PREFETCHT0 23(BX)(DX*8)
 	ADDQ $8, R8
 	ADDQ $8, SI
 	DECQ CX
 	JNZ  fromLoop
 fromDone:
 	RET
+
