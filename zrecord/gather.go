@@ -231,7 +231,7 @@ func copyPlain(frames, v3 bool, locs []entry, chunks []*chunk, dst []byte, strid
 					end += stride
 					m++
 				}
-				copy(dst[k*stride:m*stride], d[off:end])
+				copyRecord(dst[k*stride:m*stride], d[off:end])
 				k = m - 1
 				continue
 			}

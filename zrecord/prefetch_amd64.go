@@ -47,8 +47,12 @@ var useRepMovsb = cpu.X86.HasERMS && !raceBuild
 // there, on 2 KiB records, it is about 5-7 % faster than the runtime's
 // copy, which moves records of up to 2 KiB through 16-byte registers, and
 // on 12 KiB ones no slower. Into a destination 16 bytes off a line it was
-// about 15 % slower, so other copies, and smaller (REP MOVSB's start-up)
-// or larger ones (not measured), keep the runtime's copy.
+// about 15 % slower, so other copies of that size, and smaller ones (REP
+// MOVSB's start-up), keep the runtime's copy. Larger ones are copied with
+// REP MOVSB wherever they lie: on random 64 KiB and 1 MiB records from 128
+// MiB, seven alternated rounds, it moved 1.07-1.13x the bytes a second of
+// the runtime's copy at 64 KiB and 1.3-1.45x at 1 MiB, on one goroutine or
+// two, into a destination aligned to a line or 16 bytes off one.
 const (
 	repMovsbMin = 1 << 10
 	repMovsbMax = 16 << 10
@@ -57,12 +61,13 @@ const (
 // copyRecord copies a raw record: copy(to, from).
 func copyRecord(to, from []byte) {
 	n := min(len(to), len(from))
-	if useRepMovsb && n >= repMovsbMin && n <= repMovsbMax {
+	if useRepMovsb && n >= repMovsbMin {
 		// REP MOVSB is fast between addresses aligned to a cache line,
-		// and slower than the runtime's copy otherwise (a NumPy buffer of
-		// a few hundred KiB starts 16 bytes into a page).
+		// and, up to repMovsbMax, slower than the runtime's copy
+		// otherwise (a NumPy buffer of a few hundred KiB starts 16 bytes
+		// into a page).
 		dst, src := unsafe.SliceData(to), unsafe.SliceData(from)
-		if (uintptr(unsafe.Pointer(dst))|uintptr(unsafe.Pointer(src)))&63 == 0 {
+		if n > repMovsbMax || (uintptr(unsafe.Pointer(dst))|uintptr(unsafe.Pointer(src)))&63 == 0 {
 			repMovsb(dst, src, n)
 			return
 		}
