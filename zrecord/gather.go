@@ -37,14 +37,11 @@ type gatherScratch struct {
 	tables []unsafe.Pointer
 }
 
-// setStream decides, for a call that copies total bytes of n records over
-// workers goroutines, whether its checked raw copies write with streaming
-// stores: when each goroutine's share is at least streamMin, or, into a
-// slot (see GatherSlot), at least streamShareMin of records of
-// streamRecordMin bytes on average.
-func (g *gatherScratch) setStream(total int64, n, workers int, slot bool) {
-	share := total / int64(max(workers, 1))
-	g.stream = share >= streamMin || slot && share >= streamShareMin && total/int64(max(n, 1)) >= streamRecordMin
+// setStream decides, for a call that copies total bytes over workers
+// goroutines, whether its checked raw copies write with streaming stores:
+// when each goroutine's share is at least streamMin.
+func (g *gatherScratch) setStream(total int64, workers int) {
+	g.stream = total/int64(max(workers, 1)) >= streamMin
 }
 
 var gatherPool = sync.Pool{New: func() any { return new(gatherScratch) }}
@@ -70,19 +67,10 @@ func getGatherScratch(n int) *gatherScratch {
 // copying decodeWeight bytes, are split into contiguous blocks, a few per
 // goroutine, that up to Threads() goroutines claim in turn. Gather runs concurrently with Append and other Gathers.
 func (s *Store) Gather(indices []int64, dst []byte, stride int) error {
-	return s.gather(indices, dst, stride, false)
+	return s.gather(indices, dst, stride)
 }
 
-// GatherSlot is Gather into a slot: a buffer written once and read later,
-// by another core, and not written again soon (a data loader's batch in
-// flight). Its large checked copies write past the caches (see
-// streamRecordMin), where Gather keeps them in the cache for a caller that
-// reads or reuses its buffer next.
-func (s *Store) GatherSlot(indices []int64, dst []byte, stride int) error {
-	return s.gather(indices, dst, stride, true)
-}
-
-func (s *Store) gather(indices []int64, dst []byte, stride int, slot bool) (err error) {
+func (s *Store) gather(indices []int64, dst []byte, stride int) (err error) {
 	defer recoverTo(&err, "gather")
 	old := guardFaults()
 	defer restoreFaults(old)
@@ -128,7 +116,7 @@ func (s *Store) gather(indices []int64, dst []byte, stride int, slot bool) (err 
 	workers := workersFor(s.gatherCost(g.locs, int64(n)*int64(stride)), n, fanOutBytes)
 	blocks := gatherBlocks(workers, n)
 	g.prepare(blocks)
-	g.setStream(int64(n)*int64(stride), n, workers, slot)
+	g.setStream(int64(n)*int64(stride), workers)
 	checked := s.checkRaws()
 	frames, v3 := s.mayEncode(), s.lay.version == versionV3
 	return parallelBlocks(workers, blocks, "gather", func(w int) error {
@@ -356,7 +344,7 @@ func (s *Store) GatherPacked(indices []int64, dst []byte, offsets []int64) (err 
 	workers := workersFor(s.gatherCost(g.locs, offsets[n]-offsets[0]), n, fanOutBytes)
 	blocks := gatherBlocks(workers, n)
 	g.prepare(blocks)
-	g.setStream(offsets[n]-offsets[0], n, workers, true)
+	g.setStream(offsets[n]-offsets[0], workers)
 	return parallelBlocks(workers, blocks, "gather", func(w int) error {
 		// Split by bytes, not by count, so records of mixed sizes balance.
 		lo := splitPoint(offsets, w, blocks)

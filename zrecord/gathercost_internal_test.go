@@ -70,36 +70,26 @@ func ztRecordInternal(size int) []byte {
 }
 
 // The checked copies stream (write past the cache) for batches whose share
-// per goroutine outgrows the caches, and, into a slot, for large records
-// from a smaller share; small records from a small share, and a buffer
-// that its caller reuses, keep the cached stores.
+// per goroutine outgrows the caches (streamMin), whatever the records.
 func TestSetStream(t *testing.T) {
 	for _, tc := range []struct {
-		total      int64
-		n, workers int
-		slot, want bool
+		total   int64
+		workers int
+		want    bool
 	}{
-		{256 << 8, 256, 1, true, false},         // 256 B records, 64 KiB
-		{1 << 20, 256, 1, true, false},          // 4 KiB records, 1 MiB
-		{16 << 20, 4096, 2, true, true},         // 4 KiB records, 8 MiB a goroutine
-		{16 << 20, 4096, 2, false, true},        // the same, not into a slot
-		{16 << 20, 4096, 4, true, false},        // 4 MiB a goroutine
-		{4 << 20, 64, 1, true, true},            // 64 KiB records, 4 MiB
-		{4 << 20, 64, 1, false, false},          // the same into a reused buffer
-		{4 << 20, 64, 2, true, true},            // 2 MiB a goroutine
-		{4 << 20, 64, 2, false, false},          // the same into a reused buffer
-		{4 << 20, 64, 8, true, false},           // 512 KiB a goroutine
-		{2 << 20, 64, 1, true, false},           // 32 KiB records
-		{16 << 20, 16, 2, true, true},           // 1 MiB records
-		{16 << 20, 16, 2, false, true},          // 8 MiB a goroutine: either way
-		{streamShareMin, 1, 1, true, true},      // one record of the least share
-		{streamShareMin - 1, 1, 1, true, false}, // below it
-		{0, 0, 0, true, false},                  // an empty call
+		{256 << 8, 1, false},        // 256 B records, 64 KiB
+		{16 << 20, 2, true},         // 8 MiB a goroutine
+		{16 << 20, 4, false},        // 4 MiB a goroutine
+		{4 << 20, 1, false},         // 64 KiB records, 4 MiB
+		{streamMin, 1, true},        // the least share
+		{streamMin - 1, 1, false},   // below it
+		{2*streamMin - 2, 2, false}, // below it on each of two
+		{0, 0, false},               // an empty call
 	} {
 		var g gatherScratch
-		g.setStream(tc.total, tc.n, tc.workers, tc.slot)
+		g.setStream(tc.total, tc.workers)
 		if g.stream != tc.want {
-			t.Errorf("setStream(%d bytes, %d records, %d workers, slot %v) = %v, want %v", tc.total, tc.n, tc.workers, tc.slot, g.stream, tc.want)
+			t.Errorf("setStream(%d bytes, %d workers) = %v, want %v", tc.total, tc.workers, g.stream, tc.want)
 		}
 	}
 }

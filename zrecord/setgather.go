@@ -393,16 +393,10 @@ func (c *setCall) cost(total int64) int64 {
 // store (a set of one store, a sequential read) is that store's Gather of
 // the local indices.
 func (t *Set) Gather(indices []int64, dst []byte, stride int) error {
-	return t.gather(indices, dst, stride, false)
+	return t.gather(indices, dst, stride)
 }
 
-// GatherSlot is Store.GatherSlot over the set: Gather into a buffer written
-// once and read later by another core.
-func (t *Set) GatherSlot(indices []int64, dst []byte, stride int) error {
-	return t.gather(indices, dst, stride, true)
-}
-
-func (t *Set) gather(indices []int64, dst []byte, stride int, slot bool) (err error) {
+func (t *Set) gather(indices []int64, dst []byte, stride int) (err error) {
 	defer recoverTo(&err, "gather")
 	n := len(indices)
 	if stride < 0 {
@@ -415,7 +409,7 @@ func (t *Set) gather(indices []int64, dst []byte, stride int, slot bool) (err er
 		return errf(ErrBufferTooSmall, "gather from a set: %d records of %d bytes need %d bytes, dst has %d", n, stride, int64(n)*int64(stride), len(dst))
 	}
 	if int64(n)*int64(stride) < smallGatherMax {
-		if done, err := t.gatherSmall(indices, dst, stride, slot); done {
+		if done, err := t.gatherSmall(indices, dst, stride); done {
 			return err
 		}
 	}
@@ -425,7 +419,7 @@ func (t *Set) gather(indices []int64, dst []byte, stride int, slot bool) (err er
 		return err
 	}
 	if c.groups() == 1 {
-		return t.withGroup("gather", c, func(s *Store) error { return s.gather(c.local[:n], dst, stride, slot) })
+		return t.withGroup("gather", c, func(s *Store) error { return s.gather(c.local[:n], dst, stride) })
 	}
 	old := guardFaults()
 	defer restoreFaults(old)
@@ -474,8 +468,8 @@ func (t *Set) gather(indices []int64, dst []byte, stride int, slot bool) (err er
 	workers := workersFor(c.cost(total), n, fanOutBytes)
 	blocks := gatherBlocks(workers, n)
 	c.gs.prepare(blocks)
-	c.gs.setStream(total, n, workers, slot)
-	g.setStream(total, n, workers, slot)
+	c.gs.setStream(total, workers)
+	g.setStream(total, workers)
 	return parallelBlocks(workers, blocks, "gather", func(w int) error {
 		lo, hi := n*w/blocks, n*(w+1)/blocks
 		for k := lo; k < hi; k++ {
@@ -656,7 +650,7 @@ func (t *Set) gatherSized(op string, c *setCall, dst []byte, offsets []int64, ch
 	workers := workersFor(c.cost(total), n, fanOutBytes)
 	blocks := gatherBlocks(workers, n)
 	c.gs.prepare(blocks)
-	c.gs.setStream(total, n, workers, true)
+	c.gs.setStream(total, workers)
 	return parallelBlocks(workers, blocks, op, func(w int) error {
 		lo := splitPoint(offsets, w, blocks)
 		hi := splitPoint(offsets, w+1, blocks)
