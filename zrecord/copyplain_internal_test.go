@@ -27,7 +27,7 @@ func TestCopyRecord(t *testing.T) {
 			for i := range to {
 				to[i] = 0xAA
 			}
-			copyRecord(to[shift:shift+n], from)
+			copyRecord(to[shift:shift+n], from, shift == 7)
 			if !bytes.Equal(to[shift:shift+n], from) {
 				t.Fatalf("%d bytes at offset %d: copy differs", n, shift)
 			}

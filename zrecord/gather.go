@@ -21,8 +21,9 @@ type gatherScratch struct {
 	// touched sums the bytes loaded ahead of use by touchEntries and
 	// touchRecords, so the loads are kept.
 	touched byte
-	// stream: the call's checked raw copies use copyCRCStream (see
-	// setStream).
+	// stream: the call's raw copies write past the caches, checked ones
+	// with copyCRCStream and the others with the runtime's copy (see
+	// setStream and copyRecord).
 	stream bool
 	// runs: the ranges the call advised sequential (adviseRuns).
 	runs []seqRun
@@ -37,11 +38,10 @@ type gatherScratch struct {
 	tables []unsafe.Pointer
 }
 
-// setStream decides, for a call that copies total bytes over workers
-// goroutines, whether its checked raw copies write with streaming stores:
-// when each goroutine's share is at least streamMin.
-func (g *gatherScratch) setStream(total int64, workers int) {
-	g.stream = total/int64(max(workers, 1)) >= streamMin
+// setStream decides, for a call that copies total bytes, whether its raw
+// copies write with streaming stores: from streamMin bytes.
+func (g *gatherScratch) setStream(total int64) {
+	g.stream = total >= streamMin
 }
 
 var gatherPool = sync.Pool{New: func() any { return new(gatherScratch) }}
@@ -116,7 +116,7 @@ func (s *Store) gather(indices []int64, dst []byte, stride int) (err error) {
 	workers := workersFor(s.gatherCost(g.locs, int64(n)*int64(stride)), n, fanOutBytes)
 	blocks := gatherBlocks(workers, n)
 	g.prepare(blocks)
-	g.setStream(int64(n)*int64(stride), workers)
+	g.setStream(int64(n) * int64(stride))
 	checked := s.checkRaws()
 	frames, v3 := s.mayEncode(), s.lay.version == versionV3
 	return parallelBlocks(workers, blocks, "gather", func(w int) error {
@@ -143,7 +143,7 @@ func (s *Store) gather(indices []int64, dst []byte, stride int) (err error) {
 					return s.dataError(indices[k], g.locs[k], sum)
 				}
 			} else {
-				k = copyPlain(frames, v3, g.locs, chunks, dst, stride, k, hi, pf)
+				k = copyPlain(frames, v3, g.locs, chunks, dst, stride, k, hi, pf, g.stream)
 			}
 			if k == hi {
 				break
@@ -168,14 +168,14 @@ const coalesceMax = 1 << 20
 // first k it did not copy (hi when it copied them all). frames says whether
 // the records' store may hold encoded records (Store.mayEncode), v3 whether
 // it is of version 3, where a raw record cannot be told from a frame by its
-// sizes. Every record it
+// sizes, stream whether it writes past the caches (copyRecord). Every record it
 // copies is stride bytes (Gather checked their logical sizes, and raw
 // records are stored at that size). It is Gather's loop for raw records,
 // kept apart and free of calls other than the copy and the prefetch, and
 // of work a random batch does not need: on 2 KiB records the general loop
 // cost about a fifth more (BenchmarkGatherSmall), and each check or call
 // left in this one a few ns per record.
-func copyPlain(frames, v3 bool, locs []entry, chunks []*chunk, dst []byte, stride, k, hi, pf int) int {
+func copyPlain(frames, v3 bool, locs []entry, chunks []*chunk, dst []byte, stride, k, hi, pf int, stream bool) int {
 	var cur uint32 // the chunk d maps, when have
 	var d []byte
 	have := false
@@ -219,12 +219,12 @@ func copyPlain(frames, v3 bool, locs []entry, chunks []*chunk, dst []byte, strid
 					end += stride
 					m++
 				}
-				copyRecord(dst[k*stride:m*stride], d[off:end])
+				copyRecord(dst[k*stride:m*stride], d[off:end], stream)
 				k = m - 1
 				continue
 			}
 		}
-		copyRecord(dst[k*stride:(k+1)*stride], d[off:end])
+		copyRecord(dst[k*stride:(k+1)*stride], d[off:end], stream)
 	}
 	return hi
 }
@@ -344,7 +344,7 @@ func (s *Store) GatherPacked(indices []int64, dst []byte, offsets []int64) (err 
 	workers := workersFor(s.gatherCost(g.locs, offsets[n]-offsets[0]), n, fanOutBytes)
 	blocks := gatherBlocks(workers, n)
 	g.prepare(blocks)
-	g.setStream(offsets[n]-offsets[0], workers)
+	g.setStream(offsets[n] - offsets[0])
 	return parallelBlocks(workers, blocks, "gather", func(w int) error {
 		// Split by bytes, not by count, so records of mixed sizes balance.
 		lo := splitPoint(offsets, w, blocks)

@@ -69,27 +69,24 @@ func ztRecordInternal(size int) []byte {
 	return b
 }
 
-// The checked copies stream (write past the cache) for batches whose share
-// per goroutine outgrows the caches (streamMin), whatever the records.
+// A gather's raw copies stream (write past the caches) for batches that
+// outgrow them (streamMin), whatever the records and the goroutines.
 func TestSetStream(t *testing.T) {
 	for _, tc := range []struct {
-		total   int64
-		workers int
-		want    bool
+		total int64
+		want  bool
 	}{
-		{256 << 8, 1, false},        // 256 B records, 64 KiB
-		{16 << 20, 2, true},         // 8 MiB a goroutine
-		{16 << 20, 4, false},        // 4 MiB a goroutine
-		{4 << 20, 1, false},         // 64 KiB records, 4 MiB
-		{streamMin, 1, true},        // the least share
-		{streamMin - 1, 1, false},   // below it
-		{2*streamMin - 2, 2, false}, // below it on each of two
-		{0, 0, false},               // an empty call
+		{256 << 8, false},      // 256 B records, 64 KiB
+		{16 << 20, false},      // 16 MiB
+		{64 << 20, true},       // 64 MiB
+		{streamMin, true},      // the least
+		{streamMin - 1, false}, // below it
+		{0, false},             // an empty call
 	} {
 		var g gatherScratch
-		g.setStream(tc.total, tc.workers)
+		g.setStream(tc.total)
 		if g.stream != tc.want {
-			t.Errorf("setStream(%d bytes, %d workers) = %v, want %v", tc.total, tc.workers, g.stream, tc.want)
+			t.Errorf("setStream(%d bytes) = %v, want %v", tc.total, g.stream, tc.want)
 		}
 	}
 }

@@ -19,4 +19,4 @@ func prefetchEntriesAt(seg *byte, entries int, indices *int64, n int) {}
 func prefetchEntriesFrom(tables *unsafe.Pointer, indices *int64, n int) {}
 
 // copyRecord copies a raw record: copy(to, from).
-func copyRecord(to, from []byte) { copy(to, from) }
+func copyRecord(to, from []byte, stream bool) { copy(to, from) }

@@ -468,8 +468,8 @@ func (t *Set) gather(indices []int64, dst []byte, stride int) (err error) {
 	workers := workersFor(c.cost(total), n, fanOutBytes)
 	blocks := gatherBlocks(workers, n)
 	c.gs.prepare(blocks)
-	c.gs.setStream(total, workers)
-	g.setStream(total, workers)
+	c.gs.setStream(total)
+	g.setStream(total)
 	return parallelBlocks(workers, blocks, "gather", func(w int) error {
 		lo, hi := n*w/blocks, n*(w+1)/blocks
 		for k := lo; k < hi; k++ {
@@ -492,7 +492,7 @@ func (t *Set) gather(indices []int64, dst []byte, stride int) (err error) {
 					return c.sts[j].dataError(c.local[q], c.gs.locs[q], sum)
 				}
 			case plain:
-				k = copyPlain(frames, v3, g.locs, c.all, dst, stride, k, hi, hi)
+				k = copyPlain(frames, v3, g.locs, c.all, dst, stride, k, hi, hi, g.stream)
 			}
 			if k == hi {
 				break
@@ -650,7 +650,7 @@ func (t *Set) gatherSized(op string, c *setCall, dst []byte, offsets []int64, ch
 	workers := workersFor(c.cost(total), n, fanOutBytes)
 	blocks := gatherBlocks(workers, n)
 	c.gs.prepare(blocks)
-	c.gs.setStream(total, workers)
+	c.gs.setStream(total)
 	return parallelBlocks(workers, blocks, op, func(w int) error {
 		lo := splitPoint(offsets, w, blocks)
 		hi := splitPoint(offsets, w+1, blocks)
