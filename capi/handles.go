@@ -24,6 +24,7 @@ type reader interface {
 	SetVerify(on bool)
 	Stats() (zrecord.Stats, error)
 	Gather(indices []int64, dst []byte, stride int) error
+	GatherSlot(indices []int64, dst []byte, stride int) error
 	GatherPacked(indices []int64, dst []byte, offsets []int64) error
 	GatherRagged(indices []int64, sizes []int64, dst []byte) (int64, error)
 	Sizes(indices []int64, sizes []int64) error

@@ -234,7 +234,7 @@ func lx_pipe_new(config *C.int64_t, configLen C.int64_t, streams *C.int64_t, nst
 				if stride < 0 || stride > maxRecordSize {
 					return invalidf("stream %d: stride %d", i, stride)
 				}
-				cfg.Streams = append(cfg.Streams, steppipe.Stream{Name: name, Dense: r, Stride: int(stride)})
+				cfg.Streams = append(cfg.Streams, steppipe.Stream{Name: name, Dense: slotSource{r}, Stride: int(stride)})
 			case pipeRagged:
 				cfg.Streams = append(cfg.Streams, steppipe.Stream{Name: name, Ragged: r})
 			case pipePacked:
@@ -492,3 +492,10 @@ func lx_pipe_live(n *C.int64_t, errBuf *C.char, errLen C.int64_t) C.int {
 	})
 }
 
+// slotSource is a dense stream of a pipeline: its batches go to slots, each
+// written once and read later by the consumer (see Store.GatherSlot).
+type slotSource struct{ r reader }
+
+func (s slotSource) Gather(indices []int64, dst []byte, stride int) error {
+	return s.r.GatherSlot(indices, dst, stride)
+}

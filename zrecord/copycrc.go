@@ -53,15 +53,18 @@ func copyCRCPieces(fn func(dst, src []byte, crc uint32) uint32, dst, src []byte,
 // MiB a goroutine, from the L2 cache.
 const streamMin = 32 << 20
 
-// A data loader's slots, each batch in a buffer of its own and read later
-// by another core, follow the same rule. They had streamed from a share of
-// 1 MiB of records of 64 KiB or more, a rule measured where the checked
-// copy's cached path lost a fifth to the reads of each destination line;
-// on an AMD EPYC with AVX2 and VPCLMULQDQ, 2 cores and a 32 MiB L3 cache,
-// whose slots in flight fit in that cache, the default loader over 64 KiB
-// records in batches of 4 MiB went from 0.93-1.00x to 1.04-1.23x np.take
-// without it (three alternated runs each), as two goroutines' cached
-// checked copies moved 24.5 against 20.1 GB a second streamed.
+// streamSlotMin is streamMin for a data loader's slots (GatherSlot):
+// several batches are in flight, each in a buffer of its own and read
+// later by another core, so a quarter of the L3 cache a batch is where
+// they outgrow it together. On an AMD EPYC with AVX2 and VPCLMULQDQ, two
+// cores and a 32 MiB L3 cache, the default loader (three alternated runs
+// each): over 64 KiB records in batches of 4 MiB, 0.93-1.00x np.take
+// streamed and 1.04-1.23x cached (two goroutines' cached checked copies
+// moved 24.5 against 20.1 GB a second streamed); over 1 MiB records in
+// batches of 16 MiB, 1.09-1.18x streamed and 0.84-0.90x cached. (The rule
+// before streamed slots from 1 MiB a goroutine of records of 64 KiB or
+// more.)
+const streamSlotMin = streamMin / 4
 
 // copyCRCPiece bounds the bytes one call into a path handles: the runtime
 // cannot stop a goroutine inside assembly, so a record of hundreds of MiB

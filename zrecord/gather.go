@@ -39,9 +39,10 @@ type gatherScratch struct {
 }
 
 // setStream decides, for a call that copies total bytes, whether its raw
-// copies write with streaming stores: from streamMin bytes.
-func (g *gatherScratch) setStream(total int64) {
-	g.stream = total >= streamMin
+// copies write with streaming stores: from streamMin bytes, or, into a
+// slot (see GatherSlot), from streamSlotMin.
+func (g *gatherScratch) setStream(total int64, slot bool) {
+	g.stream = total >= streamMin || slot && total >= streamSlotMin
 }
 
 var gatherPool = sync.Pool{New: func() any { return new(gatherScratch) }}
@@ -67,10 +68,19 @@ func getGatherScratch(n int) *gatherScratch {
 // copying decodeWeight bytes, are split into contiguous blocks, a few per
 // goroutine, that up to Threads() goroutines claim in turn. Gather runs concurrently with Append and other Gathers.
 func (s *Store) Gather(indices []int64, dst []byte, stride int) error {
-	return s.gather(indices, dst, stride)
+	return s.gather(indices, dst, stride, false)
 }
 
-func (s *Store) gather(indices []int64, dst []byte, stride int) (err error) {
+// GatherSlot is Gather into a slot: one of a data loader's buffers, each
+// written once and read later by another core, several of them in flight.
+// Its large raw copies write past the caches (see streamSlotMin), where
+// Gather keeps them in the cache for a caller that reads or reuses its
+// buffer next.
+func (s *Store) GatherSlot(indices []int64, dst []byte, stride int) error {
+	return s.gather(indices, dst, stride, true)
+}
+
+func (s *Store) gather(indices []int64, dst []byte, stride int, slot bool) (err error) {
 	defer recoverTo(&err, "gather")
 	old := guardFaults()
 	defer restoreFaults(old)
@@ -116,7 +126,7 @@ func (s *Store) gather(indices []int64, dst []byte, stride int) (err error) {
 	workers := workersFor(s.gatherCost(g.locs, int64(n)*int64(stride)), n, fanOutBytes)
 	blocks := gatherBlocks(workers, n)
 	g.prepare(blocks)
-	g.setStream(int64(n) * int64(stride))
+	g.setStream(int64(n)*int64(stride), slot)
 	checked := s.checkRaws()
 	frames, v3 := s.mayEncode(), s.lay.version == versionV3
 	return parallelBlocks(workers, blocks, "gather", func(w int) error {
@@ -344,7 +354,7 @@ func (s *Store) GatherPacked(indices []int64, dst []byte, offsets []int64) (err 
 	workers := workersFor(s.gatherCost(g.locs, offsets[n]-offsets[0]), n, fanOutBytes)
 	blocks := gatherBlocks(workers, n)
 	g.prepare(blocks)
-	g.setStream(offsets[n] - offsets[0])
+	g.setStream(offsets[n]-offsets[0], true)
 	return parallelBlocks(workers, blocks, "gather", func(w int) error {
 		// Split by bytes, not by count, so records of mixed sizes balance.
 		lo := splitPoint(offsets, w, blocks)

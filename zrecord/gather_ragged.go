@@ -72,7 +72,7 @@ func (s *Store) GatherRagged(indices []int64, sizes []int64, dst []byte) (needed
 	workers := workersFor(s.gatherCost(g.locs, needed), n, fanOutBytes)
 	blocks := gatherBlocks(workers, n)
 	g.prepare(blocks)
-	g.setStream(needed)
+	g.setStream(needed, true)
 	return needed, parallelBlocks(workers, blocks, "gather", func(w int) error {
 		lo := splitPoint(offsets, w, blocks)
 		hi := splitPoint(offsets, w+1, blocks)

@@ -262,7 +262,7 @@ func (t *Set) routeSmall(indices []int64, c *setCall) bool {
 // batch's entries asked for and checked from their stores' tables in one
 // loop each, and the batch copied from the records' addresses in one
 // pass, as in one store. It reports false where it declines the call.
-func (t *Set) gatherSmall(indices []int64, dst []byte, stride int) (bool, error) {
+func (t *Set) gatherSmall(indices []int64, dst []byte, stride int, slot bool) (bool, error) {
 	n := len(indices)
 	if !canPrefetch || stride <= 0 || t.ordered || t.count() > smallSetMax {
 		return false, nil
@@ -273,7 +273,7 @@ func (t *Set) gatherSmall(indices []int64, dst []byte, stride int) (bool, error)
 		return false, nil
 	}
 	if c.groups() == 1 {
-		return true, t.withGroup("gather", c, func(s *Store) error { return s.gather(c.local[:n], dst, stride) })
+		return true, t.withGroup("gather", c, func(s *Store) error { return s.gather(c.local[:n], dst, stride, slot) })
 	}
 	old := guardFaults()
 	defer restoreFaults(old)

@@ -187,7 +187,7 @@ func TestSetGatherSmallTakesOrDeclines(t *testing.T) {
 	call := func(t *testing.T, set *Set, idx []int64) (bool, []byte, error) {
 		t.Helper()
 		dst := bytes.Repeat([]byte{0xAA}, len(idx)*size)
-		done, err := set.gatherSmall(idx, dst, size)
+		done, err := set.gatherSmall(idx, dst, size, false)
 		return done, dst, err
 	}
 	random := make([]int64, 203) // not a multiple of four

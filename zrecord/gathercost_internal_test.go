@@ -70,23 +70,29 @@ func ztRecordInternal(size int) []byte {
 }
 
 // A gather's raw copies stream (write past the caches) for batches that
-// outgrow them (streamMin), whatever the records and the goroutines.
+// outgrow them (streamMin), and a data loader's slots, several in flight,
+// from a quarter of that (streamSlotMin), whatever the records and the
+// goroutines.
 func TestSetStream(t *testing.T) {
 	for _, tc := range []struct {
-		total int64
-		want  bool
+		total      int64
+		slot, want bool
 	}{
-		{256 << 8, false},      // 256 B records, 64 KiB
-		{16 << 20, false},      // 16 MiB
-		{64 << 20, true},       // 64 MiB
-		{streamMin, true},      // the least
-		{streamMin - 1, false}, // below it
-		{0, false},             // an empty call
+		{256 << 8, true, false},          // 256 B records, 64 KiB
+		{4 << 20, true, false},           // 64 KiB records, 4 MiB
+		{16 << 20, false, false},         // 1 MiB records, 16 MiB
+		{16 << 20, true, true},           // the same into a slot
+		{64 << 20, false, true},          // 64 MiB
+		{streamMin, false, true},         // the least
+		{streamMin - 1, false, false},    // below it
+		{streamSlotMin, true, true},      // the least into a slot
+		{streamSlotMin - 1, true, false}, // below it
+		{0, true, false},                 // an empty call
 	} {
 		var g gatherScratch
-		g.setStream(tc.total)
+		g.setStream(tc.total, tc.slot)
 		if g.stream != tc.want {
-			t.Errorf("setStream(%d bytes) = %v, want %v", tc.total, g.stream, tc.want)
+			t.Errorf("setStream(%d bytes, slot %v) = %v, want %v", tc.total, tc.slot, g.stream, tc.want)
 		}
 	}
 }

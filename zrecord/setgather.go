@@ -393,10 +393,16 @@ func (c *setCall) cost(total int64) int64 {
 // store (a set of one store, a sequential read) is that store's Gather of
 // the local indices.
 func (t *Set) Gather(indices []int64, dst []byte, stride int) error {
-	return t.gather(indices, dst, stride)
+	return t.gather(indices, dst, stride, false)
 }
 
-func (t *Set) gather(indices []int64, dst []byte, stride int) (err error) {
+// GatherSlot is Store.GatherSlot over the set: Gather into one of a data
+// loader's buffers.
+func (t *Set) GatherSlot(indices []int64, dst []byte, stride int) error {
+	return t.gather(indices, dst, stride, true)
+}
+
+func (t *Set) gather(indices []int64, dst []byte, stride int, slot bool) (err error) {
 	defer recoverTo(&err, "gather")
 	n := len(indices)
 	if stride < 0 {
@@ -409,7 +415,7 @@ func (t *Set) gather(indices []int64, dst []byte, stride int) (err error) {
 		return errf(ErrBufferTooSmall, "gather from a set: %d records of %d bytes need %d bytes, dst has %d", n, stride, int64(n)*int64(stride), len(dst))
 	}
 	if int64(n)*int64(stride) < smallGatherMax {
-		if done, err := t.gatherSmall(indices, dst, stride); done {
+		if done, err := t.gatherSmall(indices, dst, stride, slot); done {
 			return err
 		}
 	}
@@ -419,7 +425,7 @@ func (t *Set) gather(indices []int64, dst []byte, stride int) (err error) {
 		return err
 	}
 	if c.groups() == 1 {
-		return t.withGroup("gather", c, func(s *Store) error { return s.gather(c.local[:n], dst, stride) })
+		return t.withGroup("gather", c, func(s *Store) error { return s.gather(c.local[:n], dst, stride, slot) })
 	}
 	old := guardFaults()
 	defer restoreFaults(old)
@@ -468,8 +474,8 @@ func (t *Set) gather(indices []int64, dst []byte, stride int) (err error) {
 	workers := workersFor(c.cost(total), n, fanOutBytes)
 	blocks := gatherBlocks(workers, n)
 	c.gs.prepare(blocks)
-	c.gs.setStream(total)
-	g.setStream(total)
+	c.gs.setStream(total, slot)
+	g.setStream(total, slot)
 	return parallelBlocks(workers, blocks, "gather", func(w int) error {
 		lo, hi := n*w/blocks, n*(w+1)/blocks
 		for k := lo; k < hi; k++ {
@@ -650,7 +656,7 @@ func (t *Set) gatherSized(op string, c *setCall, dst []byte, offsets []int64, ch
 	workers := workersFor(c.cost(total), n, fanOutBytes)
 	blocks := gatherBlocks(workers, n)
 	c.gs.prepare(blocks)
-	c.gs.setStream(total)
+	c.gs.setStream(total, true)
 	return parallelBlocks(workers, blocks, op, func(w int) error {
 		lo := splitPoint(offsets, w, blocks)
 		hi := splitPoint(offsets, w+1, blocks)
