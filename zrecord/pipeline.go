@@ -184,7 +184,20 @@ func pipeErr(errs []error, k int, ok bool, parts int) error {
 // larger ones (preallocate takes most of that away). From 2 MiB parts on
 // the checksums miss the L2 cache; 512 KiB, 1 MiB and 2 MiB parts measured
 // the same end to end.
-const rawPartBytes = 512 << 10
+//
+// Parts are 2 MiB, and cut where a record ends at or before a multiple of 2
+// MiB of its chunk (rawParts), so that a batch of records of a power-of-two
+// size writes whole 2 MiB pieces of the file at 2 MiB boundaries: a
+// file system with large folios (ext4 since Linux 6.16, XFS) then holds
+// them in the page cache as 2 MiB folios, which a mapping maps through one
+// TLB entry each (2 MiB pages), where writes of 512 KiB left 512 KiB folios
+// mapped through 4 KiB pages. np.save, one write of the whole array, gets
+// the 2 MiB folios too. Side by side in one process, on random batches from
+// 128 MiB of records read through the two mappings, the one through 2 MiB
+// pages gathered 64 KiB records at 1.14-1.23x the rate unchecked (checked,
+// within the noise) and 1 MiB records at 1.22-1.23x, checked or not;
+// 256-byte ones moved by less than the noise.
+const rawPartBytes = 2 << 20
 
 // appendRawParts appends a raw batch of at least rawPartBytes, pipelined or
 // not (Append and appendPipelined send it here). A raw record is stored
@@ -216,7 +229,6 @@ const rawPartBytes = 512 << 10
 // published end, which frees those a killed append left.
 func (s *Store) appendRawParts(records [][]byte) (int64, error) {
 	step := min(pipeStep(), rawPartBytes)
-	bounds := rawParts(records, step)
 	batch := appendPool.Get().(*appendScratch)
 	defer batch.release()
 	batch.resetEntries(len(records), int(layoutV4.entSize))
@@ -235,6 +247,7 @@ func (s *Store) appendRawParts(records [][]byte) (int64, error) {
 		return 0, err
 	}
 	w.preallocate(ents)
+	bounds := rawParts(ents, step)
 	tw := w.tableAside(batch.table)
 	defer tw.wait()
 	for k := range len(bounds) - 1 {
@@ -303,21 +316,30 @@ func (w *batchWriter) unreserve(ents []entry) {
 	}
 }
 
-// rawParts cuts records into consecutive parts of at most step bytes (a
-// part holds at least one record, and a record larger than step is a part
-// alone) and returns the n+1 bounds of the n parts.
-func rawParts(records [][]byte, step int64) []int {
+// rawParts cuts the records placed as ents into consecutive parts and
+// returns the n+1 bounds of the n parts. A part runs from its first record
+// to the last that ends by the first multiple of step (of the chunk's
+// offsets) at or past the first record's end, so parts of records that
+// tile the step start and end on its multiples; a part also ends where the
+// next record is in another chunk. A part holds at least one record, and a
+// record larger than step is a part alone.
+func rawParts(ents []entry, step int64) []int {
 	bounds := []int{0}
-	var acc int64
-	for k, r := range records {
-		size := int64(len(r))
-		if k > bounds[len(bounds)-1] && (acc+size > step || size > step) {
-			bounds = append(bounds, k)
-			acc = 0
+	var limit int64 // the end the current part may reach
+	for k := range ents {
+		e := &ents[k]
+		off, size := int64(e.off), int64(e.phys)
+		if k > bounds[len(bounds)-1] {
+			prev := &ents[k-1]
+			if e.chunk != prev.chunk || off+size > limit || size > step || int64(prev.phys) > step {
+				bounds = append(bounds, k)
+			}
 		}
-		acc += size
+		if k == bounds[len(bounds)-1] {
+			limit = ((off+size-1)/step + 1) * step
+		}
 	}
-	return append(bounds, len(records))
+	return append(bounds, len(ents))
 }
 
 // writeRawSlices writes r, a raw record placed as e, in slices of step
