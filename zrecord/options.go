@@ -115,9 +115,10 @@ func WithChunkCapacity(n int64) Option {
 //
 // An earlier run of the same (before copyChecked prefetched whole small
 // records) gave 0.92-1.06 for random 2 KiB and 12 KiB records and 0.83-0.97
-// for consecutive ones from 12 KiB up. Batches of more than streamMin a
-// goroutine write with streaming stores, which is why large random batches
-// run faster checked than not. The checked copy falls short where the
+// for consecutive ones from 12 KiB up. In those runs, batches of more than
+// 8 MiB a goroutine wrote their checked copies with streaming stores and
+// their unchecked ones without, which is why large random batches ran
+// faster checked than not; both now stream from streamMin a call. The checked copy falls short where the
 // unchecked loop copies whole runs of consecutive records in one piece
 // (REP MOVS, which neither reads the destination first nor pays a call per
 // record) and on mid-sized records, where the copy is bound by the
