@@ -174,29 +174,27 @@ func pipeErr(errs []error, k int, ok bool, parts int) error {
 }
 
 // rawPartBytes is the most record bytes a pipelined raw append writes in one
-// part before it checksums them: small enough that the part's source bytes,
-// which the kernel has just read to copy them into the page cache, are still
-// in this core's L2 cache (2 MiB here, shared with the destination pages the
-// copy touched) when the checksum reads them again. Larger writes are
-// cheaper for the kernel, which does some work per page-cache folio, and a
-// folio is at most as large as the write: into blocks not reserved first,
-// 625 MiB took 15-20 % more system time in 512 KiB writes than in 2 MiB or
-// larger ones (preallocate takes most of that away). From 2 MiB parts on
-// the checksums miss the L2 cache; 512 KiB, 1 MiB and 2 MiB parts measured
-// the same end to end.
-//
-// Parts are 2 MiB, and cut where a record ends at or before a multiple of 2
-// MiB of its chunk (rawParts), so that a batch of records of a power-of-two
-// size writes whole 2 MiB pieces of the file at 2 MiB boundaries: a
-// file system with large folios (ext4 since Linux 6.16, XFS) then holds
-// them in the page cache as 2 MiB folios, which a mapping maps through one
-// TLB entry each (2 MiB pages), where writes of 512 KiB left 512 KiB folios
-// mapped through 4 KiB pages. np.save, one write of the whole array, gets
+// part before it checksums them. Parts are 2 MiB, and cut where a record
+// ends at or before a multiple of 2 MiB of its chunk (rawParts), so that a
+// batch of records of a power-of-two size writes whole 2 MiB pieces of the
+// file at 2 MiB boundaries: a file system with large folios (ext4 since
+// Linux 6.16, XFS) then holds them in the page cache as 2 MiB folios, which
+// a mapping maps through one TLB entry each (2 MiB pages), where writes of
+// 512 KiB left 512 KiB folios mapped through 4 KiB pages; a folio is at
+// most as large as the write. np.save, one write of the whole array, gets
 // the 2 MiB folios too. Side by side in one process, on random batches from
 // 128 MiB of records read through the two mappings, the one through 2 MiB
 // pages gathered 64 KiB records at 1.14-1.23x the rate unchecked (checked,
 // within the noise) and 1 MiB records at 1.22-1.23x, checked or not;
 // 256-byte ones moved by less than the noise.
+//
+// A part's source bytes, which the kernel has just read to copy them into
+// the page cache, are checksummed right after its write: at 2 MiB they have
+// left the L2 cache of a core (1-2 MiB) for the L3, but 512 KiB, 1 MiB and
+// 2 MiB parts measured the same end to end, and larger writes are cheaper
+// for the kernel, which does some work per folio (into blocks not reserved
+// first, 625 MiB took 15-20 % more system time in 512 KiB writes than in
+// 2 MiB or larger ones; preallocate takes most of that away).
 const rawPartBytes = 2 << 20
 
 // appendRawParts appends a raw batch of at least rawPartBytes, pipelined or
