@@ -498,6 +498,7 @@ def from_numpy(
             _autocodec.record_sample(np.ascontiguousarray(array[i], dtype=target), len(picks))
             for i in picks.tolist()
         ]
+        _release_rows(array, picks)
         choice = _autocodec.choose(
             sample, item_nbytes, dict_tier, f"{len(picks)} of {n} records, evenly spread",
             element=narrow_element(target), store_bytes=n * item_nbytes,
@@ -513,6 +514,7 @@ def from_numpy(
         count = min(n, max(1, budget // max(item_nbytes, 1)), _MAX_DICT_SAMPLES)
         picks = np.unique(np.linspace(0, n - 1, count).round().astype(np.int64))
         samples = [np.ascontiguousarray(array[i], dtype=target).tobytes() for i in picks.tolist()]
+        _release_rows(array, picks)
     if codec != "raw":
         chunk = min(chunk, _MAX_COMPRESSED_PIECE_BYTES)
     spec = _Spec(target, item_shape, codec, dict_tier, dict_size_n, ready_dict, element, choice, sync)
@@ -538,6 +540,17 @@ def from_numpy(
         _write_dense(path, array, spec, chunk, samples, overwrite, bar.update)
     finally:
         bar.close()
+
+
+def _release_rows(array: Any, picks: np.ndarray) -> None:
+    """Drop the pages that reading the sampled rows ``picks`` of a
+    memory-mapped ``array`` mapped. The samples lie far apart, and a page
+    cache holding large folios maps a whole folio (up to 2 MiB) for one row
+    read from it, so 16 sampled rows could keep 32 MiB resident until the
+    pieces that hold them are written."""
+    releaser = _PageReleaser(array)
+    for i in picks.tolist():
+        releaser.release(array[i : i + 1])
 
 
 class _Spec:
