@@ -161,6 +161,76 @@ def test_dense_gather_int64_array_matches_list_path(dense):
         dense.gather(np.array([0], dtype=np.int64))
 
 
+def test_dense_gather_int64_array_into_out_falls_back_as_the_list_path(dense):
+    """gather(int64 array, out=) leaves the flags it does not check itself
+    to the native call's buffer export; an index array or ``out`` the export
+    refuses, or that is not int64, still gets the general path's answer, and
+    ``out`` is filled or untouched, never half-written."""
+    idx = np.array([5, 2, 7], dtype=np.int64)
+    want = SRC[[5, 2, 7]]
+    with pytest.raises(ValueError, match="C-contiguous"):
+        dense.gather(idx, out=np.empty((3, 4, 2), np.float32).transpose(0, 2, 1))
+    fortran = np.asfortranarray(np.empty((3, 2, 4), np.float32))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        dense.gather(idx, out=fortran)
+    for other in (np.arange(8, dtype=np.int64)[[5, 2, 7]][::1], np.arange(16, dtype=np.int64)[10:4:-2] - 3,
+                  idx.astype(">i8"), idx.astype(np.int32), idx.astype(np.uint64)):
+        out = np.full((3, 2, 4), -1, dtype=np.float32)
+        assert dense.gather(other, out=out) is out
+        np.testing.assert_array_equal(out, SRC[np.asarray(other, dtype=np.int64)])
+    strided = np.zeros(6, dtype=np.int64)
+    strided[::2] = idx
+    out = np.full((3, 2, 4), -1, dtype=np.float32)
+    assert dense.gather(strided[::2], out=out) is out
+    np.testing.assert_array_equal(out, want)
+    # An out of another dtype that is equal but not the same object reads too.
+    out = np.full((3, 2, 4), -1, dtype=np.dtype("<f4"))
+    np.testing.assert_array_equal(dense.gather(idx, out=out), want)
+    # A read-only out is refused with nothing written.
+    ro = np.full((3, 2, 4), -1, dtype=np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        dense.gather(idx, out=ro)
+    assert (ro == -1).all()
+    dense.close()
+    with pytest.raises(ClosedError):
+        dense.gather(idx, out=np.empty((3, 2, 4), np.float32))
+
+
+def test_dense_gather_into_out_after_unpickling(dense):
+    """A dataset unpickled (its store opened on first use) reads through the
+    int64-array path into ``out`` as the original does."""
+    import pickle
+
+    copy = pickle.loads(pickle.dumps(dense))
+    try:
+        out = np.full((2, 2, 4), -1, dtype=np.float32)
+        assert copy.gather(np.array([6, 1], dtype=np.int64), out=out) is out
+        np.testing.assert_array_equal(out, SRC[[6, 1]])
+    finally:
+        copy.close()
+
+
+def test_dense_gather_into_out_raises_on_damage(tmp_path):
+    """A flipped byte in a record is CorruptStoreError from gather(int64
+    array, out=) too, never a batch."""
+    from loaderx.errors import CorruptStoreError
+
+    src = np.arange(64 * 8, dtype=np.float32).reshape(64, 8)
+    path = tmp_path / "s"
+    from_numpy(path, src, codec="raw")
+    with open(path / "0.chunk", "r+b") as f:
+        f.seek(21 * 32 + 5)
+        b = f.read(1)
+        f.seek(21 * 32 + 5)
+        f.write(bytes([b[0] ^ 0x10]))
+    with DenseDataset(path) as ds:
+        out = np.empty((3, 8), np.float32)
+        np.testing.assert_array_equal(ds.gather(np.array([0, 63, 20], dtype=np.int64), out=out), src[[0, 63, 20]])
+        with pytest.raises(CorruptStoreError, match="21"):
+            ds.gather(np.array([0, 21, 22], dtype=np.int64), out=out)
+
+
 def test_dense_iteration(dense):
     rows = list(dense)
     assert len(rows) == 8

@@ -79,6 +79,9 @@ def test_damaged_schema_is_corruption_naming_record_and_schema(tmp_path):
     for key in (3, [1, 3], slice(0, 4)):
         with pytest.raises(CorruptStoreError, match=r"record \d+ is 256 bytes.*schema\.msgpack"):
             ds[key]
+    # and so through gather(int64 array, out=), whose native call sees only a size mismatch
+    with pytest.raises(CorruptStoreError, match=r"record 2 is 256 bytes.*schema\.msgpack"):
+        ds.gather(np.array([2, 1], dtype=np.int64), out=np.empty((2, 5), np.float32))
 
 
 def test_damaged_table_entry_is_corruption(tmp_path):

@@ -876,6 +876,38 @@ def store_gather(h: int, indices: np.ndarray, out: Any, stride: int) -> None:
         _raise(status, err)
 
 
+def store_gather_into(h: int, indices: np.ndarray, out: np.ndarray, stride: int) -> bool:
+    """:func:`store_gather` for a caller with a general path to fall back on
+    (``DenseDataset.gather``): returns False, having written nothing, where
+    the arguments rather than the store are at fault (``indices`` not of
+    dtype int64, a buffer cffi refuses: not C-contiguous, or ``out``
+    read-only; an index out of range or negative), so the caller can report
+    it in its own words or read negative indices from the end. Raises as
+    :func:`store_gather` does otherwise. Its checks are the cheap ones: the
+    buffers' contiguity and writability are left to ``ffi.from_buffer``,
+    which requires both."""
+    if _forked:
+        raise ForkError(FORK_MESSAGE)
+    if indices.dtype is not _I64:
+        return False
+    try:
+        ib = _from_buffer(_I64_ARRAY, indices)
+        ob = _from_buffer(_CHAR_ARRAY, out, True)
+    except Exception:
+        return False
+    try:
+        err = _tls.ctx.err
+    except AttributeError:
+        err = _new_context().err
+    status = _lx_store_gather(h, ib, len(ib), ob, len(ob), stride, err, ERRLEN)
+    if status:
+        _release(ob)
+        if status == OUT_OF_RANGE:
+            return False
+        _raise(status, err)
+    return True
+
+
 def store_sizes(h: int, indices: np.ndarray) -> np.ndarray:
     """The size in bytes of each record at ``indices``, as an int64 array of the same shape."""
     ib = _i64_view(indices, "indices")

@@ -855,27 +855,34 @@ class DenseDataset(_StoreView):
         """
         if type(indices) is np.ndarray and self._guard is None and self._stride:
             # A 1-D int64 index array, as a loader's sampler makes, into a
-            # fitting ``out``: the checks in one expression, cheapest first,
-            # and one native call, which checks the indices against the
-            # store's length before it writes a byte. Anything else, or an
-            # index out of range or negative, takes the general path below,
-            # which reports what is wrong.
-            if (
-                type(out) is np.ndarray
-                and indices.ndim == 1
-                and indices.size
-                and (indices.dtype is _INT64 or indices.dtype == _INT64)
-                and out.dtype is self._dtype
-                and indices.flags.c_contiguous
-                and out.shape == (indices.shape[0], *self._item_shape)
-                and out.flags.c_contiguous
-                and out.flags.writeable
-            ):
-                try:
-                    self._gather_unchecked(indices, out)
-                    return out
-                except IndexError:
-                    pass
+            # fitting ``out``: the shape and dtype checked here, in one
+            # expression, and the rest (int64 indices, both buffers
+            # C-contiguous, ``out`` writable, every index in range) by one
+            # native call, which checks them all before it writes a byte.
+            # Anything else takes the general path below, which reports
+            # what is wrong or reads negative indices from the end. These
+            # checks and that call cost about 1.5 us a call against 2.3 us
+            # for checking every flag here first (a call for one record:
+            # np.take's costs 1.5-1.7 us).
+            h = self._handle
+            if type(out) is np.ndarray:
+                shape = out.shape
+                if (
+                    h is not None
+                    and indices.ndim == 1
+                    and out.dtype is self._dtype
+                    and shape[:1] == indices.shape
+                    and indices.size
+                    and shape[1:] == self._item_shape
+                ):
+                    try:
+                        if _native.store_gather_into(h, indices, out, self._stride):
+                            return out
+                    except ValueError as e:
+                        if isinstance(e, ClosedError):
+                            raise
+                        self._size_damage(h, indices, e)
+                        raise
             elif (
                 out is None
                 and indices.ndim == 1
