@@ -530,7 +530,7 @@ func (g *gatherScratch) adviseRuns(chunks []*chunk) {
 			j++
 		}
 		if end-start >= adviseRunMin && int(e.chunk) < len(chunks) {
-			if c := chunks[e.chunk]; c.random && !c.cached(start) && c.advise(start, end-start, true) {
+			if c := chunks[e.chunk]; c.random && !c.trust.cached(func() bool { return c.cached(start) }) && c.advise(start, end-start, true) {
 				g.runs = append(g.runs, seqRun{c, start, end - start})
 			}
 		}
@@ -539,7 +539,9 @@ func (g *gatherScratch) adviseRuns(chunks []*chunk) {
 }
 
 // (A run whose first page is in the page cache is taken to be cached
-// whole and left alone: one mincore costs less than the two advice calls.)
+// whole and left alone: one mincore costs less than the two advice calls;
+// and a chunk whose runs were found cached often enough in a row is asked
+// about for one run in trustSample, see cacheTrust.)
 
 // restoreRuns gives the ranges adviseRuns advised sequential back to random.
 func (g *gatherScratch) restoreRuns() {

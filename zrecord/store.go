@@ -117,6 +117,9 @@ type chunk struct {
 	// size is how far the file is known to extend (writer side).
 	size  int64
 	dirty bool
+	// trust: whether the chunk's long runs are taken to be in the page
+	// cache without asking the kernel for each (see trustCached).
+	trust cacheTrust
 }
 
 // segment is an open {id}.loc record-table file.
