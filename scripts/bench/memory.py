@@ -14,9 +14,11 @@ steps of the default cyclic sampler:
 * `DenseDataset.gather(idx, out=)` with the default verification, and on a
   raw store with `set_verify(False)`.
 
-The contenders are measured one after another inside a round, their order
-rotated from round to round, and every ratio is the median of the per-round
-ratios to `np.take` in the same round. A loader cell takes its next steps
+The contenders are measured one after another inside a round, in an order
+shuffled from round to round (seeded by the round; a rotation would have
+each cell start after the same other cell in every round but one, in the
+state it leaves: the caches, parked or busy threads), and every ratio is the
+median of the per-round ratios to `np.take` in the same round. A loader cell takes its next steps
 (each round goes on from the step it stopped at) while `np.take` and the
 gathers are given the indices of those same steps, drawn beforehand. The
 last table is the loader at batch size 1 (8-byte records): wall time per
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -208,7 +211,7 @@ def bench_memory(args: argparse.Namespace, results: dict[str, Any], tmp: str) ->
     out()
     out(f"Records of 256 B to 1 MiB (about {mib} MiB of each), warm page cache, the indices of the same steps "
         "of the default cyclic sampler for every contender; "
-        f"{runs} rounds, contenders rotated, {args.store_slice:.2f}s per cell; ratios to "
+        f"{runs} rounds, contenders in an order shuffled per round, {args.store_slice:.2f}s per cell; ratios to "
         "`np.take(memmap, idx, axis=0)`, the median of per-round ratios. The checked copy's CPU path: "
         f"{path}.")
     out()
@@ -221,7 +224,8 @@ def bench_memory(args: argparse.Namespace, results: dict[str, Any], tmp: str) ->
             times: dict[str, list[float]] = {c: [] for c in CONTENDERS}
             for r in range(runs):
                 idx = cell.draws(cell.loader.step, k)  # both loaders stand at this step
-                order = CONTENDERS[r % len(CONTENDERS):] + CONTENDERS[: r % len(CONTENDERS)]
+                order = list(CONTENDERS)
+                random.Random(r).shuffle(order)
                 for name in order:
                     times[name].append(cell.time(name, idx) / k)
             ratios = {c: median(a / b for a, b in zip(times["np.take"], times[c], strict=True)) for c in CONTENDERS}
