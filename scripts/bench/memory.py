@@ -17,13 +17,13 @@ steps of the default cyclic sampler:
 The contenders are measured one after another inside a round, in an order
 shuffled from round to round (seeded by the round; a rotation would have
 each cell start after the same other cell in every round but one, in the
-state it leaves: the caches, parked or busy threads), and every ratio is the
-median of the per-round ratios to `np.take` in the same round. A loader cell takes its next steps
-(each round goes on from the step it stopped at) while `np.take` and the
-gathers are given the indices of those same steps, drawn beforehand. The
-last table is the loader at batch size 1 (8-byte records): wall time per
-step and the CPU time the consuming thread spent per step (the hand-over:
-Python's part and the native call).
+state it leaves: the caches, parked or busy threads), and every ratio is
+the median of the per-round ratios to `np.take` in the same round. A loader
+cell takes its next steps (each round goes on from the step it stopped at)
+while `np.take` and the gathers are given the indices of those same steps,
+drawn beforehand. The last table is the loader at batch size 1 (8-byte
+records): wall time per step and the CPU time the consuming thread spent
+per step (the hand-over: Python's part and the native call).
 
 The CPU path of the checked copy is named as zrecord picks it: `avx2-vpclmul`
 on a CPU with AVX2 and VPCLMULQDQ, `sse42` with SSE4.2 and PCLMULQDQ,
