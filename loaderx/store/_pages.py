@@ -37,16 +37,37 @@ class PageReleaser:
                 self._mm = None
 
     def release(self, piece: np.ndarray) -> None:
-        mm = self._mm
-        if mm is None or piece.size == 0:
+        """Drop the pages of ``piece``, a part of the source array."""
+        if self._mm is None or piece.size == 0:
             return
-        lo = hi = int(piece.__array_interface__["data"][0])
-        for extent, stride in zip(piece.shape, piece.strides):
+        self._release(int(piece.__array_interface__["data"][0]), piece.shape, piece.strides, piece.itemsize)
+
+    def release_rows(self, array: np.ndarray, rows: np.ndarray) -> None:
+        """Drop the pages of the rows ``rows`` of the source ``array``
+        (positions along axis 0), found from its strides: the array is not
+        indexed again, so a source that watches its reads (an array
+        subclass, a Ctrl-C test) sees none."""
+        if self._mm is None or array.size == 0:
+            return
+        base = int(array.__array_interface__["data"][0])
+        step, shape, strides = array.strides[0], array.shape[1:], array.strides[1:]
+        for i in rows.tolist():
+            self._release(base + int(i) * step, shape, strides, array.itemsize)
+            if self._mm is None:
+                return
+
+    def _release(self, addr: int, shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> None:
+        """Drop the pages of the array of ``shape`` and ``strides`` at ``addr``."""
+        mm = self._mm
+        if mm is None:
+            return
+        lo = hi = addr
+        for extent, stride in zip(shape, strides):
             if stride < 0:
                 lo += stride * (extent - 1)
             else:
                 hi += stride * (extent - 1)
-        hi += piece.itemsize
+        hi += itemsize
         start, stop = lo - self._base, hi - self._base
         if start < 0 or stop > self._size:
             return

@@ -548,9 +548,7 @@ def _release_rows(array: Any, picks: np.ndarray) -> None:
     cache holding large folios maps a whole folio (up to 2 MiB) for one row
     read from it, so 16 sampled rows could keep 32 MiB resident until the
     pieces that hold them are written."""
-    releaser = _PageReleaser(array)
-    for i in picks.tolist():
-        releaser.release(array[i : i + 1])
+    _PageReleaser(array).release_rows(array, picks)
 
 
 class _Spec:
