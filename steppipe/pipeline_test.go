@@ -627,3 +627,37 @@ func TestConsumerHelps(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkersWokenOncePerFewSteps counts the wake-ups of waiting workers
+// by a consumer slower than they are, which gives its last slot back at
+// every step to a pipeline with slots to spare: about one for every half
+// window of steps taken, not one a step.
+func TestWorkersWokenOncePerFewSteps(t *testing.T) {
+	const batch, prefetch, workers, steps = 1, 16, 2, 2000
+	for _, help := range []bool{false, true} {
+		t.Run(fmt.Sprintf("help=%v", help), func(t *testing.T) {
+			p, err := New(Config{Draw: cyclic(1000, batch), Batch: batch, Workers: workers, Prefetch: prefetch,
+				End: steps, Slots: slots(prefetch+workers+4, batch, []int{4}, 0),
+				Streams: []Stream{{Name: "x", Dense: noFault(), Stride: 4}}, Help: help})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Start()
+			defer p.Close()
+			var release []int
+			for s := int64(0); s < steps; s++ {
+				b, err := p.Next(time.Second, release)
+				if err != nil || b.Step != s {
+					t.Fatalf("step %d: %+v %v", s, b, err)
+				}
+				release = []int{b.Slot}
+				for t0 := time.Now(); time.Since(t0) < 20*time.Microsecond; {
+				} // the consumer's own work: the workers fill the window meanwhile
+			}
+			// One a step would be 2000; one a half window, 250.
+			if wakes := p.room.wakes.Load(); wakes > steps/4 {
+				t.Fatalf("the workers were woken %d times in %d steps, want at most %d", wakes, steps, steps/4)
+			}
+		})
+	}
+}

@@ -21,7 +21,8 @@ const (
 type gate struct {
 	seq     atomic.Uint32
 	waiters atomic.Int32
-	opened  atomic.Bool // since the last flush
+	opened  atomic.Bool  // since the last flush
+	wakes   atomic.Int64 // futex wake-ups made (for tests)
 }
 
 type gateToken = uint32
@@ -35,6 +36,7 @@ func (g *gate) open() {
 
 func (g *gate) flush() {
 	if g.opened.Swap(false) && g.waiters.Load() > 0 {
+		g.wakes.Add(1)
 		_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(&g.seq)), futexWakePrivate, math.MaxInt32, 0, 0, 0)
 	}
 }

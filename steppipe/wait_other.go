@@ -2,13 +2,17 @@
 
 package steppipe
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // gate, outside Linux: a channel closed, and replaced, at every change.
 // Its waiters park in the Go scheduler (see wait.go for what that costs
 // the consumer on a machine whose cores the workers keep busy).
 type gate struct {
-	ch chan struct{}
+	ch    chan struct{}
+	wakes atomic.Int64 // channels closed with a waiter possible (for tests)
 }
 
 type gateToken = chan struct{}
@@ -22,6 +26,7 @@ func (g *gate) token() gateToken {
 
 func (g *gate) open() {
 	if g.ch != nil {
+		g.wakes.Add(1)
 		close(g.ch)
 		g.ch = nil
 	}
