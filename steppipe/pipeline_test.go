@@ -3,6 +3,7 @@ package steppipe
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -631,7 +632,9 @@ func TestConsumerHelps(t *testing.T) {
 // TestWorkersWokenOncePerFewSteps counts the wake-ups of waiting workers
 // by a consumer slower than they are, which gives its last slot back at
 // every step to a pipeline with slots to spare: about one for every half
-// window of steps taken, not one a step.
+// window of steps taken, not one a step. The consumer is made slower by
+// waiting, before each step, until the workers have nothing left to do, so
+// that the count does not hang on how the machine shares its cores.
 func TestWorkersWokenOncePerFewSteps(t *testing.T) {
 	const batch, prefetch, workers, steps = 1, 16, 2, 2000
 	for _, help := range []bool{false, true} {
@@ -651,13 +654,30 @@ func TestWorkersWokenOncePerFewSteps(t *testing.T) {
 					t.Fatalf("step %d: %+v %v", s, b, err)
 				}
 				release = []int{b.Slot}
-				for t0 := time.Now(); time.Since(t0) < 20*time.Microsecond; {
-				} // the consumer's own work: the workers fill the window meanwhile
+				waitIdle(t, p)
 			}
 			// One a step would be 2000; one a half window, 250.
 			if wakes := p.room.wakes.Load(); wakes > steps/4 {
 				t.Fatalf("the workers were woken %d times in %d steps, want at most %d", wakes, steps, steps/4)
 			}
 		})
+	}
+}
+
+// waitIdle waits until every step claimed is made: no worker is making
+// one, and each waits for the gate or is about to look again.
+func waitIdle(t *testing.T, p *Pipeline) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		p.mu.Lock()
+		idle := int64(len(p.results)) == p.nextClaim-p.nextOut
+		p.mu.Unlock()
+		if idle {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the workers did not finish their steps in 10 s")
+		}
+		runtime.Gosched()
 	}
 }

@@ -18,9 +18,20 @@ const (
 
 // gate, on Linux: seq counts the changes, and a waiter blocks in futex(2)
 // while seq is still the count it read.
+//
+// waiters counts those that came to wait since the last wake-up, not those
+// still asleep: a wake-up wakes every waiter there is, and one that came
+// after it found seq changed (open comes before flush) and does not sleep.
+// A waker that finds none to wake makes no system call, even while the ones
+// it woke last have not run yet: a consumer faster than its workers opens
+// the gate at every step, and on cores shared with other work the workers
+// it woke may not run for several steps (it had been one futex wake-up a
+// step, each a system call of the consumer's). One that stopped waiting on
+// its own (a timeout, EINTR) stays counted until the next wake-up, which
+// then wakes nobody: one system call lost, no wake-up missed.
 type gate struct {
 	seq     atomic.Uint32
-	waiters atomic.Int32
+	waiters atomic.Int32 // came to wait since the last wake-up
 	opened  atomic.Bool  // since the last flush
 	wakes   atomic.Int64 // futex wake-ups made (for tests)
 }
@@ -35,7 +46,7 @@ func (g *gate) open() {
 }
 
 func (g *gate) flush() {
-	if g.opened.Swap(false) && g.waiters.Load() > 0 {
+	if g.opened.Swap(false) && g.waiters.Load() > 0 && g.waiters.Swap(0) > 0 {
 		g.wakes.Add(1)
 		_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(&g.seq)), futexWakePrivate, math.MaxInt32, 0, 0, 0)
 	}
@@ -51,5 +62,4 @@ func (g *gate) wait(seen gateToken, timeout time.Duration) {
 	// EAGAIN (changed already), EINTR and ETIMEDOUT all mean: look again.
 	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(&g.seq)), futexWaitPrivate, uintptr(seen),
 		uintptr(unsafe.Pointer(ts)), 0, 0)
-	g.waiters.Add(-1)
 }
