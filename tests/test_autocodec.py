@@ -232,7 +232,13 @@ def test_highly_compressible_records_get_zstd_when_read_cold(tmp_path, cold):
     assert "skipped" in choice["candidates"]["zstd_dict"]
 
 
-def test_small_records_sharing_content_get_a_dictionary(tmp_path, cold):
+def test_small_records_sharing_content_get_a_dictionary(tmp_path, cold, monkeypatch):
+    # 512 B dictionary frames decode at about 355 MiB/s on one 2 GHz core,
+    # only 1.27x the 280 MiB/s floor their 9.5x ratio needs at the default
+    # storage speed: on a slower or busier core raw is the rule's right
+    # answer. Slower storage (a floor of 112 MiB/s) keeps this test on the
+    # dictionary's path whatever the core.
+    monkeypatch.setattr(_autocodec, "STORAGE_MIB_S_PER_CORE", 100.0)
     a = _phrases()
     from_numpy(tmp_path / "s", a, dict_tier="fast")
     with DenseDataset(tmp_path / "s") as ds:
