@@ -795,7 +795,7 @@ func (s *Store) fill(g *gatherScratch, w, k int, chunks []*chunk, idx int64, out
 		return err
 	}
 	if s.lay.checksummed() {
-		if sum := dataSum(src); sum != e.sum {
+		if sum := sumInto(out, src); sum != e.sum {
 			return s.dataError(idx, e, sum)
 		}
 	}

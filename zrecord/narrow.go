@@ -475,14 +475,14 @@ func widenGo(out, packed []byte, es, w int, base uint64) {
 }
 
 // fillNarrowed is fill for a narrowed record e (record idx, in chunk c):
-// its stored bytes are checked against their checksum, as a frame's are,
-// and then widened straight into out.
+// its stored bytes are checked against their checksum (sumInto), as a
+// frame's are, and then widened straight into out.
 func (s *Store) fillNarrowed(g *gatherScratch, w int, c *chunk, idx int64, e entry, out []byte) error {
 	src, err := s.storedBytes(g, w, c, idx, e)
 	if err != nil {
 		return err
 	}
-	if sum := dataSum(src); sum != e.sum {
+	if sum := sumInto(out, src); sum != e.sum {
 		return s.dataError(idx, e, sum)
 	}
 	if err := widenRecord(out, src, s.elem.Size); err != nil {
