@@ -451,7 +451,7 @@ class NativePipeline:
             got, step, k, rows = pipe.next(WAIT_US, release)
         except Exception as e:
             self._sent(pipe.sent)
-            self._raise_step(e)
+            self._raise_step(pipe, e)
         try:
             for j in release:
                 held.remove(j)
@@ -481,7 +481,7 @@ class NativePipeline:
                 got, step, k, rows = pipe.next(WAIT_US, release)
             except Exception as e:
                 self._sent(pipe.sent)
-                self._raise_step(e)
+                self._raise_step(pipe, e)
             self._sent(pipe.sent)
             release = ()
             if got == "batch":
@@ -543,10 +543,11 @@ class NativePipeline:
             part[_CU][: segs + 1], part[_NSEG][:rows], part[_REC][:segs], part[_START][:segs], 0, part[_FROM][:segs],
         )
 
-    def _raise_step(self, error: BaseException) -> NoReturn:
-        """Raise what the native call raised: the loader closed, or a step's
-        failure (a store closed under it: a ClosedError naming it)."""
-        if isinstance(error, ClosedError) and self._pipe.failed() is None:
+    def _raise_step(self, pipe: Any, error: BaseException) -> NoReturn:
+        """Raise what the native call of ``pipe`` raised: the loader closed,
+        or a step's failure (a store closed under it: a ClosedError naming
+        it)."""
+        if isinstance(error, ClosedError) and pipe.failed() is None:
             raise ClosedError("the DataLoader is closed") from None
         self._failed(error)
 
