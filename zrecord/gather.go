@@ -106,6 +106,9 @@ func (s *Store) gather(indices []int64, dst []byte, stride int, slot bool) (err 
 			return err
 		}
 	}
+	// Raw records are stored at their size, so n*stride is the least the
+	// call copies.
+	wakeAhead(int64(n)*int64(stride), n)
 	chunks, err := s.locate("gather", indices, g)
 	if err != nil {
 		return err

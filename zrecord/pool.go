@@ -17,7 +17,7 @@ import (
 // job itself until none is left and then spins, without yielding, until
 // the blocks a helper took are done, and only parks after fanOutSpin. A
 // helper that finishes a job polls for the next one for helperSpin, yielding
-// between polls, before it parks on the queue, so back-to-back calls find
+// between polls, before it sleeps (sleepForJob), so back-to-back calls find
 // it awake.
 
 // job is one call of parallel: blocks 0..n-1 of work, claimed in order by
@@ -89,7 +89,10 @@ func helper() {
 			case j = <-jobs:
 			default:
 				if time.Now().After(deadline) {
-					j = <-jobs
+					// Woken without a job (see wakeHelpers), it polls
+					// again: the job is on its way.
+					j = sleepForJob()
+					deadline = time.Now().Add(helperSpin)
 				} else {
 					runtime.Gosched()
 				}
@@ -106,12 +109,15 @@ func fanOut(n, helpers int, op string, work func(w int) error) error {
 	j := &job{op: op, work: work, n: int32(n), errs: make([]error, n), done: make(chan struct{}, 1)}
 	j.left.Store(int32(n))
 	ensureHelpers(helpers)
+	offered := 0
 	for range helpers {
 		select {
 		case jobs <- j:
+			offered++
 		default: // the queue is full: the caller takes the block itself
 		}
 	}
+	wakeHelpers(offered)
 	j.run()
 	if j.left.Load() != 0 {
 		// Only blocks a helper is running are left: they end about when

@@ -427,6 +427,7 @@ func (t *Set) gather(indices []int64, dst []byte, stride int, slot bool) (err er
 	if c.groups() == 1 {
 		return t.withGroup("gather", c, func(s *Store) error { return s.gather(c.local[:n], dst, stride, slot) })
 	}
+	wakeAhead(int64(n)*int64(stride), n)
 	old := guardFaults()
 	defer restoreFaults(old)
 	if c.groups() > t.roundSize() {
