@@ -272,7 +272,10 @@
 // goroutines claim in turn. A batch under about 512 KiB of work per goroutine
 // (a decoded byte counting as several copied ones) runs on the caller
 // alone, because waking a goroutine costs more than the copy it would take
-// over. Every goroutine that reads a mapping runs with
+// over. The exception is a batch of small raw records of 32 KiB to 256
+// KiB, whose cost is a cache miss or two a record rather than the copy:
+// outside a data loader's slots (GatherSlot), the caller and one helper
+// each locate and copy half of it. Every goroutine that reads a mapping runs with
 // debug.SetPanicOnFault and recovers, so a file truncated under a reader by
 // another process produces an error, not a crash. No panic leaves the
 // package: each exported call converts one into an error.

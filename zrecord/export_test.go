@@ -201,3 +201,11 @@ func SetPinned(t *Set) int {
 	}
 	return pins
 }
+
+// SetSplitSmallBytes sets the least short-path batch that is split over
+// two goroutines, and returns the setting it replaced.
+func SetSplitSmallBytes(n int64) int64 {
+	old := splitSmallBytes
+	splitSmallBytes = n
+	return old
+}

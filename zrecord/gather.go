@@ -66,7 +66,10 @@ func getGatherScratch(n int) *gatherScratch {
 // Compressed records are decoded straight into dst. Batches of more than
 // about 512 KiB of copying per worker, where decoding a byte counts as
 // copying decodeWeight bytes, are split into contiguous blocks, a few per
-// goroutine, that up to Threads() goroutines claim in turn. Gather runs concurrently with Append and other Gathers.
+// goroutine, that up to Threads() goroutines claim in turn; a batch of
+// 32 KiB to 256 KiB of small raw records is shared by the caller and one
+// helper, each locating and copying half. Gather runs concurrently with
+// Append and other Gathers.
 func (s *Store) Gather(indices []int64, dst []byte, stride int) error {
 	return s.gather(indices, dst, stride, false)
 }
@@ -102,7 +105,7 @@ func (s *Store) gather(indices []int64, dst []byte, stride int, slot bool) (err 
 	g := getGatherScratch(n)
 	defer gatherPool.Put(g)
 	if int64(n)*int64(stride) < smallGatherMax {
-		if done, err := s.gatherSmall(indices, dst, stride, g); done {
+		if done, err := s.gatherSmall(indices, dst, stride, slot, g); done {
 			return err
 		}
 	}

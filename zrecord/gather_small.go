@@ -5,7 +5,8 @@ import "unsafe"
 // smallGatherMax bounds the bytes of a fixed-stride Gather that
 // gatherSmall takes: below adviseRunMin, so that no run of its records
 // wants read-ahead, within prefetchBatchMax, so that the whole batch is
-// asked for at once, and far below fanOutBytes, so that it never fans out.
+// asked for at once, and far below fanOutBytes, so that it never takes
+// the general fan-out (it may be split in two: gather_split.go).
 const smallGatherMax = min(adviseRunMin, prefetchBatchMax)
 
 // The short path of a small batch of raw records (gatherSmall, of a Store
@@ -16,7 +17,8 @@ const smallGatherMax = min(adviseRunMin, prefetchBatchMax)
 // loadEntriesFrom), then one loop that checks each entry against its
 // chunk and the stride, asks for the record and keeps its address
 // (checkSmall), then one copy of the batch from those addresses
-// (copySrcs). On 256 random records of 256 bytes
+// (copySrcs), both split over two goroutines from splitSmallBytes
+// (gather_split.go). On 256 random records of 256 bytes
 // from a warm store, the general path spent about 35 ns a record on work
 // that is not a cache miss, four times what np.take spends.
 //
@@ -29,18 +31,33 @@ const smallGatherMax = min(adviseRunMin, prefetchBatchMax)
 
 // gatherSmall is Gather's short path for a store (see above). It reports
 // false where it declines the call.
-func (s *Store) gatherSmall(indices []int64, dst []byte, stride int, g *gatherScratch) (bool, error) {
+func (s *Store) gatherSmall(indices []int64, dst []byte, stride int, slot bool, g *gatherScratch) (bool, error) {
 	if !canPrefetch {
 		return false, nil
 	}
 	seg, chunks := s.smallTable()
-	if len(seg) == 0 || len(indices) == 0 {
+	n := len(indices)
+	if len(seg) == 0 || n == 0 {
 		return false, nil
 	}
-	prefetchEntriesAt(&seg[0], len(seg)/24, &indices[0], len(indices))
-	locs := g.locs[:len(indices)]
-	g.srcs = grow(g.srcs, len(indices))
+	locs := g.locs[:n]
+	g.srcs = grow(g.srcs, n)
+	g.sums = grow(g.sums, n)
 	defer g.dropAddrs()
+	checked := s.checkRaws()
+	if splitsSmall(n, stride, slot) {
+		took, at, sum, err := splitSmall(n, func(lo, hi int) bool {
+			prefetchEntriesAt(&seg[0], len(seg)/24, &indices[lo], hi-lo)
+			return locateSmall(seg, chunks, indices[lo:hi], locs[lo:hi], g.srcs[lo:hi], stride)
+		}, func(lo, hi int) (int, uint32, bool) {
+			return copySrcs(dst[lo*stride:hi*stride], g.srcs[lo:hi], locs[lo:hi], stride, checked, g.sums[lo:hi])
+		})
+		if took && err == nil && at >= 0 {
+			err = s.dataError(indices[at], locs[at], sum)
+		}
+		return took, err
+	}
+	prefetchEntriesAt(&seg[0], len(seg)/24, &indices[0], n)
 	if !locateSmall(seg, chunks, indices, locs, g.srcs, stride) {
 		return false, nil
 	}
@@ -48,8 +65,8 @@ func (s *Store) gatherSmall(indices []int64, dst []byte, stride int, g *gatherSc
 		return true, nil
 	}
 	// On the caller's goroutine, whose memory faults Gather turns into
-	// errors: a batch this small never fans out.
-	if at, sum, bad := copySrcs(dst, g.srcs, locs, stride, s.checkRaws(), g); bad {
+	// errors.
+	if at, sum, bad := copySrcs(dst, g.srcs, locs, stride, checked, g.sums[:n]); bad {
 		return true, s.dataError(indices[at], locs[at], sum)
 	}
 	return true, nil
@@ -144,12 +161,13 @@ func (g *gatherScratch) dropAddrs() {
 
 // copySrcs copies the stride bytes at each of srcs (located by
 // locateSmall) to dst back to back, record k at k*stride, and with
-// checked checks each against locs[k].sum. It returns false, or the
+// checked checks each against locs[k].sum, with sums (len(sums) >=
+// len(locs)) as its scratch. It returns false, or the
 // position of the first record that does not match, its checksum and
 // true. Records of up to copyCRCStridedMax bytes are checked four at a
 // time (copyCRCStrided), the others one at a time by copyCRC; unchecked
 // batches are one call of copyStrided where the CPU has it.
-func copySrcs(dst []byte, srcs []unsafe.Pointer, locs []entry, stride int, checked bool, g *gatherScratch) (int, uint32, bool) {
+func copySrcs(dst []byte, srcs []unsafe.Pointer, locs []entry, stride int, checked bool, sums []uint32) (int, uint32, bool) {
 	n := len(locs)
 	_ = dst[n*stride-1]
 	srcs = srcs[:n]
@@ -163,9 +181,8 @@ func copySrcs(dst []byte, srcs []unsafe.Pointer, locs []entry, stride int, check
 	}
 	done := 0
 	if stride <= copyCRCStridedMax {
-		g.sums = grow(g.sums, n)
-		done = copyCRCStrided(dst, srcs, g.sums, stride)
-		for k, sum := range g.sums[:done] {
+		done = copyCRCStrided(dst, srcs, sums, stride)
+		for k, sum := range sums[:done] {
 			if sum != locs[k].sum {
 				return k, sum, true
 			}
@@ -298,13 +315,33 @@ func (t *Set) gatherSmall(indices []int64, dst []byte, stride int, slot bool) (b
 		}
 		g.tables[k] = unsafe.Pointer(&seg[0])
 	}
-	prefetchEntriesFrom(&g.tables[0], &c.local[0], n)
 	locs := g.locs[:n]
 	g.srcs = grow(g.srcs, n)
-	if loadEntriesFrom(g.tables, c.local[:n], locs) < n || !checkSmall(locs, g.srcs, stride, src, c.grp[:n]) {
-		return false, nil
+	g.sums = grow(g.sums, n)
+	locate := func(lo, hi int) bool {
+		prefetchEntriesFrom(&g.tables[lo], &c.local[lo], hi-lo)
+		return loadEntriesFrom(g.tables[lo:hi], c.local[lo:hi], locs[lo:hi]) == hi-lo &&
+			checkSmall(locs[lo:hi], g.srcs[lo:hi], stride, src, c.grp[lo:hi])
 	}
-	if at, sum, bad := copySrcs(dst, g.srcs, locs, stride, src[0].checked, g); bad {
+	copyHalf := func(lo, hi int) (int, uint32, bool) {
+		return copySrcs(dst[lo*stride:hi*stride], g.srcs[lo:hi], locs[lo:hi], stride, src[0].checked, g.sums[lo:hi])
+	}
+	at, sum, err := -1, uint32(0), error(nil)
+	if splitsSmall(n, stride, slot) {
+		var took bool
+		if took, at, sum, err = splitSmall(n, locate, copyHalf); !took || err != nil {
+			return took, err
+		}
+	} else {
+		if !locate(0, n) {
+			return false, nil
+		}
+		var bad bool
+		if at, sum, bad = copyHalf(0, n); !bad {
+			at = -1
+		}
+	}
+	if at >= 0 {
 		return true, c.sts[c.grp[at]].dataError(c.local[at], locs[at], sum)
 	}
 	return true, nil

@@ -7,8 +7,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestGatherSmallTakesOrDeclines calls gatherSmall directly: a batch of
@@ -17,8 +19,36 @@ import (
 // every other case is declined with dst untouched, so that Gather's
 // general path reports it; a damaged record is reported by gatherSmall
 // itself when verification is on, naming the record, and copied as it is
-// when it is off.
+// when it is off. It runs on one goroutine and with every batch of
+// splitSmallMin records or more split over two (gather_split.go), where
+// a case that declines in either half must leave dst untouched too.
 func TestGatherSmallTakesOrDeclines(t *testing.T) {
+	inSplitModes(t, testGatherSmallTakesOrDeclines)
+}
+
+// inSplitModes runs test with the short path on one goroutine, and with
+// every batch of splitSmallMin records or more split over two, and checks
+// that only the second split any.
+func inSplitModes(t *testing.T, test func(t *testing.T)) {
+	for _, c := range []struct {
+		name  string
+		bytes int64
+	}{{"one goroutine", 1 << 62}, {"split", 1}} {
+		t.Run(c.name, func(t *testing.T) {
+			old, oldThreads := splitSmallBytes, threadSetting.Load()
+			splitSmallBytes = c.bytes
+			SetThreads(2)
+			defer func() { splitSmallBytes = old; threadSetting.Store(oldThreads) }()
+			before := splitGathers.Load()
+			test(t)
+			if split := splitGathers.Load() - before; (split > 0) != (c.bytes == 1) {
+				t.Fatalf("%d split calls", split)
+			}
+		})
+	}
+}
+
+func testGatherSmallTakesOrDeclines(t *testing.T) {
 	const size, count, bad = 256, 700, 33
 	dir := filepath.Join(t.TempDir(), "s")
 	s, err := Create(dir, WithCodec(Raw), WithChunkCapacity(64<<10))
@@ -48,7 +78,7 @@ func TestGatherSmallTakesOrDeclines(t *testing.T) {
 		dst := bytes.Repeat([]byte{0xAA}, len(idx)*max(stride, 1))
 		g := getGatherScratch(len(idx))
 		defer gatherPool.Put(g)
-		done, err := s.gatherSmall(idx, dst, stride, g)
+		done, err := s.gatherSmall(idx, dst, stride, false, g)
 		return done, dst, err
 	}
 	random := make([]int64, 300)
@@ -56,6 +86,12 @@ func TestGatherSmallTakesOrDeclines(t *testing.T) {
 		random[k] = rng.Int64N(count)
 	}
 	random[7] = random[3] // a repeat
+	// random with idx[at] = i.
+	with := func(at int, i int64) []int64 {
+		b := append([]int64(nil), random...)
+		b[at] = i
+		return b
+	}
 	done, dst, err := call(random, size)
 	if !done || err != nil {
 		t.Fatalf("a random batch of raw records: done %v, %v; want it taken", done, err)
@@ -76,6 +112,10 @@ func TestGatherSmallTakesOrDeclines(t *testing.T) {
 		{"a record of another size", []int64{4, count}, size},
 		{"a stride other than the records'", []int64{4, 5}, size - 1},
 		{"a stride of zero", []int64{4}, 0},
+		{"an index past the end, in the first half of a batch", with(10, count+1), size},
+		{"an index past the end, in the second half of a batch", with(250, count+1), size},
+		{"a record of another size, in the second half of a batch", with(299, count), size},
+		{"a negative index, in the first half of a batch", with(0, -5), size},
 	} {
 		done, dst, err := call(c.idx, c.stride)
 		if done || err != nil {
@@ -110,7 +150,7 @@ func TestGatherSmallTakesOrDeclines(t *testing.T) {
 	defer s.Close()
 	// The damaged record alone, among the records checked four at a time,
 	// and after them.
-	for _, idx := range [][]int64{{2, bad, 9}, {2, 8, bad, 9, 10, 11}, {2, 8, 9, 10, 11, bad}} {
+	for _, idx := range [][]int64{{2, bad, 9}, {2, 8, bad, 9, 10, 11}, {2, 8, 9, 10, 11, bad}, with(20, bad), with(280, bad)} {
 		done, _, err = call(idx, size)
 		if !done || !errors.Is(err, ErrCorrupt) || !bytes.Contains([]byte(err.Error()), []byte("record 33 ")) {
 			t.Fatalf("a damaged record in %v: done %v, %v; want ErrCorrupt naming record %d", idx, done, err, bad)
@@ -130,8 +170,13 @@ func TestGatherSmallTakesOrDeclines(t *testing.T) {
 // others are not) is declined with dst untouched, and Gather's general
 // path still reads it right; a damaged record is reported by gatherSmall
 // itself, naming its store's file and its index in that store, when
-// verification is on, and copied as it is when it is off.
+// verification is on, and copied as it is when it is off. As
+// TestGatherSmallTakesOrDeclines, on one goroutine and split.
 func TestSetGatherSmallTakesOrDeclines(t *testing.T) {
+	inSplitModes(t, testSetGatherSmallTakesOrDeclines)
+}
+
+func testSetGatherSmallTakesOrDeclines(t *testing.T) {
 	const size, per, parts, bad = 256, 300, 4, 77
 	root := t.TempDir()
 	rng := rand.New(rand.NewPCG(11, 12))
@@ -196,6 +241,7 @@ func TestSetGatherSmallTakesOrDeclines(t *testing.T) {
 	}
 	random[9] = random[2] // a repeat
 	withZstd := append([]int64{parts*per + 3}, random[:20]...)
+	zstdLate := append(append([]int64(nil), random[:100]...), parts*per+3) // in a batch's second half
 	for _, lazy := range []bool{false, true} {
 		t.Run(map[bool]string{false: "eager", true: "lazy"}[lazy], func(t *testing.T) {
 			set := open(t, lazy)
@@ -239,6 +285,7 @@ func TestSetGatherSmallTakesOrDeclines(t *testing.T) {
 				t.Fatalf("an index past the end: Gather returned %v, want ErrIndexOutOfRange", err)
 			}
 			declined("a batch with a compressed store", withZstd)
+			declined("a batch with a compressed store in its second half", zstdLate)
 			if !lazy { // a lazy set's stores follow the set's SetVerify
 				set.Stores()[1].SetVerify(false)
 				declined("checked and unchecked stores", random)
@@ -257,10 +304,12 @@ func TestSetGatherSmallTakesOrDeclines(t *testing.T) {
 		t.Fatal(err)
 	}
 	global := int64(2*per + bad)
+	late := append([]int64(nil), random...) // a batch of 203 with it in its second half
+	late[150] = global
 	for _, lazy := range []bool{false, true} {
 		set := open(t, lazy)
 		// Among the records checked four at a time, and after them.
-		for _, idx := range [][]int64{{5, global, 700, 9, 1000}, {5, 700, 9, 1000, global}} {
+		for _, idx := range [][]int64{{5, global, 700, 9, 1000}, {5, 700, 9, 1000, global}, late} {
 			done, _, err := call(t, set, idx)
 			if !done || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), fmt.Sprintf("record %d in %s", bad, shards[2].Dir)) {
 				t.Fatalf("lazy %v, a damaged record in %v: done %v, %v; want ErrCorrupt naming record %d of %s", lazy, idx, done, err, bad, shards[2].Dir)
@@ -271,5 +320,71 @@ func TestSetGatherSmallTakesOrDeclines(t *testing.T) {
 		if !done || err != nil || !bytes.Equal(dst[2*size:3*size], b[bad*size:(bad+1)*size]) {
 			t.Fatalf("lazy %v, verification off: done %v, %v; want the damaged bytes copied", lazy, done, err)
 		}
+	}
+}
+
+// TestSplitGathersConcurrently runs split short-path gathers from several
+// goroutines at once, with two Ps and with one (where a block waiting for
+// a half must let the goroutine locating it run): every batch lands right,
+// and no call waits forever.
+func TestSplitGathersConcurrently(t *testing.T) {
+	const size, count = 256, 4096
+	s, err := Create(filepath.Join(t.TempDir(), "s"), WithCodec(Raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	recs := make([][]byte, count)
+	for i := range recs {
+		recs[i] = bytes.Repeat([]byte{byte(i), byte(i >> 8)}, size/2)
+	}
+	if _, err := s.Append(recs); err != nil {
+		t.Fatal(err)
+	}
+	for _, procs := range []int{2, 1} {
+		t.Run(fmt.Sprintf("GOMAXPROCS=%d", procs), func(t *testing.T) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+			oldThreads := threadSetting.Load()
+			SetThreads(2)
+			defer threadSetting.Store(oldThreads)
+			before := splitGathers.Load()
+			errs := make(chan error, 4)
+			for w := range 4 {
+				go func() {
+					rng := rand.New(rand.NewPCG(uint64(w), 1))
+					idx := make([]int64, 200)
+					dst := make([]byte, len(idx)*size)
+					for range 300 {
+						for k := range idx {
+							idx[k] = rng.Int64N(count)
+						}
+						if err := s.Gather(idx, dst, size); err != nil {
+							errs <- err
+							return
+						}
+						for k, i := range idx {
+							if !bytes.Equal(dst[k*size:(k+1)*size], recs[i]) {
+								errs <- fmt.Errorf("slot %d holds other bytes than record %d", k, i)
+								return
+							}
+						}
+					}
+					errs <- nil
+				}()
+			}
+			for range 4 {
+				select {
+				case err := <-errs:
+					if err != nil {
+						t.Fatal(err)
+					}
+				case <-time.After(60 * time.Second):
+					t.Fatal("concurrent split gathers did not end in 60 s")
+				}
+			}
+			if splitGathers.Load() == before {
+				t.Fatal("no gather was split")
+			}
+		})
 	}
 }

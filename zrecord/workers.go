@@ -27,8 +27,9 @@ const maxThreads = 1024
 // SetThreads sets the package-wide number of goroutines a single Gather or
 // Append may fan out to. n <= 0 restores the default (SetDefaultThreads;
 // runtime.GOMAXPROCS(0) at the time of each call unless that was set).
-// Small batches never fan out: a worker is only started when it gets about
-// fanOutBytes of work.
+// Small batches do not fan out: a worker is only started when it gets about
+// fanOutBytes of work, except that a batch of 32 KiB to 256 KiB of small raw
+// records is split over two (gather_split.go).
 func SetThreads(n int) {
 	if n <= 0 {
 		threadSetting.Store(0)
