@@ -318,31 +318,34 @@ func (t *Set) gatherSmall(indices []int64, dst []byte, stride int, slot bool) (b
 	locs := g.locs[:n]
 	g.srcs = grow(g.srcs, n)
 	g.sums = grow(g.sums, n)
-	locate := func(lo, hi int) bool {
-		prefetchEntriesFrom(&g.tables[lo], &c.local[lo], hi-lo)
-		return loadEntriesFrom(g.tables[lo:hi], c.local[lo:hi], locs[lo:hi]) == hi-lo &&
-			checkSmall(locs[lo:hi], g.srcs[lo:hi], stride, src, c.grp[lo:hi])
-	}
-	copyHalf := func(lo, hi int) (int, uint32, bool) {
-		return copySrcs(dst[lo*stride:hi*stride], g.srcs[lo:hi], locs[lo:hi], stride, src[0].checked, g.sums[lo:hi])
-	}
-	at, sum, err := -1, uint32(0), error(nil)
+	checked := src[0].checked
 	if splitsSmall(n, stride, slot) {
-		var took bool
-		if took, at, sum, err = splitSmall(n, locate, copyHalf); !took || err != nil {
-			return took, err
+		took, at, sum, err := splitSmall(n, func(lo, hi int) bool {
+			return c.locateSmall(src, stride, lo, hi)
+		}, func(lo, hi int) (int, uint32, bool) {
+			return copySrcs(dst[lo*stride:hi*stride], g.srcs[lo:hi], locs[lo:hi], stride, checked, g.sums[lo:hi])
+		})
+		if took && err == nil && at >= 0 {
+			err = c.sts[c.grp[at]].dataError(c.local[at], locs[at], sum)
 		}
-	} else {
-		if !locate(0, n) {
-			return false, nil
-		}
-		var bad bool
-		if at, sum, bad = copyHalf(0, n); !bad {
-			at = -1
-		}
+		return took, err
 	}
-	if at >= 0 {
+	if !c.locateSmall(src, stride, 0, n) {
+		return false, nil
+	}
+	if at, sum, bad := copySrcs(dst, g.srcs, locs, stride, checked, g.sums[:n]); bad {
 		return true, c.sts[c.grp[at]].dataError(c.local[at], locs[at], sum)
 	}
 	return true, nil
+}
+
+// locateSmall is locateSmall for records lo..hi-1 of a Set call whose
+// tables (c.gs.tables) are filled: it asks for their entries, checks them
+// into c.gs.locs and keeps their records' addresses in c.gs.srcs, or
+// reports false.
+func (c *setCall) locateSmall(src []smallSource, stride, lo, hi int) bool {
+	g := c.gs
+	prefetchEntriesFrom(&g.tables[lo], &c.local[lo], hi-lo)
+	return loadEntriesFrom(g.tables[lo:hi], c.local[lo:hi], g.locs[lo:hi]) == hi-lo &&
+		checkSmall(g.locs[lo:hi], g.srcs[lo:hi], stride, src, c.grp[lo:hi])
 }
