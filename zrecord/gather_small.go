@@ -46,11 +46,9 @@ func (s *Store) gatherSmall(indices []int64, dst []byte, stride int, slot bool, 
 	defer g.dropAddrs()
 	checked := s.checkRaws()
 	if splitsSmall(n, stride, slot) {
-		took, at, sum, err := splitSmall(n, func(lo, hi int) bool {
+		took, at, sum, err := splitSmall(dst, stride, checked, g, n, func(lo, hi int) bool {
 			prefetchEntriesAt(&seg[0], len(seg)/24, &indices[lo], hi-lo)
 			return locateSmall(seg, chunks, indices[lo:hi], locs[lo:hi], g.srcs[lo:hi], stride)
-		}, func(lo, hi int) (int, uint32, bool) {
-			return copySrcs(dst[lo*stride:hi*stride], g.srcs[lo:hi], locs[lo:hi], stride, checked, g.sums[lo:hi])
 		})
 		if took && err == nil && at >= 0 {
 			err = s.dataError(indices[at], locs[at], sum)
@@ -320,10 +318,8 @@ func (t *Set) gatherSmall(indices []int64, dst []byte, stride int, slot bool) (b
 	g.sums = grow(g.sums, n)
 	checked := src[0].checked
 	if splitsSmall(n, stride, slot) {
-		took, at, sum, err := splitSmall(n, func(lo, hi int) bool {
+		took, at, sum, err := splitSmall(dst, stride, checked, g, n, func(lo, hi int) bool {
 			return c.locateSmall(src, stride, lo, hi)
-		}, func(lo, hi int) (int, uint32, bool) {
-			return copySrcs(dst[lo*stride:hi*stride], g.srcs[lo:hi], locs[lo:hi], stride, checked, g.sums[lo:hi])
 		})
 		if took && err == nil && at >= 0 {
 			err = c.sts[c.grp[at]].dataError(c.local[at], locs[at], sum)

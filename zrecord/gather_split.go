@@ -62,14 +62,15 @@ const (
 	halfLocated
 )
 
-// splitSmall runs a short-path batch of n records on the caller and one
-// helper (see above): locate(lo, hi) locates records lo..hi-1 and reports
-// false to decline the call, copyHalf(lo, hi) copies them and reports the
-// first record that does not match its checksum. splitSmall reports
+// splitSmall runs a short-path batch of n records of stride bytes into dst
+// on the caller and one helper (see above): locate(lo, hi) locates records
+// lo..hi-1 into g (their entries in g.locs, their addresses in g.srcs) and
+// reports false to decline the call; each half is then copied by copySrcs,
+// checked or not, with g.sums as its scratch. splitSmall reports
 // whether it took the call and, when it did, the position and checksum of
 // the first bad record (at -1 when none), or the error of a block that
 // failed (a memory fault).
-func splitSmall(n int, locate func(lo, hi int) bool, copyHalf func(lo, hi int) (int, uint32, bool)) (took bool, at int, sum uint32, err error) {
+func splitSmall(dst []byte, stride int, checked bool, g *gatherScratch, n int, locate func(lo, hi int) bool) (took bool, at int, sum uint32, err error) {
 	splitGathers.Add(1)
 	var state [2]atomic.Int32
 	var declined atomic.Bool
@@ -104,8 +105,8 @@ func splitSmall(n int, locate func(lo, hi int) bool, copyHalf func(lo, hi int) (
 		}
 		for h := range 2 {
 			if mine[h] {
-				lo := n * h / 2
-				ats[h], sums[h], bad[h] = copyHalf(lo, n*(h+1)/2)
+				lo, hi := n*h/2, n*(h+1)/2
+				ats[h], sums[h], bad[h] = copySrcs(dst[lo*stride:hi*stride], g.srcs[lo:hi], g.locs[lo:hi], stride, checked, g.sums[lo:hi])
 				ats[h] += lo
 			}
 		}
