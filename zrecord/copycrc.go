@@ -55,16 +55,31 @@ const streamMin = 32 << 20
 
 // streamSlotMin is streamMin for a data loader's slots (GatherSlot):
 // several batches are in flight, each in a buffer of its own and read
-// later by another core, so a quarter of the L3 cache a batch is where
-// they outgrow it together. On an AMD EPYC with AVX2 and VPCLMULQDQ, two
-// cores and a 32 MiB L3 cache, the default loader (three alternated runs
-// each): over 64 KiB records in batches of 4 MiB, 0.93-1.00x np.take
-// streamed and 1.04-1.23x cached (two goroutines' cached checked copies
-// moved 24.5 against 20.1 GB a second streamed); over 1 MiB records in
-// batches of 16 MiB, 1.09-1.18x streamed and 0.84-0.90x cached. (The rule
-// before streamed slots from 1 MiB a goroutine of records of 64 KiB or
-// more.)
-const streamSlotMin = streamMin / 4
+// later by another core, so they outgrow the caches together long before
+// one batch would. Where that starts is a matter of the CPU more than of
+// its cache sizes, so each copyCRC path carries its own (slotStreamMin),
+// measured on a CPU that takes it:
+//
+//   - avx2-vpclmul, 8 MiB: on an AMD EPYC (Zen 5), two cores and a 32 MiB
+//     L3 cache, the default loader (three alternated runs each): over 64
+//     KiB records in batches of 4 MiB, 0.93-1.00x np.take streamed and
+//     1.04-1.23x cached; over 1 MiB records in batches of 16 MiB,
+//     1.09-1.18x streamed and 0.84-0.90x cached.
+//   - sse42, 2 MiB: on an AMD EPYC (Zen 1), two cores with 1 MiB of L2
+//     cache each and an 8 MiB L3 cache, the default loader against
+//     np.take in the same process, three alternated runs of each
+//     threshold: over 2 KiB records in batches of 512 KiB, 0.80-0.81x
+//     streamed and 1.04-1.24x cached; over 4 KiB ones in batches of 1
+//     MiB, 0.71-0.78x and 0.79-0.99x; over token rows widened into
+//     batches of 2 MiB, 0.92-1.05x and 0.71-0.78x. A consumer that keeps
+//     up gives each slot back before the next step, and the workers reuse
+//     the slot given back last, so only a slot or two a worker is ever
+//     written: BenchmarkGatherSlots shows the same turn between 1 and 2
+//     MiB with a slot or two a goroutine, where rings of 12 slots gain
+//     from streaming from 512 KiB (1.2x there).
+//
+// streamSlotMin is the path's figure (a variable, for the benchmarks).
+var streamSlotMin = copyCRCImpl.slotStreamMin
 
 // copyCRCPiece bounds the bytes one call into a path handles: the runtime
 // cannot stop a goroutine inside assembly, so a record of hundreds of MiB
@@ -74,11 +89,13 @@ const copyCRCPiece = 1 << 20
 
 // crcPath is one implementation of copyCRC (fn) and copyCRCStream
 // (stream, the same function where the path has no streaming stores),
-// with the name the tests and benchmarks use for it.
+// with the name the tests and benchmarks use for it and the least batch
+// a gather into a slot streams on the CPUs that take it (streamSlotMin).
 type crcPath struct {
-	name   string
-	fn     func(dst, src []byte, crc uint32) uint32
-	stream func(dst, src []byte, crc uint32) uint32
+	name          string
+	fn            func(dst, src []byte, crc uint32) uint32
+	stream        func(dst, src []byte, crc uint32) uint32
+	slotStreamMin int64
 }
 
 // copyCRCImpl is the path copyCRC takes: the first of copyCRCPaths(),
@@ -94,7 +111,7 @@ func defaultCopyCRCPath() crcPath {
 }
 
 // genericCRCPath is the portable path, in every build.
-var genericCRCPath = crcPath{"generic", copyCRCGeneric, copyCRCGeneric}
+var genericCRCPath = crcPath{"generic", copyCRCGeneric, copyCRCGeneric, streamMin / 4}
 
 // copyCRCBlock is how much the generic path copies before it checksums
 // what it copied: small enough that the block is still in the L1 cache

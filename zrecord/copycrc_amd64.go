@@ -28,9 +28,9 @@ func copyCRCPaths() []crcPath {
 	var p []crcPath
 	if cpu.X86.HasSSE42 && cpu.X86.HasPCLMULQDQ {
 		if cpu.X86.HasAVX2 && hasVPCLMULQDQ {
-			p = append(p, crcPath{"avx2-vpclmul", copyCRCAVX2, copyCRCAVX2Stream})
+			p = append(p, crcPath{"avx2-vpclmul", copyCRCAVX2, copyCRCAVX2Stream, streamMin / 4})
 		}
-		p = append(p, crcPath{"sse42", copyCRCSSE42, copyCRCSSE42})
+		p = append(p, crcPath{"sse42", copyCRCSSE42, copyCRCSSE42Stream, 2 << 20})
 	}
 	return append(p, genericCRCPath)
 }
@@ -42,12 +42,13 @@ func copyCRCPaths() []crcPath {
 //go:noescape
 func copyCRCFoldAVX2(dst, src *byte, n int, state uint32, k *[8]uint64, stream bool) uint32
 
-// copyCRCFoldSSE42 is copyCRCFoldAVX2 with 128-bit registers, and
-// without streaming stores (a CPU without AVX2 is one too old for the
-// destination's memory traffic to be what limits this path).
+// copyCRCFoldSSE42 is copyCRCFoldAVX2 with 128-bit registers. It is the
+// path of the CPUs with AVX2 but without VPCLMULQDQ as well (AMD Zen 1 and
+// 2, Intel before Ice Lake), whose loaders' slots are where its streaming
+// stores pay (see slotStreamMin).
 //
 //go:noescape
-func copyCRCFoldSSE42(dst, src *byte, n int, state uint32, k *[8]uint64) uint32
+func copyCRCFoldSSE42(dst, src *byte, n int, state uint32, k *[8]uint64, stream bool) uint32
 
 func copyCRCAVX2(dst, src []byte, crc uint32) uint32 {
 	if len(src) == 0 {
@@ -70,5 +71,13 @@ func copyCRCSSE42(dst, src []byte, crc uint32) uint32 {
 		return crc
 	}
 	dst = dst[:len(src)]
-	return ^copyCRCFoldSSE42(&dst[0], &src[0], len(src), ^crc, &crcFold)
+	return ^copyCRCFoldSSE42(&dst[0], &src[0], len(src), ^crc, &crcFold, false)
+}
+
+func copyCRCSSE42Stream(dst, src []byte, crc uint32) uint32 {
+	if len(src) == 0 {
+		return crc
+	}
+	dst = dst[:len(src)]
+	return ^copyCRCFoldSSE42(&dst[0], &src[0], len(src), ^crc, &crcFold, true)
 }

@@ -222,15 +222,57 @@ avxDone:
 	PXOR      T, A; \
 	PXOR      B, A
 
-// func copyCRCFoldSSE42(dst, src *byte, n int, state uint32, k *[8]uint64) uint32
-TEXT ·copyCRCFoldSSE42(SB), NOSPLIT, $0-44
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ n+16(FP), CX
-	MOVL state+24(FP), DX
-	MOVQ k+32(FP), R8
-	CMPQ CX, $128
-	JB   sseTail8
+// BLOCK64X loads the 64 bytes at SI into X4-X7, stores them at DI with
+// the store instruction ST, and folds X0-X3 onto them by 64 bytes (X8).
+#define BLOCK64X(ST) \
+	MOVOU 0(SI), X4; \
+	MOVOU 16(SI), X5; \
+	MOVOU 32(SI), X6; \
+	MOVOU 48(SI), X7; \
+	ST    X4, 0(DI); \
+	ST    X5, 16(DI); \
+	ST    X6, 32(DI); \
+	ST    X7, 48(DI); \
+	FOLDX(X0, X4, X8, X9); \
+	FOLDX(X1, X5, X8, X10); \
+	FOLDX(X2, X6, X8, X11); \
+	FOLDX(X3, X7, X8, X12); \
+	ADDQ $64, SI; \
+	ADDQ $64, DI; \
+	SUBQ $64, CX
+
+// func copyCRCFoldSSE42(dst, src *byte, n int, state uint32, k *[8]uint64, stream bool) uint32
+//
+// With stream, the 64-byte blocks of the main loop are written with
+// non-temporal stores (MOVNTDQ), as in copyCRCFoldAVX2; dst is first
+// brought to a 16-byte boundary a byte at a time.
+TEXT ·copyCRCFoldSSE42(SB), NOSPLIT, $0-52
+	MOVQ    dst+0(FP), DI
+	MOVQ    src+8(FP), SI
+	MOVQ    n+16(FP), CX
+	MOVL    state+24(FP), DX
+	MOVQ    k+32(FP), R8
+	MOVBLZX stream+40(FP), R10
+	CMPQ    CX, $128
+	JB      sseTail8
+	CMPQ    CX, $256
+	JAE     sseHead
+	XORL    R10, R10 // too short to be worth aligning: cached stores
+
+sseHead:
+	TESTQ R10, R10
+	JZ    sseStart
+	TESTQ $15, DI
+	JZ    sseStart
+	MOVBLZX 0(SI), AX
+	MOVB    AX, 0(DI)
+	CRC32B  AX, DX
+	INCQ    SI
+	INCQ    DI
+	DECQ    CX
+	JMP     sseHead
+
+sseStart:
 
 	MOVOU 0(SI), X0
 	MOVOU 16(SI), X1
@@ -246,26 +288,23 @@ TEXT ·copyCRCFoldSSE42(SB), NOSPLIT, $0-44
 	ADDQ  $64, DI
 	SUBQ  $64, CX
 	MOVOU 16(R8), X8 // D = 64
+	TESTQ R10, R10
+	JNZ   sseLoopStream
 
 sseLoop64:
 	CMPQ CX, $64
 	JB   sseFold4
-	MOVOU 0(SI), X4
-	MOVOU 16(SI), X5
-	MOVOU 32(SI), X6
-	MOVOU 48(SI), X7
-	MOVOU X4, 0(DI)
-	MOVOU X5, 16(DI)
-	MOVOU X6, 32(DI)
-	MOVOU X7, 48(DI)
-	FOLDX(X0, X4, X8, X9)
-	FOLDX(X1, X5, X8, X10)
-	FOLDX(X2, X6, X8, X11)
-	FOLDX(X3, X7, X8, X12)
-	ADDQ $64, SI
-	ADDQ $64, DI
-	SUBQ $64, CX
+	BLOCK64X(MOVOU)
 	JMP  sseLoop64
+
+sseLoopStream:
+	CMPQ CX, $64
+	JB   sseStreamDone
+	BLOCK64X(MOVNTO)
+	JMP  sseLoopStream
+
+sseStreamDone:
+	SFENCE // the streamed stores are ordered before the ones that follow
 
 sseFold4:
 	MOVOU 48(R8), X8 // D = 16
@@ -314,5 +353,5 @@ sseTail1:
 	JMP    sseTail1
 
 sseDone:
-	MOVL DX, ret+40(FP)
+	MOVL DX, ret+48(FP)
 	RET

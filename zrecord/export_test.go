@@ -209,3 +209,11 @@ func SetSplitSmallBytes(n int64) int64 {
 	splitSmallBytes = n
 	return old
 }
+
+// SetStreamSlotMin sets the least batch a gather into a slot writes with
+// streaming stores, and returns the setting it replaced.
+func SetStreamSlotMin(n int64) int64 {
+	old := streamSlotMin
+	streamSlotMin = n
+	return old
+}

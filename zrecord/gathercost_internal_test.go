@@ -71,15 +71,21 @@ func ztRecordInternal(size int) []byte {
 
 // A gather's raw copies stream (write past the caches) for batches that
 // outgrow them (streamMin), and a data loader's slots, several in flight,
-// from a quarter of that (streamSlotMin), whatever the records and the
+// from their path's streamSlotMin, whatever the records and the
 // goroutines.
 func TestSetStream(t *testing.T) {
+	for _, p := range copyCRCPaths() {
+		if p.slotStreamMin <= 0 || p.slotStreamMin > streamMin {
+			t.Errorf("path %s streams slots from %d bytes: want a positive figure no larger than streamMin", p.name, p.slotStreamMin)
+		}
+	}
 	for _, tc := range []struct {
 		total      int64
 		slot, want bool
 	}{
 		{256 << 8, true, false},          // 256 B records, 64 KiB
-		{4 << 20, true, false},           // 64 KiB records, 4 MiB
+		{256 << 10, true, false},         // 1 KiB records, 256 KiB
+		{4 << 20, false, false},          // 64 KiB records, 4 MiB
 		{16 << 20, false, false},         // 1 MiB records, 16 MiB
 		{16 << 20, true, true},           // the same into a slot
 		{64 << 20, false, true},          // 64 MiB
