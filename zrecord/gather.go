@@ -18,6 +18,9 @@ import (
 type gatherScratch struct {
 	locs []entry
 	raw  [][]byte // per-worker staging for files that cannot be mapped
+	// fold: per-worker buffers that a streamed call checks narrowed
+	// records through (see fillNarrowed).
+	fold [][]byte
 	// touched sums the bytes loaded ahead of use by touchEntries and
 	// touchRecords, so the loads are kept.
 	touched byte
@@ -760,6 +763,17 @@ func (g *gatherScratch) prepare(workers int) {
 	for len(g.raw) < workers {
 		g.raw = append(g.raw, nil)
 	}
+	for len(g.fold) < workers {
+		g.fold = append(g.fold, nil)
+	}
+}
+
+// foldBuffer returns worker w's fold buffer, n bytes long.
+func (g *gatherScratch) foldBuffer(w, n int) []byte {
+	if cap(g.fold[w]) < n {
+		g.fold[w] = make([]byte, n)
+	}
+	return g.fold[w][:n]
 }
 
 // fill writes the k-th record of the call, idx, into out (exactly its

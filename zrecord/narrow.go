@@ -414,22 +414,29 @@ func checkNarrowed(src []byte, logic, es int) (int, error) {
 // widenRecord decodes the narrowed record src into out, whose length is the
 // record's logical size, for elements of es bytes.
 func widenRecord(out, src []byte, es int) error {
+	return widenRecordTo(out, src, es, false)
+}
+
+// widenRecordTo is widenRecord, with stream as for widen.
+func widenRecordTo(out, src []byte, es int, stream bool) error {
 	w, err := checkNarrowed(src, len(out), es)
 	if err != nil {
 		return err
 	}
 	base := getElem(src[1:], es)
-	widen(out, src[narrowHeader(es):], es, w, base)
+	widen(out, src[narrowHeader(es):], es, w, base, stream)
 	return nil
 }
 
 // widen writes the len(out)/es values packed w bytes each in packed, each
 // plus base, into out as es-byte values; the assembly kernels take the
-// common widenings where the CPU has them.
-func widen(out, packed []byte, es, w int, base uint64) {
+// common widenings where the CPU has them. With stream (a destination not
+// read again soon, see gatherScratch.stream), the kernels write out with
+// streaming stores.
+func widen(out, packed []byte, es, w int, base uint64, stream bool) {
 	done := 0
 	if w > 0 && useWidenSIMD {
-		done = widenSIMD(out, packed, es, w, base)
+		done = widenSIMD(out, packed, es, w, base, stream)
 	}
 	widenGo(out[done*es:], packed[done*w:], es, w, base)
 }
@@ -476,16 +483,24 @@ func widenGo(out, packed []byte, es, w int, base uint64) {
 
 // fillNarrowed is fill for a narrowed record e (record idx, in chunk c):
 // its stored bytes are checked against their checksum (sumInto), as a
-// frame's are, and then widened straight into out.
+// frame's are, and then widened straight into out, with streaming stores
+// in a call that streams.
 func (s *Store) fillNarrowed(g *gatherScratch, w int, c *chunk, idx int64, e entry, out []byte) error {
 	src, err := s.storedBytes(g, w, c, idx, e)
 	if err != nil {
 		return err
 	}
-	if sum := sumInto(out, src); sum != e.sum {
+	// A streamed destination is written once, by the widening: the check
+	// folds through the worker's own buffer instead (see sumInto), which
+	// stays in the cache.
+	fold := out
+	if g.stream {
+		fold = g.foldBuffer(w, len(src))
+	}
+	if sum := sumInto(fold, src); sum != e.sum {
 		return s.dataError(idx, e, sum)
 	}
-	if err := widenRecord(out, src, s.elem.Size); err != nil {
+	if err := widenRecordTo(out, src, s.elem.Size, g.stream); err != nil {
 		return errf(ErrDecode, "gather from %s: record %d in %s: %v", s.dir, idx, s.path(chunkName(e.chunk)), err)
 	}
 	return nil

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // widenPairs are the widenings a narrowed record can need: packed width w
@@ -16,7 +18,10 @@ var widenPairs = []struct{ w, es int }{{1, 2}, {1, 4}, {1, 8}, {2, 4}, {2, 8}, {
 // TestWidenKernels checks widen (the assembly kernels where the CPU has
 // them) against widenGo and against the definition, for every pair, at
 // lengths around the kernels' vector and unrolled-loop sizes, with bases
-// that make the addition wrap.
+// that make the addition wrap; cached and streamed, into outputs at
+// several offsets from a 32-byte boundary (a streamed one widens up to the
+// boundary in Go, and one whose values are off their own boundaries is
+// written cached).
 func TestWidenKernels(t *testing.T) {
 	if !useWidenSIMD {
 		t.Log("no AVX2 (or a race build): widen runs in Go, checked against the definition only")
@@ -25,36 +30,51 @@ func TestWidenKernels(t *testing.T) {
 	for _, p := range widenPairs {
 		for _, n := range []int{0, 1, 3, 4, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 1000, 2048} {
 			for _, base := range []uint64{0, 1, 0x7f, 0xfffe, 0xffffffff_fffffff0, rng.Uint64()} {
-				packed := make([]byte, n*p.w+3) // spare bytes the kernels must not read into out
-				for i := range packed {
-					packed[i] = byte(rng.Uint32())
-				}
-				got := make([]byte, n*p.es+40)
-				ref := make([]byte, n*p.es+40)
-				for i := range got {
-					got[i], ref[i] = 0xAB, 0xAB
-				}
-				widen(got[:n*p.es], packed[:n*p.w], p.es, p.w, base)
-				widenGo(ref[:n*p.es], packed[:n*p.w], p.es, p.w, base)
-				if string(got) != string(ref) {
-					t.Fatalf("w=%d es=%d n=%d base=%#x: widen and widenGo differ", p.w, p.es, n, base)
-				}
-				mask := uint64(1)<<(8*p.es) - 1
-				if p.es == 8 {
-					mask = ^uint64(0)
-				}
-				for i := 0; i < n; i++ {
-					want := (getElem(packed[i*p.w:], p.w) + base) & mask
-					if v := getElem(got[i*p.es:], p.es); v != want {
-						t.Fatalf("w=%d es=%d n=%d: value %d is %#x, want %#x", p.w, p.es, n, i, v, want)
-					}
-				}
-				for i := n * p.es; i < len(got); i++ {
-					if got[i] != 0xAB {
-						t.Fatalf("w=%d es=%d n=%d: byte %d past the output written", p.w, p.es, n, i)
+				for _, stream := range []bool{false, true} {
+					for _, off := range []int{0, p.es, 32 - p.es, 1} {
+						checkWiden(t, rng, p.w, p.es, n, base, stream, off)
 					}
 				}
 			}
+		}
+	}
+}
+
+// checkWiden widens n random values of w bytes into es-byte values with
+// widen, into an output off bytes past a 32-byte boundary between guard
+// bytes, and checks them against widenGo and the definition.
+func checkWiden(t *testing.T, rng *rand.Rand, w, es, n int, base uint64, stream bool, off int) {
+	t.Helper()
+	packed := make([]byte, n*w+3) // spare bytes the kernels must not read into out
+	for i := range packed {
+		packed[i] = byte(rng.Uint32())
+	}
+	buf := make([]byte, n*es+104)
+	start := int(-uintptr(unsafe.Pointer(&buf[0]))&31) + 32 + off
+	for i := range buf {
+		buf[i] = 0xAB
+	}
+	got := buf[start : start+n*es]
+	ref := make([]byte, n*es)
+	widen(got, packed[:n*w], es, w, base, stream)
+	widenGo(ref, packed[:n*w], es, w, base)
+	what := fmt.Sprintf("w=%d es=%d n=%d base=%#x stream=%v offset %d", w, es, n, base, stream, off)
+	if string(got) != string(ref) {
+		t.Fatalf("%s: widen and widenGo differ", what)
+	}
+	mask := uint64(1)<<(8*es) - 1
+	if es == 8 {
+		mask = ^uint64(0)
+	}
+	for i := 0; i < n; i++ {
+		want := (getElem(packed[i*w:], w) + base) & mask
+		if v := getElem(got[i*es:], es); v != want {
+			t.Fatalf("%s: value %d is %#x, want %#x", what, i, v, want)
+		}
+	}
+	for i, b := range buf {
+		if (i < start || i >= start+n*es) && b != 0xAB {
+			t.Fatalf("%s: byte %d outside the output written", what, i-start)
 		}
 	}
 }

@@ -6,4 +6,4 @@ package zrecord
 // architecture, and widen runs in Go.
 const useWidenSIMD = false
 
-func widenSIMD(out, packed []byte, es, w int, base uint64) int { return 0 }
+func widenSIMD(out, packed []byte, es, w int, base uint64, stream bool) int { return 0 }
