@@ -74,6 +74,7 @@ func getGatherScratch(n int) *gatherScratch {
 // helper, each locating and copying half. Gather runs concurrently with
 // Append and other Gathers.
 func (s *Store) Gather(indices []int64, dst []byte, stride int) error {
+	defer enterGather()()
 	return s.gather(indices, dst, stride, false)
 }
 
@@ -83,6 +84,7 @@ func (s *Store) Gather(indices []int64, dst []byte, stride int) error {
 // Gather keeps them in the cache for a caller that reads or reuses its
 // buffer next.
 func (s *Store) GatherSlot(indices []int64, dst []byte, stride int) error {
+	defer enterGather()()
 	return s.gather(indices, dst, stride, true)
 }
 
@@ -132,7 +134,7 @@ func (s *Store) gather(indices []int64, dst []byte, stride int, slot bool) (err 
 	} else {
 		batched = g.prefetchBatch(chunks)
 	}
-	workers := workersFor(s.gatherCost(g.locs, int64(n)*int64(stride)), n, fanOutBytes)
+	workers := gatherWorkers(s.gatherCost(g.locs, int64(n)*int64(stride)), n)
 	blocks := gatherBlocks(workers, n)
 	g.prepare(blocks)
 	g.setStream(int64(n)*int64(stride), slot)
@@ -321,6 +323,7 @@ func (s *Store) checkRaws() bool {
 // from. Everything is checked before any byte of dst is written.
 func (s *Store) GatherPacked(indices []int64, dst []byte, offsets []int64) (err error) {
 	defer recoverTo(&err, "gather")
+	defer enterGather()()
 	old := guardFaults()
 	defer restoreFaults(old)
 	s.mu.RLock()
@@ -360,7 +363,7 @@ func (s *Store) GatherPacked(indices []int64, dst []byte, offsets []int64) (err 
 		}
 	}
 	g.touchRecords(chunks)
-	workers := workersFor(s.gatherCost(g.locs, offsets[n]-offsets[0]), n, fanOutBytes)
+	workers := gatherWorkers(s.gatherCost(g.locs, offsets[n]-offsets[0]), n)
 	blocks := gatherBlocks(workers, n)
 	g.prepare(blocks)
 	g.setStream(offsets[n]-offsets[0], true)

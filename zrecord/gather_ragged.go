@@ -34,6 +34,7 @@ func pooledOffsets(n int) (*[]int64, []int64) {
 // (ErrIndexOutOfRange) and may repeat.
 func (s *Store) GatherRagged(indices []int64, sizes []int64, dst []byte) (needed int64, err error) {
 	defer recoverTo(&err, "gather")
+	defer enterGather()()
 	old := guardFaults()
 	defer restoreFaults(old)
 	s.mu.RLock()
@@ -69,7 +70,7 @@ func (s *Store) GatherRagged(indices []int64, sizes []int64, dst []byte) (needed
 	// As GatherPacked: decoding weighs in the fan-out decision, and blocks
 	// of about equal bytes, each record's spare capacity running to its
 	// block's end.
-	workers := workersFor(s.gatherCost(g.locs, needed), n, fanOutBytes)
+	workers := gatherWorkers(s.gatherCost(g.locs, needed), n)
 	blocks := gatherBlocks(workers, n)
 	g.prepare(blocks)
 	g.setStream(needed, true)

@@ -49,10 +49,10 @@ var splitGathers atomic.Int64
 
 // splitsSmall says whether a short-path batch of n records of stride
 // bytes is split over two goroutines: not into a data loader's slot, not
-// while another call runs in parallel, and not with one thread.
+// while another gather runs, and not with one thread.
 func splitsSmall(n, stride int, slot bool) bool {
 	return !slot && stride > 0 && n >= splitSmallMin && int64(n)*int64(stride) >= splitSmallBytes &&
-		Threads() >= 2 && inParallel.Load() == 0
+		Threads() >= 2 && inParallel.Load() == 0 && inGathers.Load() <= 1
 }
 
 // The states of a half of a split batch.

@@ -393,12 +393,14 @@ func (c *setCall) cost(total int64) int64 {
 // store (a set of one store, a sequential read) is that store's Gather of
 // the local indices.
 func (t *Set) Gather(indices []int64, dst []byte, stride int) error {
+	defer enterGather()()
 	return t.gather(indices, dst, stride, false)
 }
 
 // GatherSlot is Store.GatherSlot over the set: Gather into one of a data
 // loader's buffers.
 func (t *Set) GatherSlot(indices []int64, dst []byte, stride int) error {
+	defer enterGather()()
 	return t.gather(indices, dst, stride, true)
 }
 
@@ -472,7 +474,7 @@ func (t *Set) gather(indices []int64, dst []byte, stride int, slot bool) (err er
 	g := getGatherScratch(n)
 	defer gatherPool.Put(g)
 	total := int64(n) * int64(stride)
-	workers := workersFor(c.cost(total), n, fanOutBytes)
+	workers := gatherWorkers(c.cost(total), n)
 	blocks := gatherBlocks(workers, n)
 	c.gs.prepare(blocks)
 	c.gs.setStream(total, slot)
@@ -574,6 +576,7 @@ func (t *Set) GatherPacked(indices []int64, dst []byte, offsets []int64) (err er
 	if c.groups() == 1 {
 		return t.withGroup("gather", c, func(s *Store) error { return s.GatherPacked(c.local[:n], dst, offsets) })
 	}
+	defer enterGather()() // the one-store case above counts in Store.GatherPacked
 	old := guardFaults()
 	defer restoreFaults(old)
 	return t.gatherSized("gather", c, dst, offsets, func(lo, hi int) error { return c.checkSlots(lo, hi, offsets) })
@@ -603,6 +606,7 @@ func (t *Set) GatherRagged(indices []int64, sizes []int64, dst []byte) (needed i
 		})
 		return needed, err
 	}
+	defer enterGather()() // the one-store case above counts in Store.GatherRagged
 	old := guardFaults()
 	defer restoreFaults(old)
 	op, offsets := pooledOffsets(n)
@@ -654,7 +658,7 @@ func (t *Set) gatherSized(op string, c *setCall, dst []byte, offsets []int64, ch
 		return err
 	}
 	total := offsets[n] - offsets[0]
-	workers := workersFor(c.cost(total), n, fanOutBytes)
+	workers := gatherWorkers(c.cost(total), n)
 	blocks := gatherBlocks(workers, n)
 	c.gs.prepare(blocks)
 	c.gs.setStream(total, true)
