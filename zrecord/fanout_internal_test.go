@@ -248,3 +248,59 @@ func TestFanOutLeavesCoresToCallsBeside(t *testing.T) {
 		}
 	}
 }
+
+// TestGatherWorkersLeaveCoresToOtherGathers: a gather's fan-out is
+// workersFor's less one goroutine for each other gather running, never
+// below one, and a gather counts itself as running only until it returns.
+func TestGatherWorkersLeaveCoresToOtherGathers(t *testing.T) {
+	defer SetThreads(0)
+	const big = 64 << 20 // enough bytes for every thread
+	for _, tc := range []struct {
+		threads, running, want int
+	}{
+		{2, 0, 2}, // asked outside a gather: as workersFor
+		{2, 1, 2}, // the only gather
+		{2, 2, 1},
+		{2, 5, 1},
+		{4, 2, 3},
+		{4, 3, 2},
+		{8, 4, 5},
+		{1, 3, 1},
+	} {
+		SetThreads(tc.threads)
+		inGathers.Add(int32(tc.running))
+		got := gatherWorkers(big, 1000)
+		inGathers.Add(-int32(tc.running))
+		if got != tc.want {
+			t.Errorf("%d threads, %d gathers running: %d workers, want %d", tc.threads, tc.running, got, tc.want)
+		}
+	}
+	SetThreads(4)
+	if got := gatherWorkers(fanOutBytes, 1000); got != 1 {
+		t.Errorf("%d bytes alone: %d workers, want 1", fanOutBytes, got)
+	}
+
+	before := inGathers.Load()
+	s, err := Create(t.TempDir(), WithCodec(Raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	recs := [][]byte{make([]byte, 64), make([]byte, 64)}
+	if _, err := s.Append(recs); err != nil {
+		t.Fatal(err)
+	}
+	dst := make([]byte, 128)
+	if err := s.Gather([]int64{1, 0}, dst, 64); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Gather([]int64{7}, dst, 64); err == nil {
+		t.Fatal("gather of record 7 of 2 succeeded")
+	}
+	if _, err := s.GatherRagged([]int64{0, 1}, []int64{64, 64}, dst); err != nil {
+		t.Fatal(err)
+	}
+	if got := inGathers.Load(); got != before {
+		t.Fatalf("after three gathers (one failed) %d are counted as running, want %d", got, before)
+	}
+}
