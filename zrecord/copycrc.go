@@ -89,13 +89,16 @@ const copyCRCPiece = 1 << 20
 
 // crcPath is one implementation of copyCRC (fn) and copyCRCStream
 // (stream, the same function where the path has no streaming stores),
-// with the name the tests and benchmarks use for it and the least batch
-// a gather into a slot streams on the CPUs that take it (streamSlotMin).
+// with the name the tests and benchmarks use for it, the least batch a
+// gather into a slot streams on the CPUs that take it (streamSlotMin),
+// and the largest record copySrcs checks four at a time with
+// copyCRCStrided rather than one at a time with fn (stridedMax).
 type crcPath struct {
 	name          string
 	fn            func(dst, src []byte, crc uint32) uint32
 	stream        func(dst, src []byte, crc uint32) uint32
 	slotStreamMin int64
+	stridedMax    int
 }
 
 // copyCRCImpl is the path copyCRC takes: the first of copyCRCPaths(),
@@ -111,7 +114,7 @@ func defaultCopyCRCPath() crcPath {
 }
 
 // genericCRCPath is the portable path, in every build.
-var genericCRCPath = crcPath{"generic", copyCRCGeneric, copyCRCGeneric, streamMin / 4}
+var genericCRCPath = crcPath{"generic", copyCRCGeneric, copyCRCGeneric, streamMin / 4, copyCRCStridedMax}
 
 // copyCRCBlock is how much the generic path copies before it checksums
 // what it copied: small enough that the block is still in the L1 cache

@@ -10,12 +10,15 @@
 // fewer than 16 bytes (and every input too short to fold) is copied and
 // checksummed 8 bytes, then 1 byte, at a time with the CRC32 instruction.
 
-// func cpuid7ECX() uint32
-TEXT ·cpuid7ECX(SB), NOSPLIT, $0-4
-	MOVL $7, AX
-	XORL CX, CX
+// func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
+TEXT ·cpuid(SB), NOSPLIT, $0-24
+	MOVL leaf+0(FP), AX
+	MOVL sub+4(FP), CX
 	CPUID
-	MOVL CX, ret+0(FP)
+	MOVL AX, eax+8(FP)
+	MOVL BX, ebx+12(FP)
+	MOVL CX, ecx+16(FP)
+	MOVL DX, edx+20(FP)
 	RET
 
 // FOLDY folds the two lanes of accumulator A forward onto the block B

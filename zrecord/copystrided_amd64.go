@@ -31,12 +31,13 @@ var useCopyStrided = cpu.X86.HasAVX2 && !raceBuild
 var useCopyCRCStrided = cpu.X86.HasSSE42 && !raceBuild
 
 // copyCRCStridedMax is the largest record copySrcs hands to
-// copyCRCStrided rather than to copyCRC one record at a time. The folding
+// copyCRCStrided rather than to copyCRC one record at a time, on the paths
+// whose stridedMax it is (all but sse42 on AMD's family 0x17). The folding
 // paths of copyCRC run at about the CRC32 instruction's 8 bytes a cycle
 // on long inputs, but each input pays a fold-down and a reduction, about
 // 30 cycles of latency, besides a call: on 256-byte records that was
-// twice what the copy cost. At 2 KiB the two tied, at 4 KiB the fold was
-// ahead.
+// twice what the copy cost (avx2-vpclmul, AMD Zen 5). At 2 KiB the two
+// tied, at 4 KiB the fold was ahead.
 const copyCRCStridedMax = 2 << 10
 
 // copyStrided copies stride bytes from each of srcs to dst back to back

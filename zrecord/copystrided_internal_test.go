@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
+	"os"
+	"regexp"
+	"strconv"
 	"testing"
 	"unsafe"
 )
@@ -71,6 +74,71 @@ func TestCopyStrided(t *testing.T) {
 					}
 					copy(dst[groups*4*stride:], want[groups*4*stride:]) // the records it leaves to copyChecked
 					check("copyCRCStridedX4")
+				}
+			})
+		}
+	}
+}
+
+// TestStridedMaxFollowsTheCPU checks the family copyCRCPaths reads from
+// CPUID against the one Linux reports, and that the sse42 path checks
+// records of more than 128 bytes one at a time exactly where that family
+// is 0x17, every other path keeping copyCRCStridedMax.
+func TestStridedMaxFollowsTheCPU(t *testing.T) {
+	if info, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		m := regexp.MustCompile(`(?m)^cpu family\s*:\s*(\d+)`).FindSubmatch(info)
+		if m == nil {
+			t.Fatal("/proc/cpuinfo names no cpu family")
+		}
+		if want, _ := strconv.Atoi(string(m[1])); cpuFamily() != uint32(want) {
+			t.Fatalf("cpuFamily() = %#x, /proc/cpuinfo says %#x", cpuFamily(), want)
+		}
+	}
+	for _, p := range copyCRCPaths() {
+		want := copyCRCStridedMax
+		if p.name == "sse42" && cpuFamily() == 0x17 {
+			want = 128
+		}
+		if p.stridedMax != want {
+			t.Errorf("path %s on family %#x: stridedMax %d, want %d", p.name, cpuFamily(), p.stridedMax, want)
+		}
+	}
+}
+
+// BenchmarkCopySmallChecked times the two routes of copySrcs for checked
+// records of up to 2 KiB, 256 records at random from a 512 KiB pool:
+// "strided" checks four records at a time with CRC32 chains
+// (copyCRCStrided), the paths' names fold one record at a time with
+// copyCRC. sse42StridedMax quotes it.
+func BenchmarkCopySmallChecked(b *testing.B) {
+	const pool, n = 512 << 10, 256
+	src := make([]byte, pool)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range src {
+		src[i] = byte(rng.Uint32())
+	}
+	for _, stride := range []int{64, 128, 256, 512, 1024, 2048} {
+		srcs := make([]unsafe.Pointer, n)
+		for i := range srcs {
+			srcs[i] = unsafe.Pointer(&src[rng.IntN(pool/stride)*stride])
+		}
+		dst := make([]byte, n*stride)
+		sums := make([]uint32, n)
+		if useCopyCRCStrided {
+			b.Run(fmt.Sprintf("%dB/strided", stride), func(b *testing.B) {
+				b.SetBytes(int64(n * stride))
+				for range b.N {
+					copyCRCStrided(dst, srcs, sums, stride)
+				}
+			})
+		}
+		for _, p := range copyCRCPaths() {
+			b.Run(fmt.Sprintf("%dB/%s", stride, p.name), func(b *testing.B) {
+				b.SetBytes(int64(n * stride))
+				for range b.N {
+					for k := range n {
+						sums[k] = p.fn(dst[k*stride:(k+1)*stride], unsafe.Slice((*byte)(srcs[k]), stride), 0)
+					}
 				}
 			})
 		}

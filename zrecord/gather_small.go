@@ -162,8 +162,8 @@ func (g *gatherScratch) dropAddrs() {
 // checked checks each against locs[k].sum, with sums (len(sums) >=
 // len(locs)) as its scratch. It returns false, or the
 // position of the first record that does not match, its checksum and
-// true. Records of up to copyCRCStridedMax bytes are checked four at a
-// time (copyCRCStrided), the others one at a time by copyCRC; unchecked
+// true. Records of up to the path's stridedMax bytes are checked four at
+// a time (copyCRCStrided), the others one at a time by copyCRC; unchecked
 // batches are one call of copyStrided where the CPU has it.
 func copySrcs(dst []byte, srcs []unsafe.Pointer, locs []entry, stride int, checked bool, sums []uint32) (int, uint32, bool) {
 	n := len(locs)
@@ -178,7 +178,7 @@ func copySrcs(dst []byte, srcs []unsafe.Pointer, locs []entry, stride int, check
 		return 0, 0, false
 	}
 	done := 0
-	if stride <= copyCRCStridedMax {
+	if stride <= copyCRCImpl.stridedMax {
 		done = copyCRCStrided(dst, srcs, sums, stride)
 		for k, sum := range sums[:done] {
 			if sum != locs[k].sum {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // TestGatherSmallTakesOrDeclines calls gatherSmall directly: a batch of
@@ -386,5 +387,62 @@ func TestSplitGathersConcurrently(t *testing.T) {
 				t.Fatal("no gather was split")
 			}
 		})
+	}
+}
+
+// TestCopySrcsBothRoutes runs copySrcs on every path this CPU has, with
+// its checked records sent both to copyCRCStrided (stridedMax above the
+// stride) and to copyCRC one at a time (stridedMax 0), whichever the path
+// would choose: each route copies every record to its place, passes a
+// batch whose checksums match, and reports the first record whose stored
+// checksum does not match, with the checksum it computed, wherever that
+// record falls (in a group of four, or in the tail the groups leave).
+func TestCopySrcsBothRoutes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	pool := make([]byte, 1<<20)
+	for i := range pool {
+		pool[i] = byte(rng.Uint32())
+	}
+	for _, p := range copyCRCPaths() {
+		for _, strided := range []bool{true, false} {
+			forced := p
+			forced.stridedMax = 0
+			if strided {
+				forced.stridedMax = 1 << 30
+			}
+			for _, stride := range []int{8, 64, 100, 128, 256, 1024, 2048} {
+				t.Run(fmt.Sprintf("%s/strided=%v/%dB", p.name, strided, stride), func(t *testing.T) {
+					const n = 23 // five groups of four and a tail of three
+					srcs := make([]unsafe.Pointer, n)
+					locs := make([]entry, n)
+					want := make([]byte, 0, n*stride)
+					for k := range n {
+						o := rng.IntN(len(pool) - stride)
+						srcs[k] = unsafe.Pointer(&pool[o])
+						locs[k].sum = dataSum(pool[o : o+stride])
+						want = append(want, pool[o:o+stride]...)
+					}
+					withPath(t, forced, func() {
+						dst := make([]byte, n*stride)
+						sums := make([]uint32, n)
+						if k, _, bad := copySrcs(dst, srcs, locs, stride, true, sums); bad {
+							t.Fatalf("a sound batch reported record %d", k)
+						}
+						if !bytes.Equal(dst, want) {
+							t.Fatal("the checked copy differs from the records")
+						}
+						for _, k := range []int{0, 6, 19, 20, 22} {
+							damaged := append([]entry(nil), locs...)
+							damaged[k].sum ^= 1 << 7
+							clear(dst)
+							got, sum, bad := copySrcs(dst, srcs, damaged, stride, true, sums)
+							if !bad || got != k || sum != locs[k].sum {
+								t.Fatalf("stored checksum of record %d wrong: reported (%d, %08x, %v), want (%d, %08x, true)", k, got, sum, bad, k, locs[k].sum)
+							}
+						}
+					})
+				})
+			}
+		}
 	}
 }
