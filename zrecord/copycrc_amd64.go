@@ -64,8 +64,11 @@ func copyCRCPaths() []crcPath {
 // (BenchmarkCopySmallChecked): four CRC32 chains took 3.3-3.5 us over
 // 64-byte records against the fold's 8.1, 6.1-6.3 against 6.4-6.8 over
 // 128 bytes, but 11.7-11.9 against 9.3-9.7 over 256 bytes, and 102
-// against 55-58 over 2 KiB. Only Zen 1 was measured; the rule takes the
-// family, which Zen+ and Zen 2 share.
+// against 55-58 over 2 KiB. In whole gathers of 256-byte records
+// (BenchmarkGather256, three alternated runs) the same batch again took
+// 11.0-11.4 us against 11.9-12.4; random batches, whose cost is the
+// memory's, tied. Only Zen 1 was measured; the rule takes the family,
+// which Zen+ and Zen 2 share.
 func sse42StridedMax() int {
 	if slowCRC32 {
 		return 128
