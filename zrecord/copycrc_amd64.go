@@ -31,9 +31,9 @@ func cpuFamily() uint32 {
 	return family
 }
 
-// slowCRC32 says the CRC32 instruction issues only every third cycle
-// (AMD family 0x17), so that four chains of it, one a record, run at a
-// third of the rate they run at elsewhere: see sse42StridedMax.
+// slowCRC32 says the CRC32 instruction issues only every third cycle, as
+// on AMD's family 0x17, so that four chains of it, one a record, are
+// bound by its issue rate rather than its latency: see sse42StridedMax.
 var slowCRC32 = cpuFamily() == 0x17
 
 // copyCRCPaths lists the paths of copyCRC this CPU runs, fastest first:
@@ -63,7 +63,7 @@ func copyCRCPaths() []crcPath {
 // 1), 256 records at random from 512 KiB, three runs of each
 // (BenchmarkCopySmallChecked): four CRC32 chains took 3.3-3.5 us over
 // 64-byte records against the fold's 8.1, 6.1-6.3 against 6.4-6.8 over
-// 128 bytes, but 11.7-11.9 against 9.3-9.7 over 256 bytes, and 102
+// 128 bytes, but 11.7-11.9 against 9.3-9.7 over 256 bytes, and 96-102
 // against 55-58 over 2 KiB. In whole gathers of 256-byte records
 // (BenchmarkGather256, three alternated runs) the same batch again took
 // 11.0-11.4 us against 11.9-12.4; random batches, whose cost is the
