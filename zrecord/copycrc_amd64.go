@@ -31,11 +31,6 @@ func cpuFamily() uint32 {
 	return family
 }
 
-// slowCRC32 says the CRC32 instruction issues only every third cycle, as
-// on AMD's family 0x17, so that four chains of it, one a record, are
-// bound by its issue rate rather than its latency: see sse42StridedMax.
-var slowCRC32 = cpuFamily() == 0x17
-
 // copyCRCPaths lists the paths of copyCRC this CPU runs, fastest first:
 // "avx2-vpclmul" folds 128 bytes an iteration in four YMM registers,
 // "sse42" 64 bytes in four XMM registers (it needs PCLMULQDQ as well as
@@ -59,8 +54,10 @@ func copyCRCPaths() []crcPath {
 }
 
 // sse42StridedMax is the sse42 path's stridedMax: copyCRCStridedMax, or
-// 128 bytes where slowCRC32. On an AMD EPYC of family 0x17 (Zen 1, model
-// 1), 256 records at random from 512 KiB, three runs of each
+// 128 bytes on AMD's family 0x17, where the CRC32 instruction issues only
+// every third cycle, so that four chains of it, one a record, are bound by
+// its issue rate rather than its latency. On an AMD EPYC of that family
+// (Zen 1, model 1), 256 records at random from 512 KiB, three runs of each
 // (BenchmarkCopySmallChecked): four CRC32 chains took 3.3-3.5 us over
 // 64-byte records against the fold's 8.1, 6.1-6.3 against 6.4-6.8 over
 // 128 bytes, but 11.7-11.9 against 9.3-9.7 over 256 bytes, and 96-102
@@ -70,7 +67,7 @@ func copyCRCPaths() []crcPath {
 // memory's, tied. Only Zen 1 was measured; the rule takes the family,
 // which Zen+ and Zen 2 share.
 func sse42StridedMax() int {
-	if slowCRC32 {
+	if cpuFamily() == 0x17 {
 		return 128
 	}
 	return copyCRCStridedMax
