@@ -9,6 +9,11 @@ steps of the default cyclic sampler:
 
 * `np.take(memmap, idx, axis=0)`, the reference, and `np.take(memmap, idx,
   axis=0, out=buf, mode="clip")`;
+* `np.take` on two threads: each takes every other step's batch into a
+  buffer of its own, with no hand-over between them, so that the pair
+  copies at the rate the machine's first two cores give NumPy's copy. It
+  is the ceiling a two-core gather is held to where memory, not the
+  instructions, sets the pace (NumPy releases the GIL inside `take`);
 * the default `DataLoader` (every default: the native step pipeline), and
   the same loader on the Python pipeline (`LOADERX_PIPELINE=python`);
 * `DenseDataset.gather(idx, out=)` with the default verification, and on a
@@ -35,6 +40,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -51,7 +57,7 @@ WORKLOADS = [
     ("1MiB", "1 MiB uint8", np.uint8, (1 << 20,), 16),
 ]
 
-CONTENDERS = ["np.take", "np.take(out=, clip)", "DataLoader", "DataLoader (Python pipeline)",
+CONTENDERS = ["np.take", "np.take(out=, clip)", "np.take, 2 threads", "DataLoader", "DataLoader (Python pipeline)",
               "gather(out=), verified", "gather(out=), raw, unverified"]
 
 
@@ -120,6 +126,7 @@ class _Cell:
         if not np.array_equal(got, want) or not np.array_equal(next(self.pyloader)["x"], want):
             raise AssertionError(f"{key}: the loader's step 0 differs from np.take's")
         self.out = np.empty((batch, *shape), dtype=dtype)
+        self.out2 = np.empty((batch, *shape), dtype=dtype)
         self.chosen = self.loader._pipe.__class__.__name__
         check = self.auto.gather(self.loader.indices(1), out=self.out)
         if not np.array_equal(check, np.take(self.mm, self.loader.indices(1), axis=0)):
@@ -141,6 +148,8 @@ class _Cell:
             if not np.array_equal(loader.indices(first), idx[0]):
                 raise AssertionError(f"{self.key}: {name} is not at the round's steps")
             return took
+        if name == "np.take, 2 threads":
+            return self._take_two(idx)
         fn: Callable[[np.ndarray], Any]
         mm, buf = self.mm, self.out
         if name == "np.take":
@@ -162,6 +171,27 @@ class _Cell:
         t0 = time.perf_counter()
         for i in idx:
             fn(i)
+        return time.perf_counter() - t0
+
+    def _take_two(self, idx: list[np.ndarray]) -> float:
+        """Seconds for two threads to take the steps of ``idx``, the even ones
+        on one and the odd ones on the other, each into its own buffer."""
+        mm, outs = self.mm, (self.out, self.out2)
+        start = threading.Barrier(3)
+
+        def run(j: int) -> None:
+            buf = outs[j]
+            start.wait()
+            for i in idx[j::2]:
+                np.take(mm, i, axis=0, out=buf, mode="clip")
+
+        threads = [threading.Thread(target=run, args=(j,)) for j in (0, 1)]
+        for t in threads:
+            t.start()
+        start.wait()
+        t0 = time.perf_counter()
+        for t in threads:
+            t.join()
         return time.perf_counter() - t0
 
     def close(self) -> None:

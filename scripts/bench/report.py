@@ -235,6 +235,11 @@ TARGETS += [
            reason="the unchecked copy, spread over the cores"),
     Target("memory", "gather(out=), raw, unverified", "np.take", 1.0, workload="256B",
            reason="one native call a batch, the table entries and records asked for at once, one copy loop"),
+    Target("memory", "gather(out=), raw, unverified", "np.take, 2 threads", 0.9,
+           workload="4KiB,8KiB-tokens,64KiB,1MiB",
+           reason="two threads of np.take, each on its own steps, are what two cores copy here with NumPy's "
+                  "copy: the unchecked gather keeps within a tenth of them; where they are under 1.4x np.take, "
+                  "so is this machine's memory"),
     Target("memory-step", "native", "python", 10.0,
            reason="the hand-over of a step made ahead: one native call and the batch dict"),
 ]
@@ -512,9 +517,14 @@ def _memory_checks(results: dict[str, Any], add: Callable[..., None]) -> None:
         for r in mem["rows"]:
             if t.workload is not None and r["key"] not in t.workload.split(","):
                 continue
-            v = r["ratios"].get(t.subject)
+            if t.versus == "np.take":
+                v = r["ratios"].get(t.subject)
+            else:  # another contender of the same rounds: the median of per-round ratios
+                times = r.get("times", {})
+                v = (_paired(times[t.versus], times[t.subject])
+                     if t.subject in times and t.versus in times else None)
             if v is not None:
-                add(t, f"{t.subject} vs np.take, {r['what']} x {r['batch']}", v, fmt_ratio(v),
+                add(t, f"{t.subject} vs {t.versus}, {r['what']} x {r['batch']}", v, fmt_ratio(v),
                     f"≥ {t.target:g}x" if t.target else "—")
     per = {p["pipeline"]: p for p in mem.get("per_step", [])}
     for t in TARGETS:
