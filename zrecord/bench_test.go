@@ -901,6 +901,45 @@ func BenchmarkDecodeLiterals(b *testing.B) {
 	}
 }
 
+// BenchmarkEncodeLiterals encodes records of 2 KiB one at a time on one
+// goroutine, each way of RecordEncoders: as the store does ("store"), the
+// encoder's frame alone ("huffman") and every literal plain ("plain").
+// ns/op is per record; stored-B/rec the mean stored size. It measures the
+// encoder's floor under a small record's conversion: the encoder, not the
+// store around it, is what a Zstd conversion of 2 KiB rows spends its time
+// in. The kinds run in turn, round after round (LOADERX_BENCH_ROUNDS).
+//
+//	LOADERX_BENCH_ROUNDS=4 go test -run XXX -bench EncodeLiterals ./zrecord/
+func BenchmarkEncodeLiterals(b *testing.B) {
+	const size, count = 2 << 10, 4096
+	encode, closeAll, err := zrecord.RecordEncoders()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer closeAll()
+	for _, data := range []struct {
+		name string
+		recs [][]byte
+	}{
+		{"features", featureRows(count)},
+		{"tokens", tokenRows(count, size)},
+	} {
+		for range benchRounds(b) {
+			for _, kind := range []string{"store", "huffman", "plain"} {
+				fn := encode[kind]
+				b.Run(data.name+"/"+kind, func(b *testing.B) {
+					b.SetBytes(size)
+					stored := 0
+					for i := range b.N {
+						stored += fn(data.recs[i%count])
+					}
+					b.ReportMetric(float64(stored)/float64(b.N), "stored-B/rec")
+				})
+			}
+		}
+	}
+}
+
 // tokenRows returns count records of size bytes of little-endian int32
 // ids with Zipf-like weights below 50,000, whose literals entropy coding
 // shrinks by a third: the store keeps them Huffman-coded.

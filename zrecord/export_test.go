@@ -169,6 +169,39 @@ func LiteralForms(recs [][]byte) (chosen, huff, plain [][]byte, err error) {
 	return chosen, huff, plain, nil
 }
 
+// RecordEncoders returns, for BenchmarkEncodeLiterals, a function per way
+// a Zstd store's record may be encoded, each returning the bytes it would
+// store: "store" as Append encodes it (the encoder's frame, rewritten with
+// plain literals where that pays, see preferPlain), "huffman" the
+// encoder's frame alone, and "plain" a frame encoded with every literal
+// stored plain. release closes the encoders.
+func RecordEncoders() (encode map[string]func(r []byte) int, release func(), err error) {
+	enc, err := newRecordEncoder(Zstd, nil, TierBalanced)
+	if err != nil {
+		return nil, nil, err
+	}
+	pe := plainEncoder()
+	var buf []byte
+	encode = map[string]func(r []byte) int{
+		"store": func(r []byte) int {
+			var smaller bool
+			if buf, smaller = encodeRecord(enc, Element{}, r, buf[:0]); !smaller {
+				return len(r)
+			}
+			return len(buf)
+		},
+		"huffman": func(r []byte) int {
+			buf = enc.huff.EncodeAll(r, buf[:0])
+			return len(buf)
+		},
+		"plain": func(r []byte) int {
+			buf = pe.EncodeAll(r, buf[:0])
+			return len(buf)
+		},
+	}
+	return encode, func() { enc.Close(); pe.Close() }, nil
+}
+
 // SetOpenNow is how many of the lazy set t's stores are open now, and how
 // many stores its cache holds open or opening (those of every set sharing
 // it).
