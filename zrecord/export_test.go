@@ -170,11 +170,12 @@ func LiteralForms(recs [][]byte) (chosen, huff, plain [][]byte, err error) {
 }
 
 // RecordEncoders returns, for BenchmarkEncodeLiterals, a function per way
-// a Zstd store's record may be encoded, each returning the bytes it would
-// store: "store" as Append encodes it (the encoder's frame, rewritten with
-// plain literals where that pays, see preferPlain), "huffman" the
-// encoder's frame alone, and "plain" a frame encoded with every literal
-// stored plain. release closes the encoders.
+// a Zstd store's record may be encoded, each returning a size: "store" the
+// bytes Append stores for the record (the encoder's frame, rewritten with
+// plain literals where that pays, see preferPlain, or the record raw),
+// "huffman" the size of the encoder's frame alone, and "plain" that of a
+// frame encoded with every literal stored plain. release closes the
+// encoders.
 func RecordEncoders() (encode map[string]func(r []byte) int, release func(), err error) {
 	enc, err := newRecordEncoder(Zstd, nil, TierBalanced)
 	if err != nil {

@@ -11,7 +11,7 @@ steps of the default cyclic sampler:
   axis=0, out=buf, mode="clip")`;
 * `np.take` on two threads: each takes every other step's batch into a
   buffer of its own, with no hand-over between them, so that the pair
-  copies at the rate the machine's first two cores give NumPy's copy. It
+  copies at the rate two cores give NumPy's copy here. It
   is the ceiling a two-core gather is held to where memory, not the
   instructions, sets the pace (NumPy releases the GIL inside `take`);
 * the default `DataLoader` (every default: the native step pipeline), and
