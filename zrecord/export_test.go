@@ -1,6 +1,7 @@
 package zrecord
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 )
@@ -144,60 +145,54 @@ func CopyCRC(dst, src []byte, crc uint32) uint32 { return copyCRC(dst, src, crc)
 // (chosen), its entropy-coded frame (huff) and its plain-literal frame
 // (plain); an entry is nil where the record would be kept raw instead.
 func LiteralForms(recs [][]byte) (chosen, huff, plain [][]byte, err error) {
-	enc, err := newRecordEncoder(Zstd, nil, TierBalanced)
+	encode, release, err := RecordEncoders()
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	defer enc.Close()
-	pe := plainEncoder()
-	defer pe.Close()
+	defer release()
 	keep := func(f []byte, r []byte) []byte {
 		if len(f) >= len(r) {
 			return nil
 		}
-		return f
+		return bytes.Clone(f)
 	}
 	for _, r := range recs {
-		c, smaller := encodeRecord(enc, Element{}, r, nil)
-		if !smaller {
-			c = nil
-		}
-		chosen = append(chosen, c)
-		huff = append(huff, keep(enc.huff.EncodeAll(r, nil), r))
-		plain = append(plain, keep(pe.EncodeAll(r, nil), r))
+		chosen = append(chosen, keep(encode["store"](r), r))
+		huff = append(huff, keep(encode["huffman"](r), r))
+		plain = append(plain, keep(encode["plain"](r), r))
 	}
 	return chosen, huff, plain, nil
 }
 
-// RecordEncoders returns, for BenchmarkEncodeLiterals, a function per way
-// a Zstd store's record may be encoded, each returning a size: "store" the
-// bytes Append stores for the record (the encoder's frame, rewritten with
-// plain literals where that pays, see preferPlain, or the record raw),
-// "huffman" the size of the encoder's frame alone, and "plain" that of a
-// frame encoded with every literal stored plain. release closes the
-// encoders.
-func RecordEncoders() (encode map[string]func(r []byte) int, release func(), err error) {
+// RecordEncoders returns a function per way a Zstd store's record may be
+// encoded, each returning the frame in a buffer that the next call of any
+// of them reuses: "store" the frame Append stores for the record (the
+// encoder's frame, rewritten with plain literals where that pays, see
+// preferPlain), or nil where Append stores the record raw; "huffman" the
+// encoder's frame alone; "plain" a frame with every literal stored plain.
+// release closes the encoders.
+func RecordEncoders() (encode map[string]func(r []byte) []byte, release func(), err error) {
 	enc, err := newRecordEncoder(Zstd, nil, TierBalanced)
 	if err != nil {
 		return nil, nil, err
 	}
 	pe := plainEncoder()
 	var buf []byte
-	encode = map[string]func(r []byte) int{
-		"store": func(r []byte) int {
+	encode = map[string]func(r []byte) []byte{
+		"store": func(r []byte) []byte {
 			var smaller bool
 			if buf, smaller = encodeRecord(enc, Element{}, r, buf[:0]); !smaller {
-				return len(r)
+				return nil
 			}
-			return len(buf)
+			return buf
 		},
-		"huffman": func(r []byte) int {
+		"huffman": func(r []byte) []byte {
 			buf = enc.huff.EncodeAll(r, buf[:0])
-			return len(buf)
+			return buf
 		},
-		"plain": func(r []byte) int {
+		"plain": func(r []byte) []byte {
 			buf = pe.EncodeAll(r, buf[:0])
-			return len(buf)
+			return buf
 		},
 	}
 	return encode, func() { enc.Close(); pe.Close() }, nil
